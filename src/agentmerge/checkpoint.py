@@ -1,0 +1,578 @@
+"""Reading and writing model weights: the only module that touches weight files.
+
+Inputs are Hugging Face model folders: ``model.safetensors``, sharded safetensors with
+``model.safetensors.index.json``, or ``pytorch_model.bin`` (read with ``weights_only=True``).
+Safetensors headers are parsed and validated here, before any large allocation, and tensor data is
+read with ``pread`` into small buffers, one element range at a time: memory is bounded by the chunk,
+never by the model.
+
+Outputs are planned before anything is written (``plan_shards`` is pure), then each shard file is
+created with its final header and size, and chunks are written at their planned byte offsets with
+``pwrite``, in any order and from any thread. The whole output folder is built in a hidden sibling
+and renamed into place only when complete (``atomic_output_dir``).
+
+Safetensors layout: ``u64 little-endian N | N bytes of JSON header | data``, where each header entry
+is ``{"dtype": "BF16", "shape": [...], "data_offsets": [begin, end]}`` relative to the data start.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import math
+import os
+import re
+import shutil
+import struct
+import uuid
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+import torch
+
+from agentmerge.errors import CheckpointError
+
+SAFE_DTYPES: dict[str, torch.dtype] = {
+    "F64": torch.float64,
+    "F32": torch.float32,
+    "F16": torch.float16,
+    "BF16": torch.bfloat16,
+    "F8_E4M3": torch.float8_e4m3fn,
+    "F8_E5M2": torch.float8_e5m2,
+    "I64": torch.int64,
+    "I32": torch.int32,
+    "I16": torch.int16,
+    "I8": torch.int8,
+    "U8": torch.uint8,
+    "BOOL": torch.bool,
+}
+DTYPE_NAMES: dict[torch.dtype, str] = {v: k for k, v in SAFE_DTYPES.items()}
+MAX_HEADER_BYTES = 100 * 1024 * 1024  # the safetensors library's own limit
+SINGLE_FILE = "model.safetensors"
+INDEX_FILE = "model.safetensors.index.json"
+BIN_FILE = "pytorch_model.bin"
+BIN_INDEX_FILE = "pytorch_model.bin.index.json"
+MODEL_FILES = ("config.json", "generation_config.json")
+TOKENIZER_FILES = (
+    "tokenizer.json",
+    "tokenizer_config.json",
+    "special_tokens_map.json",
+    "added_tokens.json",
+    "vocab.json",
+    "merges.txt",
+    "tokenizer.model",
+    "chat_template.jinja",
+    "chat_template.json",
+)
+_HUB_ID = re.compile(r"^[A-Za-z0-9][\w.-]*/[\w.-]+$")
+
+
+@dataclass(frozen=True)
+class TensorInfo:
+    """Where one tensor lives: file, absolute byte offset of its data, dtype and shape."""
+
+    name: str
+    dtype: torch.dtype
+    shape: tuple[int, ...]
+    file: Path
+    offset: int
+
+    @property
+    def numel(self) -> int:
+        return math.prod(self.shape)
+
+    @property
+    def itemsize(self) -> int:
+        return torch.empty((), dtype=self.dtype).element_size()
+
+    @property
+    def nbytes(self) -> int:
+        return self.numel * self.itemsize
+
+
+def dtype_from_name(name: str) -> torch.dtype:
+    """``"bfloat16"``/``"bf16"``/``"BF16"`` -> ``torch.bfloat16`` (and likewise for float16/32)."""
+    table = {
+        "bfloat16": torch.bfloat16,
+        "bf16": torch.bfloat16,
+        "float16": torch.float16,
+        "fp16": torch.float16,
+        "half": torch.float16,
+        "float32": torch.float32,
+        "fp32": torch.float32,
+        "float": torch.float32,
+        "float64": torch.float64,
+    }
+    key = name.lower().removeprefix("torch.")
+    if key in table:
+        return table[key]
+    if name.upper() in SAFE_DTYPES:
+        return SAFE_DTYPES[name.upper()]
+    raise ValueError(f"unknown dtype {name!r}; use one of bfloat16, float16, float32")
+
+
+def torch_dtype_name(dtype: torch.dtype) -> str:
+    """``torch.bfloat16`` -> ``"bfloat16"`` (the spelling config.json uses)."""
+    return str(dtype).removeprefix("torch.")
+
+
+# --------------------------------------------------------------------------- safetensors headers
+
+
+def read_safetensors_header(path: Path) -> dict[str, TensorInfo]:
+    """Parse and validate a safetensors header without reading tensor data.
+
+    Rejects (``CheckpointError``) a truncated file, an oversized or malformed header, unknown dtypes,
+    negative or non-integer shapes, byte ranges that disagree with dtype x shape, ranges out of the
+    file's bounds and ranges that overlap.
+    """
+    size = _file_size(path)
+    if size < 8:
+        raise CheckpointError(f"{path}: {size} bytes is too short for a safetensors file (truncated?)")
+    with open(path, "rb") as f:
+        (n,) = struct.unpack("<Q", f.read(8))
+        if n > MAX_HEADER_BYTES or n > size - 8:
+            raise CheckpointError(
+                f"{path}: header length {n} is larger than the file or the {MAX_HEADER_BYTES}-byte limit "
+                "(corrupt or truncated file)"
+            )
+        raw = f.read(n)
+    try:
+        header = json.loads(raw)
+    except (UnicodeDecodeError, json.JSONDecodeError) as e:
+        raise CheckpointError(f"{path}: the safetensors header is not valid JSON ({e})") from None
+    if not isinstance(header, dict):
+        raise CheckpointError(f"{path}: the safetensors header is not a JSON object")
+    header.pop("__metadata__", None)
+    data_start, data_len = 8 + n, size - 8 - n
+    infos = {name: _parse_entry(path, name, entry, data_start) for name, entry in header.items()}
+    _check_ranges(path, infos, data_start, data_len)
+    return infos
+
+
+def _parse_entry(path: Path, name: object, entry: object, data_start: int) -> TensorInfo:
+    if not isinstance(name, str) or not isinstance(entry, dict):
+        raise CheckpointError(f"{path}: malformed header entry {name!r}")
+    dtype, shape, offsets = entry.get("dtype"), entry.get("shape"), entry.get("data_offsets")
+    if dtype not in SAFE_DTYPES:
+        raise CheckpointError(f"{path}: tensor {name!r} has unsupported dtype {dtype!r}")
+    if not isinstance(shape, list) or not all(type(d) is int and d >= 0 for d in shape):
+        raise CheckpointError(f"{path}: tensor {name!r} has an invalid shape {shape!r}")
+    ok_offsets = isinstance(offsets, list) and len(offsets) == 2
+    if not ok_offsets or not all(type(o) is int and o >= 0 for o in offsets):  # type: ignore[union-attr]
+        raise CheckpointError(f"{path}: tensor {name!r} has invalid data_offsets {offsets!r}")
+    begin, end = offsets  # type: ignore[misc]
+    info = TensorInfo(name, SAFE_DTYPES[dtype], tuple(shape), path, data_start + begin)
+    if end - begin != info.nbytes:
+        raise CheckpointError(
+            f"{path}: tensor {name!r} covers {end - begin} bytes but {dtype} x {shape} needs {info.nbytes}"
+        )
+    return info
+
+
+def _check_ranges(path: Path, infos: dict[str, TensorInfo], data_start: int, data_len: int) -> None:
+    spans = sorted((i.offset - data_start, i.offset - data_start + i.nbytes, i.name) for i in infos.values())
+    prev_end, prev_name = 0, ""
+    for begin, end, name in spans:
+        if end > data_len:
+            raise CheckpointError(
+                f"{path}: tensor {name!r} ends at byte {end} but the file holds {data_len} data bytes "
+                "(truncated download? fetch the file again)"
+            )
+        if begin < prev_end:
+            raise CheckpointError(f"{path}: tensors {prev_name!r} and {name!r} overlap in the file")
+        prev_end, prev_name = max(prev_end, end), name
+
+
+def _file_size(path: Path) -> int:
+    try:
+        return path.stat().st_size
+    except OSError as e:
+        raise CheckpointError(f"{path}: cannot read ({e.strerror})") from None
+
+
+# --------------------------------------------------------------------------- reading
+
+
+def resolve_model_path(ref: str | Path) -> Path:
+    """A local folder (or single ``.safetensors`` file) as is; a hub id through huggingface_hub."""
+    path = Path(ref).expanduser()
+    if path.exists():
+        return path
+    if not _HUB_ID.match(str(ref)):
+        raise CheckpointError(f"{ref}: no such file or folder")
+    try:
+        from huggingface_hub import snapshot_download
+    except ImportError:
+        raise CheckpointError(
+            f"{ref}: not a local path, and huggingface_hub is not installed to resolve it as a hub id "
+            "(pip install huggingface_hub, or download the model and pass its folder)"
+        ) from None
+    patterns = ["*.safetensors", "*.json", "*.txt", "*.model", "*.jinja"]
+    try:
+        return Path(snapshot_download(str(ref), allow_patterns=patterns))
+    except Exception as e:  # offline, unknown repo, gated repo: all end the same way for the user
+        raise CheckpointError(
+            f"{ref}: could not fetch this hub id ({type(e).__name__}: {e}); "
+            "when offline, download the model first and pass its local folder"
+        ) from None
+
+
+class Checkpoint:
+    """An opened model folder: tensor names, shapes, dtypes and element-range reads.
+
+    Use as a context manager (or call ``close``). Reads return the stored dtype; the caller converts.
+    """
+
+    def __init__(self, ref: str | Path) -> None:
+        self.ref = str(ref)
+        self.path = resolve_model_path(ref)
+        self.folder = self.path if self.path.is_dir() else self.path.parent
+        self.tensors: dict[str, TensorInfo] = {}
+        self._fds: dict[Path, int] = {}
+        self._bin: dict[str, torch.Tensor] = {}
+        self._open()
+
+    def __enter__(self) -> Checkpoint:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def close(self) -> None:
+        for fd in self._fds.values():
+            os.close(fd)
+        self._fds.clear()
+        self._bin.clear()
+
+    @property
+    def weight_files(self) -> list[Path]:
+        """Every file that holds this checkpoint's weights (for hashing and size estimates)."""
+        return sorted({i.file for i in self.tensors.values()})
+
+    def read(self, name: str, start: int = 0, stop: int | None = None) -> torch.Tensor:
+        """Elements ``[start, stop)`` of tensor ``name``, flattened, in the stored dtype."""
+        info = self.tensors[name]
+        stop = info.numel if stop is None else stop
+        if name in self._bin:
+            return self._bin[name].reshape(-1)[start:stop].clone()
+        buf = torch.empty((stop - start) * info.itemsize, dtype=torch.uint8)
+        if buf.numel():
+            got = os.preadv(self._fds[info.file], [buf.numpy().data], info.offset + start * info.itemsize)
+            if got != buf.numel():
+                raise CheckpointError(f"{info.file}: short read of tensor {name!r} (file changed on disk?)")
+        return buf.view(info.dtype)
+
+    def _open(self) -> None:
+        files, weight_map = self._safetensors_files()
+        if files is None:
+            for f in self._bin_files():
+                self._load_bin(f)
+            return
+        for f in files:
+            infos = read_safetensors_header(f)
+            dup = infos.keys() & self.tensors.keys()
+            if dup:
+                raise CheckpointError(f"{f}: tensor {sorted(dup)[0]!r} also appears in another shard")
+            if weight_map is not None:
+                _check_index(f, infos, weight_map)
+            self.tensors.update(infos)
+            self._fds[f] = os.open(f, os.O_RDONLY)
+        missing = [] if weight_map is None else sorted(weight_map.keys() - self.tensors.keys())
+        if missing:
+            raise CheckpointError(f"{self.path / INDEX_FILE}: tensor {missing[0]!r} is listed but in no shard")
+
+    def _safetensors_files(self) -> tuple[list[Path] | None, dict[str, str] | None]:
+        if self.path.is_file():
+            if self.path.suffix != ".safetensors":
+                raise CheckpointError(f"{self.path}: expected a model folder or a .safetensors file")
+            return [self.path], None
+        index = self.path / INDEX_FILE
+        if index.exists():
+            weight_map = _read_weight_map(index)
+            files = [_inside(self.path, s, index) for s in dict.fromkeys(weight_map.values())]
+            for f in files:
+                if not f.exists():
+                    raise CheckpointError(f"{index}: shard {f.name!r} is listed but missing from {self.path}")
+            return files, weight_map
+        if (self.path / SINGLE_FILE).exists():
+            return [self.path / SINGLE_FILE], None
+        return None, None
+
+    def _bin_files(self) -> list[Path]:
+        if (self.path / BIN_INDEX_FILE).exists():
+            index = self.path / BIN_INDEX_FILE
+            return [_inside(self.path, s, index) for s in dict.fromkeys(_read_weight_map(index).values())]
+        if (self.path / BIN_FILE).exists():
+            return [self.path / BIN_FILE]
+        raise CheckpointError(f"{self.path}: no weights found (expected {SINGLE_FILE}, {INDEX_FILE} or {BIN_FILE})")
+
+    def _load_bin(self, f: Path) -> None:
+        try:
+            state = torch.load(f, map_location="cpu", weights_only=True, mmap=True)
+        except Exception as e:  # pickle with code in it, or a corrupt file
+            raise CheckpointError(
+                f"{f}: refused to load ({type(e).__name__}: {str(e).splitlines()[0][:200]}). Only plain "
+                "tensor pickles are read (weights_only=True); convert the checkpoint to safetensors"
+            ) from None
+        if not isinstance(state, dict):
+            raise CheckpointError(f"{f}: expected a state dict of tensors")
+        for name, t in state.items():
+            if not isinstance(t, torch.Tensor):
+                raise CheckpointError(f"{f}: entry {name!r} is not a tensor")
+            t = t.contiguous()
+            self._bin[name] = t
+            self.tensors[name] = TensorInfo(name, t.dtype, tuple(t.shape), f, 0)
+
+
+def _check_index(f: Path, infos: dict[str, TensorInfo], weight_map: dict[str, str]) -> None:
+    for name in infos:
+        if weight_map.get(name) != f.name:
+            raise CheckpointError(f"{f}: tensor {name!r} has no matching entry in {INDEX_FILE}")
+
+
+def _read_weight_map(index: Path) -> dict[str, str]:
+    try:
+        weight_map = json.loads(index.read_text())["weight_map"]
+    except (OSError, ValueError, KeyError, TypeError) as e:
+        raise CheckpointError(f"{index}: unreadable index ({type(e).__name__}: {e})") from None
+    if not isinstance(weight_map, dict) or not all(isinstance(v, str) for v in weight_map.values()):
+        raise CheckpointError(f"{index}: 'weight_map' must map tensor names to shard file names")
+    return weight_map
+
+
+def _inside(folder: Path, name: str, source: Path) -> Path:
+    """``folder/name``, refusing names that climb out of ``folder`` (``../``, absolute paths)."""
+    target = (folder / name).resolve()
+    if folder.resolve() not in target.parents:
+        raise CheckpointError(f"{source}: file name {name!r} points outside {folder}")
+    return target
+
+
+# --------------------------------------------------------------------------- shard planning (pure)
+
+
+@dataclass(frozen=True)
+class PlannedTensor:
+    name: str
+    dtype: torch.dtype
+    shape: tuple[int, ...]
+
+    @property
+    def nbytes(self) -> int:
+        return math.prod(self.shape) * torch.empty((), dtype=self.dtype).element_size()
+
+
+@dataclass(frozen=True)
+class ShardPlan:
+    """One output file: its name, header bytes and each tensor's absolute byte offset."""
+
+    file_name: str
+    header: bytes
+    offsets: dict[str, int]
+    size: int
+
+
+def parse_size(text: str | int) -> int:
+    """``"2GB"`` -> 2_000_000_000, ``"512MiB"`` -> 536_870_912, ``1000`` -> 1000."""
+    if isinstance(text, int):
+        return text
+    m = re.fullmatch(r"\s*([0-9]*\.?[0-9]+)\s*([KMGT]?)(I?)B?\s*", text.upper())
+    if not m:
+        raise ValueError(f"cannot read size {text!r}; write e.g. 5GB, 500MB or 2GiB")
+    number, unit, binary = float(m.group(1)), m.group(2), m.group(3)
+    base = 1024 if binary else 1000
+    return int(number * base ** " KMGT".index(unit or " "))
+
+
+def plan_shards(tensors: Sequence[PlannedTensor], max_shard_size: int) -> list[ShardPlan]:
+    """Split tensors, in order, into files of at most ``max_shard_size`` data bytes.
+
+    A tensor larger than the limit gets a file of its own. One file is named ``model.safetensors``,
+    several ``model-0000i-of-0000n.safetensors``. Inside a file, tensors are laid out by decreasing
+    element size so every tensor is aligned to its element size.
+    """
+    groups: list[list[PlannedTensor]] = [[]]
+    used = 0
+    for t in tensors:
+        if groups[-1] and used + t.nbytes > max_shard_size:
+            groups.append([])
+            used = 0
+        groups[-1].append(t)
+        used += t.nbytes
+    n = len(groups)
+    names = [SINGLE_FILE] if n == 1 else [f"model-{i + 1:05d}-of-{n:05d}.safetensors" for i in range(n)]
+    return [_layout(name, group) for name, group in zip(names, groups, strict=True)]
+
+
+def _layout(file_name: str, group: list[PlannedTensor]) -> ShardPlan:
+    ordered = sorted(group, key=lambda t: -torch.empty((), dtype=t.dtype).element_size())
+    entries: dict[str, object] = {"__metadata__": {"format": "pt"}}
+    pos = 0
+    for t in ordered:
+        entries[t.name] = {"dtype": DTYPE_NAMES[t.dtype], "shape": list(t.shape), "data_offsets": [pos, pos + t.nbytes]}
+        pos += t.nbytes
+    header = json.dumps(entries, separators=(",", ":")).encode()
+    header += b" " * (-len(header) % 8)
+    data_start = 8 + len(header)
+    offsets, pos = {}, 0
+    for t in ordered:
+        offsets[t.name] = data_start + pos
+        pos += t.nbytes
+    return ShardPlan(file_name, struct.pack("<Q", len(header)) + header, offsets, data_start + pos)
+
+
+def index_json(plans: Sequence[ShardPlan], tensors: Sequence[PlannedTensor]) -> dict[str, object]:
+    """The ``model.safetensors.index.json`` content for a multi-file plan."""
+    weight_map = {name: p.file_name for p in plans for name in p.offsets}
+    total = sum(t.nbytes for t in tensors)
+    return {"metadata": {"total_size": total}, "weight_map": dict(sorted(weight_map.items()))}
+
+
+# --------------------------------------------------------------------------- writing
+
+
+class ShardWriter:
+    """Writes planned shards: files are created at full size up front, chunks land at their offsets.
+
+    ``write`` may be called from several threads at once and in any order.
+    """
+
+    def __init__(self, folder: Path, plans: Sequence[ShardPlan], tensors: Sequence[PlannedTensor]) -> None:
+        self.folder = folder
+        self._where: dict[str, tuple[int, int]] = {}
+        self._fds: list[int] = []
+        self._dtypes = {t.name: t.dtype for t in tensors}
+        for plan in plans:
+            fd = os.open(folder / plan.file_name, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644)
+            self._fds.append(fd)
+            _reserve(fd, plan.size, folder / plan.file_name)
+            os.pwrite(fd, plan.header, 0)
+            for name, off in plan.offsets.items():
+                self._where[name] = (fd, off)
+        if len(plans) > 1:
+            (folder / INDEX_FILE).write_text(json.dumps(index_json(plans, tensors), indent=2) + "\n")
+
+    def write(self, name: str, start: int, values: torch.Tensor) -> None:
+        """Write flat ``values`` (already in the planned dtype) as elements ``start...`` of ``name``."""
+        if values.dtype != self._dtypes[name]:
+            raise TypeError(f"{name}: got {values.dtype}, planned {self._dtypes[name]}")
+        fd, off = self._where[name]
+        data = values.contiguous().view(torch.uint8).numpy().data
+        pos = off + start * values.element_size()
+        view = data.cast("B")
+        while len(view):
+            n = os.pwrite(fd, view, pos)
+            view, pos = view[n:], pos + n
+
+    def close(self) -> None:
+        for fd in self._fds:
+            os.fsync(fd)
+            os.close(fd)
+        self._fds.clear()
+
+
+def _reserve(fd: int, size: int, path: Path) -> None:
+    """Allocate the file's blocks now, so a full disk fails before any work, with a clear message."""
+    try:
+        os.posix_fallocate(fd, 0, size)
+    except OSError as e:
+        if e.errno in (28, 122):  # ENOSPC, EDQUOT
+            raise CheckpointError(f"{path}: not enough disk space for {size / 1e9:.2f} GB of output") from None
+        os.ftruncate(fd, size)  # file systems without fallocate
+
+
+# --------------------------------------------------------------------------- output folder
+
+
+@contextlib.contextmanager
+def atomic_output_dir(out: Path, *, force: bool = False) -> Iterator[Path]:
+    """Yield a hidden temporary sibling of ``out``; on success rename it to ``out``, else delete it.
+
+    An existing non-empty ``out`` is refused unless ``force``; with ``force`` the old folder is
+    replaced only after the new one is complete. A killed process leaves at most a hidden
+    ``.NAME.tmp-PID-*`` sibling, which the next run removes.
+    """
+    out = out.resolve()
+    if out.exists() and (not out.is_dir() or any(out.iterdir())) and not force:
+        raise CheckpointError(f"{out}: output folder exists and is not empty (pass --force to replace it)")
+    out.parent.mkdir(parents=True, exist_ok=True)
+    _remove_stale_tmp(out)
+    tmp = out.parent / f".{out.name}.tmp-{os.getpid()}-{uuid.uuid4().hex[:8]}"
+    tmp.mkdir()
+    try:
+        yield tmp
+        _fsync_dir(tmp)
+        _replace(tmp, out)
+    except BaseException:
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise
+
+
+def _replace(tmp: Path, out: Path) -> None:
+    if out.exists():
+        trash = out.parent / f".{out.name}.old-{os.getpid()}-{uuid.uuid4().hex[:8]}"
+        os.rename(out, trash)
+        os.rename(tmp, out)
+        shutil.rmtree(trash) if trash.is_dir() else trash.unlink()
+    else:
+        os.rename(tmp, out)
+    _fsync_dir(out.parent)
+
+
+def _remove_stale_tmp(out: Path) -> None:
+    for p in out.parent.glob(f".{out.name}.tmp-*"):
+        pid = p.name.split(".tmp-")[-1].split("-")[0]
+        if pid.isdigit() and not _alive(int(pid)):
+            shutil.rmtree(p, ignore_errors=True)
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
+def _fsync_dir(path: Path) -> None:
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+def copy_aux_files(source: Path, dest: Path, names: Sequence[str]) -> list[str]:
+    """Copy those of ``names`` (e.g. ``MODEL_FILES``, ``TOKENIZER_FILES``) that exist in ``source`` to ``dest``.
+
+    Links that resolve outside ``source`` are refused (a hostile checkpoint must not make us copy
+    ``/etc/passwd`` into a model folder).
+    """
+    copied = []
+    root = source.resolve()
+    for name in names:
+        src = source / name
+        if not src.exists():
+            continue
+        real = src.resolve()
+        if root not in real.parents:
+            raise CheckpointError(f"{src}: links outside the model folder; refusing to copy it")
+        shutil.copyfile(real, dest / name)
+        copied.append(name)
+    return copied
+
+
+def set_config_dtype(folder: Path, dtype: torch.dtype) -> None:
+    """Record the written dtype in ``config.json`` (``torch_dtype`` and/or ``dtype``)."""
+    cfg_path = folder / "config.json"
+    if not cfg_path.exists():
+        return
+    cfg = json.loads(cfg_path.read_text())
+    keys = [k for k in ("torch_dtype", "dtype") if k in cfg] or ["torch_dtype"]
+    for k in keys:
+        cfg[k] = torch_dtype_name(dtype)
+    cfg_path.write_text(json.dumps(cfg, indent=2, sort_keys=True) + "\n")

@@ -1,0 +1,222 @@
+"""Command line: a thin shell over ``agentmerge.merge``, ``agentmerge.probe`` and the method table.
+
+agentmerge merge CONFIG.yaml OUTDIR [flags that override the file]
+agentmerge merge --method ram_plus --base B --model A1 --model A2 -o OUTDIR [--param r=0.1 ...]
+agentmerge probe --base B A1 A2 A3 [--json out.json] [--plot out.png] [--markdown out.md]
+agentmerge methods [--json]
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib.util
+import json
+import sys
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+from agentmerge import __version__
+from agentmerge.config import config_from_dict, load_config
+from agentmerge.errors import AgentMergeError, ConfigError
+from agentmerge.methods import METHODS, ParamValue
+
+
+def parse_value(text: str) -> ParamValue:
+    """``"0.1"`` -> 0.1, ``"3"`` -> 3, ``"true"`` -> True, anything else stays a string."""
+    lowered = text.strip().lower()
+    if lowered in ("true", "false"):
+        return lowered == "true"
+    for kind in (int, float):
+        try:
+            return kind(text)
+        except ValueError:
+            pass
+    return text
+
+
+def parse_params(items: Sequence[str]) -> dict[str, ParamValue]:
+    out = {}
+    for item in items:
+        key, sep, value = item.partition("=")
+        if not sep or not key.strip():
+            raise ConfigError(f"--param {item!r}: write NAME=VALUE, e.g. --param r=0.1")
+        out[key.strip()] = parse_value(value)
+    return out
+
+
+# --------------------------------------------------------------------------- merge
+
+
+def _merge_parser(sub: Any) -> None:
+    p = sub.add_parser("merge", help="merge models (from a YAML config and/or flags)")
+    p.add_argument("config", nargs="?", help="YAML config file")
+    p.add_argument("out", nargs="?", help="output folder (or -o)")
+    p.add_argument("-o", "--output", dest="output", help="output folder")
+    p.add_argument("--method", help="merge method (see `agentmerge methods`)")
+    p.add_argument("--base", help="base model folder or hub id")
+    p.add_argument("--model", action="append", default=[], help="a model to merge (repeat)")
+    p.add_argument("--weights", help="comma-separated weights, one per --model")
+    p.add_argument("--param", action="append", default=[], metavar="NAME=VALUE", help="method parameter (repeat)")
+    p.add_argument("--dtype", help="output dtype for floating tensors (default: the base's)")
+    p.add_argument("--max-shard-size", help="largest output file, e.g. 2GB (default 5GB)")
+    p.add_argument("--seed", type=int, help="seed for random methods (default 0)")
+    p.add_argument("--include", action="append", help="merge only tensors matching this glob (repeat)")
+    p.add_argument("--exclude", action="append", help="copy tensors matching this glob from the base (repeat)")
+    p.add_argument("--tokenizer-source", help="folder whose tokenizer files are copied (default: the base)")
+    p.add_argument("--threads", type=int, help="worker threads (default: all cores)")
+    p.add_argument("--max-memory", help="memory budget for chunks in flight, e.g. 1GB (default)")
+    p.add_argument("--chunk-size", type=int, help="elements per chunk (default: from --max-memory)")
+    p.add_argument("--force", action="store_true", help="replace a non-empty output folder")
+    p.add_argument("--quiet", action="store_true", help="no progress bars")
+    p.add_argument("--json", action="store_true", help="print the result as JSON")
+    p.set_defaults(func=cmd_merge)
+
+
+_FLAG_KEYS = {
+    "method": "method",
+    "base": "base",
+    "dtype": "dtype",
+    "max_shard_size": "max_shard_size",
+    "seed": "seed",
+    "include": "include",
+    "exclude": "exclude",
+    "tokenizer_source": "tokenizer_source",
+    "threads": "threads",
+    "max_memory": "max_memory",
+    "chunk_size": "chunk_size",
+}
+
+
+def merge_config_data(args: argparse.Namespace) -> tuple[dict[str, Any], str]:
+    """The config dict (file, then flags on top) and the output folder."""
+    config, out = args.config, args.out or args.output
+    if config and not out and not config.endswith((".yaml", ".yml")) and not Path(config).is_file():
+        config, out = None, config  # `agentmerge merge OUTDIR --method ...`
+    data = load_config(config) if config else {}
+    for attr, key in _FLAG_KEYS.items():
+        value = getattr(args, attr)
+        if value is not None:
+            data[key] = value
+    if args.model:
+        data["models"] = [{"path": m} for m in args.model]
+    if args.weights:
+        weights = [float(w) for w in args.weights.split(",")]
+        if len(weights) != len(data.get("models", [])):
+            raise ConfigError(f"--weights has {len(weights)} values for {len(data.get('models', []))} models")
+        data["models"] = [{**m, "weight": w} for m, w in zip(data["models"], weights, strict=True)]
+    if args.param:
+        data["params"] = {**data.get("params", {}), **parse_params(args.param)}
+    if not out:
+        raise ConfigError("no output folder: pass OUTDIR after the config, or -o OUTDIR")
+    return data, out
+
+
+def cmd_merge(args: argparse.Namespace) -> int:
+    from agentmerge.merge import merge
+
+    data, out = merge_config_data(args)
+    cfg = config_from_dict(data, args.config or "flags")
+    result = merge(cfg, out, force=args.force, quiet=args.quiet)
+    if args.json:
+        print(json.dumps(result.to_dict(), indent=2))
+    elif not args.quiet:
+        print(
+            f"merged {len(cfg.models)} models with {cfg.method} into {result.out_dir} in {result.seconds:.1f} s",
+            file=sys.stderr,
+        )
+    return 0
+
+
+# --------------------------------------------------------------------------- probe
+
+
+def _probe_parser(sub: Any) -> None:
+    p = sub.add_parser("probe", help="density and overlap of task vectors")
+    p.add_argument("models", nargs="+", help="fine-tuned model folders")
+    p.add_argument("--base", required=True, help="base model folder")
+    p.add_argument("--epsilon", type=float, default=1e-5, help="update threshold (default 1e-5)")
+    p.add_argument("--r", type=float, default=0.1, help="RAM+ r for the reported lambda (default 0.1)")
+    p.add_argument("--alpha", type=float, default=2.0, help="RAM+ alpha for the reported lambda (default 2)")
+    p.add_argument("--json", dest="json_out", help="write the full result as JSON here")
+    p.add_argument("--markdown", help="write the markdown report here")
+    p.add_argument("--plot", help="write the figure (PNG) here; needs matplotlib")
+    p.add_argument("--threads", type=int)
+    p.add_argument("--quiet", action="store_true")
+    p.set_defaults(func=cmd_probe)
+
+
+def cmd_probe(args: argparse.Namespace) -> int:
+    from agentmerge.probe import probe
+    from agentmerge.report import agents_table, plot_probe, probe_markdown
+
+    result = probe(
+        args.base, args.models, epsilon=args.epsilon, r=args.r, alpha=args.alpha, threads=args.threads, quiet=args.quiet
+    )
+    print(agents_table(result.agents, result.independent))
+    if args.json_out:
+        Path(args.json_out).write_text(json.dumps(result.to_dict(), indent=2) + "\n")
+    if args.markdown:
+        Path(args.markdown).write_text(probe_markdown(result))
+    if args.plot:
+        plot_probe(result, args.plot)
+    return 0
+
+
+# --------------------------------------------------------------------------- methods
+
+
+def _methods_parser(sub: Any) -> None:
+    p = sub.add_parser("methods", help="list merge methods with their parameters and defaults")
+    p.add_argument("--json", action="store_true")
+    p.set_defaults(func=cmd_methods)
+
+
+def cmd_methods(args: argparse.Namespace) -> int:
+    if args.json:
+        table = {
+            m.name: {"summary": m.summary, "params": {p.name: {"default": p.default, "help": p.help} for p in m.params}}
+            for m in METHODS.values()
+        }
+        print(json.dumps(table, indent=2))
+        return 0
+    for m in sorted(METHODS.values(), key=lambda m: m.name):
+        notes = [] if m.needs_base else ["base optional"]
+        notes += ["uses weights"] if m.uses_weights else []
+        notes += [f"exactly {m.min_models} models"] if m.max_models == m.min_models else []
+        print(f"{m.name}: {m.summary}" + (f" [{', '.join(notes)}]" if notes else ""))
+        for p in m.params:
+            allowed = f" one of {'/'.join(p.choices)}" if p.choices else ""
+            print(f"    {p.name} = {p.default}{allowed}  — {p.help}")
+    return 0
+
+
+# --------------------------------------------------------------------------- main
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="agentmerge", description=__doc__.splitlines()[0] if __doc__ else None)
+    parser.add_argument("--version", action="version", version=f"agentmerge {__version__}")
+    sub = parser.add_subparsers(dest="command", required=True)
+    _merge_parser(sub)
+    _probe_parser(sub)
+    _methods_parser(sub)
+    if importlib.util.find_spec("agentmerge.zoo.cli") is not None:
+        from agentmerge.zoo.cli import register
+
+        register(sub)
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    try:
+        return int(args.func(args))
+    except AgentMergeError as e:
+        print(f"agentmerge: error: {e}", file=sys.stderr)
+        return 2
+
+
+if __name__ == "__main__":
+    sys.exit(main())

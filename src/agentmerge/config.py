@@ -1,0 +1,216 @@
+"""The merge configuration: frozen pydantic models of the YAML file, validated before any heavy work.
+
+```yaml
+method: ram_plus
+base: ./qwen-base
+models:
+  - path: ./agent-code
+  - path: ./agent-tool
+    weight: 1.0            # used by methods that weight models
+params: {r: 0.1, alpha: 2.0}
+overrides:               # per-tensor-pattern parameters (fnmatch globs on tensor names)
+  - pattern: "*mlp*"
+    params: {epsilon: 1e-6}
+dtype: bfloat16          # default: each tensor keeps the base's dtype
+max_shard_size: 5GB
+include: []              # globs; empty means every tensor
+exclude: ["*norm*"]      # excluded tensors are copied from the base unchanged
+seed: 0
+```
+
+Unknown keys, methods and parameters are refused with the closest valid name suggested.
+"""
+
+from __future__ import annotations
+
+import difflib
+import fnmatch
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+import yaml
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+
+from agentmerge.checkpoint import dtype_from_name, parse_size
+from agentmerge.errors import ConfigError
+from agentmerge.methods import METHODS, Method, ParamValue
+
+
+def did_you_mean(word: str, options: list[str] | tuple[str, ...]) -> str:
+    """``" (did you mean 'ram_plus'?)"`` when a close option exists, else ``""``."""
+    close = difflib.get_close_matches(word, list(options), n=1, cutoff=0.6)
+    return f" (did you mean {close[0]!r}?)" if close else ""
+
+
+class _Frozen(BaseModel):
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+
+class ModelSpec(_Frozen):
+    """One input model: a local folder (or hub id), an optional weight and per-model parameters."""
+
+    path: str
+    weight: float = 1.0
+    name: str | None = None
+    params: dict[str, ParamValue] = Field(default_factory=dict)
+    fisher: str | None = None  # folder or file of this model's diagonal Fisher (for method: fisher)
+
+    @property
+    def label(self) -> str:
+        return self.name or Path(self.path).name or self.path
+
+
+class Override(_Frozen):
+    """Parameters for the tensors whose names match ``pattern`` (fnmatch glob)."""
+
+    pattern: str
+    params: dict[str, ParamValue]
+
+
+class MergeConfig(_Frozen):
+    method: str
+    base: str | None = None
+    models: list[ModelSpec] = Field(min_length=1)
+    params: dict[str, ParamValue] = Field(default_factory=dict)
+    overrides: list[Override] = Field(default_factory=list)
+    dtype: str | None = None
+    max_shard_size: str | int = "5GB"
+    include: list[str] = Field(default_factory=list)
+    exclude: list[str] = Field(default_factory=list)
+    seed: int = 0
+    tokenizer_source: str | None = None
+    threads: int | None = Field(default=None, ge=1)
+    max_memory: str | int = "1GB"
+    chunk_size: int | None = Field(default=None, ge=1)  # elements per chunk; derived from max_memory if unset
+
+    @field_validator("method")
+    @classmethod
+    def _known_method(cls, v: str) -> str:
+        if v not in METHODS:
+            raise ValueError(f"unknown method {v!r}{did_you_mean(v, tuple(METHODS))}; see `agentmerge methods`")
+        return v
+
+    @field_validator("dtype")
+    @classmethod
+    def _known_dtype(cls, v: str | None) -> str | None:
+        if v is not None:
+            dtype_from_name(v)
+        return v
+
+    @field_validator("max_shard_size", "max_memory")
+    @classmethod
+    def _size(cls, v: str | int) -> str | int:
+        if parse_size(v) <= 0:
+            raise ValueError("must be positive")
+        return v
+
+    @model_validator(mode="after")
+    def _consistent(self) -> MergeConfig:
+        m = self.spec
+        if m.needs_base and self.base is None:
+            raise ValueError(f"method {m.name!r} needs a base model (base: PATH)")
+        n = len(self.models)
+        if n < m.min_models or (m.max_models is not None and n > m.max_models):
+            most = "any number of" if m.max_models is None else f"at most {m.max_models}"
+            raise ValueError(f"method {m.name!r} takes at least {m.min_models} and {most} models, got {n}")
+        self._check_weights(m)
+        resolve_params(m, self.params, n)
+        for o in self.overrides:
+            resolve_params(m, {**self.params, **o.params}, n)
+        for spec in self.models:
+            resolve_params(m, {**self.params, **spec.params}, n)
+        return self
+
+    def _check_weights(self, m: Method) -> None:
+        weights = [s.weight for s in self.models]
+        if not m.uses_weights and any(w != 1.0 for w in weights):
+            raise ValueError(f"method {m.name!r} does not use model weights; remove 'weight' from models")
+        if m.uses_weights and sum(weights) == 0:
+            raise ValueError("model weights sum to zero")
+
+    @property
+    def spec(self) -> Method:
+        return METHODS[self.method]
+
+    @property
+    def shard_bytes(self) -> int:
+        return parse_size(self.max_shard_size)
+
+    @property
+    def memory_bytes(self) -> int:
+        return parse_size(self.max_memory)
+
+    def tensor_params(self, tensor: str) -> dict[str, ParamValue]:
+        """Method parameters for ``tensor``: defaults, then ``params``, then matching overrides in order."""
+        merged = dict(self.params)
+        for o in self.overrides:
+            if fnmatch.fnmatchcase(tensor, o.pattern):
+                merged.update(o.params)
+        return resolve_params(self.spec, merged, len(self.models))
+
+    def selected(self, tensor: str) -> bool:
+        """Whether ``tensor`` is merged (True) or copied from the base (False) by include/exclude."""
+        inc = not self.include or any(fnmatch.fnmatchcase(tensor, p) for p in self.include)
+        return inc and not any(fnmatch.fnmatchcase(tensor, p) for p in self.exclude)
+
+
+def resolve_params(method: Method, given: Mapping[str, Any], n_models: int) -> dict[str, ParamValue]:
+    """Defaults overlaid with ``given``, each checked; unknown names get a suggestion."""
+    names = tuple(p.name for p in method.params)
+    out = method.defaults()
+    for key, value in given.items():
+        p = method.param(key)
+        if p is None:
+            known = ", ".join(names) or "none"
+            raise ValueError(
+                f"method {method.name!r} has no parameter {key!r}{did_you_mean(key, names)}; it takes: {known}"
+            )
+        out[key] = p.check(value, method.name)
+    if "agent" in out and int(out["agent"]) >= n_models:
+        raise ValueError(f"parameter 'agent' = {out['agent']} but there are only {n_models} models (0-based)")
+    return out
+
+
+def config_from_dict(data: Mapping[str, Any], source: str = "config") -> MergeConfig:
+    """Build a ``MergeConfig``, turning pydantic's errors into one readable ``ConfigError``."""
+    _check_keys(data, MergeConfig, source)
+    for i, m in enumerate(data.get("models") or []):
+        if isinstance(m, Mapping):
+            _check_keys(m, ModelSpec, f"{source}: models[{i}]")
+    try:
+        return MergeConfig.model_validate(dict(data))
+    except ValidationError as e:
+        raise ConfigError(f"{source}: {_explain(e)}") from None
+
+
+def load_config(path: str | Path) -> dict[str, Any]:
+    """Read a YAML config file into a plain dict (validated later, after flags are applied)."""
+    p = Path(path)
+    try:
+        data = yaml.safe_load(p.read_text())
+    except OSError as e:
+        raise ConfigError(f"{p}: cannot read ({e.strerror})") from None
+    except yaml.YAMLError as e:
+        raise ConfigError(f"{p}: not valid YAML ({e})") from None
+    if not isinstance(data, dict):
+        raise ConfigError(f"{p}: expected a mapping with keys such as method, base, models")
+    if isinstance(data.get("models"), list):
+        data["models"] = [{"path": m} if isinstance(m, str) else m for m in data["models"]]
+    return data
+
+
+def _check_keys(data: Mapping[str, Any], model: type[BaseModel], source: str) -> None:
+    known = tuple(model.model_fields)
+    for key in data:
+        if key not in known:
+            raise ConfigError(f"{source}: unknown key {key!r}{did_you_mean(str(key), known)}")
+
+
+def _explain(e: ValidationError) -> str:
+    parts = []
+    for err in e.errors():
+        loc = ".".join(str(x) for x in err["loc"])
+        msg = str(err["msg"]).removeprefix("Value error, ")
+        parts.append(f"{loc}: {msg}" if loc else msg)
+    return "; ".join(parts)

@@ -1,0 +1,74 @@
+"""Pure tensor primitives over a stack of task vectors.
+
+Shapes: ``E`` elements of one chunk of one tensor (flattened), ``N`` agents.
+
+    tau_i      = theta_i - theta_0                        task vector of agent i      [N, E] float32
+    m_i[p]     = |tau_i[p]| > eps   (strict)              update mask                 [N, E] bool
+    c[p]       = sum_i m_i[p]                             overlap count               [E]    int
+    H[i, k]    = #{p : m_i[p] and c[p] = k + 1}           overlap histogram           [N, N] int64
+
+From ``H``: agent i's updated elements ``sum_k H[i, k]``, unique ``H[i, 0]``, shared
+``sum_{k>=1} H[i, k]``, and the RAM+ overlap-unique ratio ``rho_i = shared_i / unique_i``.
+"""
+
+from __future__ import annotations
+
+import hashlib
+
+import torch
+
+RNG_BLOCK = 1 << 20  # elements per random block; chunks are aligned to this so draws never depend on chunking
+
+
+def task_vectors(base: torch.Tensor, models: torch.Tensor) -> torch.Tensor:
+    """``[E]`` base and ``[N, E]`` models -> ``[N, E]`` float32 task vectors."""
+    return models.float() - base.float()
+
+
+def update_mask(tau: torch.Tensor, eps: float) -> torch.Tensor:
+    """``[N, E]`` -> ``[N, E]`` bool: True where ``|tau| > eps`` (strictly: a delta of exactly eps is no update)."""
+    return tau.abs() > eps
+
+
+def overlap_count(mask: torch.Tensor) -> torch.Tensor:
+    """``[N, E]`` bool -> ``[E]`` int32: how many agents updated each element."""
+    return mask.sum(0, dtype=torch.int32)
+
+
+def overlap_histogram(mask: torch.Tensor) -> torch.Tensor:
+    """``[N, E]`` bool -> ``[N, N]`` int64 with ``H[i, k]`` = elements agent i updated together with k others."""
+    n = mask.shape[0]
+    count = overlap_count(mask)
+    hist = torch.empty(n, n, dtype=torch.int64)
+    for k in range(n):
+        hist[:, k] = (mask & (count == k + 1)).sum(1)
+    return hist
+
+
+def rho_from_histogram(hist: torch.Tensor) -> list[float]:
+    """Per agent ``shared / unique`` from ``[N, N]`` histogram; ``inf`` when an agent has no unique element."""
+    unique = hist[:, 0].tolist()
+    shared = hist[:, 1:].sum(1).tolist()
+    return [s / u if u else float("inf") for s, u in zip(shared, unique, strict=True)]
+
+
+def seeded_uniform(seed: int, name: str, start: int, stop: int, rows: int) -> torch.Tensor:
+    """``[rows, stop - start]`` uniform draws in [0, 1) for elements ``start:stop`` of tensor ``name``.
+
+    Each block of ``RNG_BLOCK`` elements has its own generator seeded from (seed, name, block), so the
+    draws for an element do not depend on how the tensor is chunked, on thread count or on tensor order.
+    """
+    out = torch.empty(rows, stop - start)
+    first, last = start // RNG_BLOCK, (stop - 1) // RNG_BLOCK
+    for block in range(first, last + 1) if stop > start else ():
+        b0 = block * RNG_BLOCK
+        gen = torch.Generator().manual_seed(_block_seed(seed, name, block))
+        draws = torch.rand(rows, RNG_BLOCK, generator=gen)
+        lo, hi = max(start, b0), min(stop, b0 + RNG_BLOCK)
+        out[:, lo - start : hi - start] = draws[:, lo - b0 : hi - b0]
+    return out
+
+
+def _block_seed(seed: int, name: str, block: int) -> int:
+    digest = hashlib.blake2b(f"{seed}\0{name}\0{block}".encode(), digest_size=8).digest()
+    return int.from_bytes(digest, "little") & ((1 << 63) - 1)

@@ -1,0 +1,411 @@
+"""The driver: validate -> plan -> (statistics pass) -> stream chunks through the kernel -> write.
+
+Every tensor is treated as a flat array and cut into element ranges ("chunks") small enough that
+``threads`` chunks in flight fit the memory budget. A chunk job reads its range from the base and
+each model (``pread``), computes in float32, casts once to the output dtype and writes the bytes at
+their planned offset; jobs are independent, so they run on a thread pool in any order and the
+output is bit-identical whatever the chunk size, shard size or thread count.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import threading
+import time
+from collections.abc import Callable, Iterator, Sequence
+from concurrent.futures import Future, ThreadPoolExecutor
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import torch
+from tqdm import tqdm
+
+from agentmerge.checkpoint import (
+    MODEL_FILES,
+    TOKENIZER_FILES,
+    Checkpoint,
+    PlannedTensor,
+    ShardWriter,
+    TensorInfo,
+    atomic_output_dir,
+    copy_aux_files,
+    dtype_from_name,
+    plan_shards,
+    set_config_dtype,
+)
+from agentmerge.config import MergeConfig
+from agentmerge.deltas import RNG_BLOCK, overlap_histogram, task_vectors, update_mask
+from agentmerge.errors import CheckpointError, MergeError
+from agentmerge.methods import Chunk, Method, ParamValue, TensorStats
+
+EPS_DEFAULT = 1e-5
+
+
+# --------------------------------------------------------------------------- inputs
+
+
+class Inputs:
+    """The opened base (or reference) and models, checked to be mergeable, with chunk reads."""
+
+    def __init__(self, base: str | None, models: Sequence[str], *, allow_dtype_mismatch: bool = False) -> None:
+        self.models: list[Checkpoint] = []
+        self.base = Checkpoint(base) if base is not None else None
+        try:
+            self.models = [Checkpoint(m) for m in models]
+            check_compatible(self.reference, self.models, allow_dtype_mismatch)
+        except BaseException:
+            self.close()
+            raise
+
+    @property
+    def reference(self) -> Checkpoint:
+        """The checkpoint task vectors are taken against: the base, else the first model."""
+        return self.base if self.base is not None else self.models[0]
+
+    def close(self) -> None:
+        for c in [self.base, *self.models]:
+            if c is not None:
+                c.close()
+
+    def read(self, name: str, start: int, stop: int) -> tuple[torch.Tensor, torch.Tensor]:
+        """``([E], [N, E])`` float32: reference and model values of elements ``start:stop`` of ``name``."""
+        ref = self.reference.read(name, start, stop).float()
+        models = torch.empty(len(self.models), stop - start)
+        for i, m in enumerate(self.models):
+            models[i] = m.read(name, start, stop)
+        if not (bool(torch.isfinite(ref).all()) and bool(torch.isfinite(models).all())):
+            raise MergeError(_non_finite(name, ref, models, self))
+        return ref, models
+
+
+def _non_finite(name: str, ref: torch.Tensor, models: torch.Tensor, inputs: Inputs) -> str:
+    ckpts = [inputs.reference, *inputs.models]
+    values = [ref, *models]
+    bad = next(c for c, v in zip(ckpts, values, strict=True) if not bool(torch.isfinite(v).all()))
+    return f"{bad.path}: tensor {name!r} contains NaN or Inf values; this checkpoint is broken, re-export it"
+
+
+def check_compatible(ref: Checkpoint, models: Sequence[Checkpoint], allow_dtype_mismatch: bool) -> None:
+    """Same architecture, same tensor names, shapes and dtypes; else a ``MergeError`` naming the first difference."""
+    arch = _architecture(ref)
+    for m in models:
+        other = _architecture(m)
+        if arch and other and arch != other:
+            raise MergeError(f"{m.path}: architecture {other} differs from {ref.path}'s {arch}")
+        missing, extra = ref.tensors.keys() - m.tensors.keys(), m.tensors.keys() - ref.tensors.keys()
+        if missing or extra:
+            what = f"lacks {sorted(missing)[0]!r}" if missing else f"has extra tensor {sorted(extra)[0]!r}"
+            raise MergeError(
+                f"{m.path}: tensor sets differ from {ref.path} ({what}; {len(missing)} missing, {len(extra)} extra); "
+                "models must share the base's architecture"
+            )
+        for name, info in ref.tensors.items():
+            _check_tensor(ref, m, info, m.tensors[name], allow_dtype_mismatch)
+
+
+def _check_tensor(ref: Checkpoint, m: Checkpoint, a: TensorInfo, b: TensorInfo, allow_dtype: bool) -> None:
+    if a.shape != b.shape:
+        raise MergeError(
+            f"{m.path}: tensor {a.name!r} has shape {list(b.shape)} but {ref.path} has {list(a.shape)} "
+            "(vocabulary resized? merge only models with identical shapes)"
+        )
+    same_kind = a.dtype.is_floating_point == b.dtype.is_floating_point
+    if a.dtype != b.dtype and not (allow_dtype and same_kind):
+        raise MergeError(
+            f"{m.path}: tensor {a.name!r} is {b.dtype} but {ref.path} stores it as {a.dtype} "
+            "(convert the checkpoint, or set allow_dtype_mismatch for floating-point tensors)"
+        )
+
+
+def _architecture(c: Checkpoint) -> tuple[str, ...] | None:
+    cfg = c.folder / "config.json"
+    if not cfg.exists():
+        return None
+    try:
+        data = json.loads(cfg.read_text())
+    except ValueError:
+        raise CheckpointError(f"{cfg}: not valid JSON") from None
+    arch = data.get("architectures") or [data.get("model_type")]
+    return tuple(str(a) for a in arch) if any(arch) else None
+
+
+# --------------------------------------------------------------------------- planning
+
+
+@dataclass(frozen=True)
+class TensorJob:
+    """One output tensor: how it is produced, and its element ranges."""
+
+    name: str
+    out_dtype: torch.dtype
+    shape: tuple[int, ...]
+    numel: int
+    merged: bool  # False: copied from the reference unchanged
+    chunks: tuple[tuple[int, int], ...]
+
+
+def chunk_elements(cfg: MergeConfig, n_models: int, threads: int) -> int:
+    """Elements per chunk so ``threads`` chunks in flight stay within ``max_memory``.
+
+    Per element in flight: raw reads (<= 8 B x (N+1)), float32 stack (4 B x (N+1)), kernel temporaries
+    (about 4 B x (2N+6)) and the cast output: budget ~ (16 N + 40) bytes. Rounded to the RNG block.
+    """
+    if cfg.chunk_size is not None:
+        return cfg.chunk_size
+    per_element = 16 * n_models + 40
+    n = cfg.memory_bytes // (per_element * threads)
+    return max(RNG_BLOCK // 16, (n // RNG_BLOCK) * RNG_BLOCK or n)
+
+
+def plan_jobs(cfg: MergeConfig, ref: Checkpoint, chunk: int) -> list[TensorJob]:
+    """Decide, per tensor of the reference, its output dtype, whether it is merged, and its chunks."""
+    out_dtype = dtype_from_name(cfg.dtype) if cfg.dtype else None
+    jobs = []
+    for name, info in ref.tensors.items():
+        floating = info.dtype.is_floating_point
+        dtype = out_dtype if (out_dtype is not None and floating) else info.dtype
+        ranges = tuple((s, min(s + chunk, info.numel)) for s in range(0, info.numel, chunk)) or ((0, 0),)
+        jobs.append(TensorJob(name, dtype, info.shape, info.numel, floating and cfg.selected(name), ranges))
+    return jobs
+
+
+def planned_tensors(jobs: Sequence[TensorJob]) -> list[PlannedTensor]:
+    return [PlannedTensor(j.name, j.out_dtype, j.shape) for j in jobs]
+
+
+# --------------------------------------------------------------------------- the chunk loop
+
+
+def run_parallel(tasks: Sequence[Callable[[], Any]], threads: int, progress: tqdm | None = None) -> list[Any]:
+    """Run ``tasks`` on ``threads`` workers with at most 2 x threads in flight; results in task order."""
+    if threads == 1:
+        return [_tick(t(), progress) for t in tasks]
+    results: list[Any] = [None] * len(tasks)
+    with ThreadPoolExecutor(threads) as pool:
+        window: list[tuple[int, Future[Any]]] = []
+        for i, task in enumerate(tasks):
+            window.append((i, pool.submit(task)))
+            if len(window) >= 2 * threads:
+                j, fut = window.pop(0)
+                results[j] = _tick(fut.result(), progress)
+        for j, fut in window:
+            results[j] = _tick(fut.result(), progress)
+    return results
+
+
+def _tick(result: Any, progress: tqdm | None) -> Any:
+    if progress is not None:
+        progress.update(1)
+    return result
+
+
+@contextlib.contextmanager
+def torch_threads(n: int) -> Iterator[None]:
+    """Run torch single-threaded inside each worker (parallelism comes from the pool); restore after."""
+    before = torch.get_num_threads()
+    torch.set_num_threads(n)
+    try:
+        yield
+    finally:
+        torch.set_num_threads(before)
+
+
+def overlap_stats(
+    inputs: Inputs, names: Sequence[str], eps: float, threads: int, chunk: int, quiet: bool = True
+) -> dict[str, torch.Tensor]:
+    """The statistics pass: ``[N, N]`` overlap histogram per tensor (counts only, nothing written)."""
+    tasks, owners = [], []
+    for name in names:
+        numel = inputs.reference.tensors[name].numel
+        for s in range(0, numel, chunk):
+            tasks.append(_hist_task(inputs, name, s, min(s + chunk, numel), eps))
+            owners.append(name)
+    n = len(inputs.models)
+    hists = {name: torch.zeros(n, n, dtype=torch.int64) for name in names}
+    with tqdm(total=len(tasks), desc="statistics", unit="chunk", disable=quiet, leave=False) as bar:
+        for name, h in zip(owners, run_parallel(tasks, threads, bar), strict=True):
+            hists[name] += h
+    return hists
+
+
+def _hist_task(inputs: Inputs, name: str, start: int, stop: int, eps: float) -> Callable[[], torch.Tensor]:
+    def task() -> torch.Tensor:
+        ref, models = inputs.read(name, start, stop)
+        return overlap_histogram(update_mask(task_vectors(ref, models), eps))
+
+    return task
+
+
+# --------------------------------------------------------------------------- results
+
+
+@dataclass
+class MergeResult:
+    """What a merge did: where it wrote, how long it took, and the overlap statistics it saw."""
+
+    out_dir: Path
+    method: str
+    params: dict[str, ParamValue]
+    seconds: float
+    tensors: int
+    merged_tensors: int
+    model_hist: list[list[int]] | None = None  # [N][N] overlap histogram over merged tensors
+    model_labels: list[str] = field(default_factory=list)
+    numel: int = 0
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "out_dir": str(self.out_dir),
+            "method": self.method,
+            "params": self.params,
+            "seconds": round(self.seconds, 3),
+            "tensors": self.tensors,
+            "merged_tensors": self.merged_tensors,
+            "model_hist": self.model_hist,
+            "model_labels": self.model_labels,
+            "numel": self.numel,
+        }
+
+
+# --------------------------------------------------------------------------- merge
+
+
+class _Merger:
+    """State of one merge run: inputs, plan, writer and statistics (private to ``merge``)."""
+
+    def __init__(self, cfg: MergeConfig, inputs: Inputs, threads: int, quiet: bool) -> None:
+        self.cfg, self.inputs, self.threads, self.quiet = cfg, inputs, threads, quiet
+        self.method: Method = cfg.spec
+        self.chunk = chunk_elements(cfg, len(inputs.models), threads)
+        self.jobs = plan_jobs(cfg, inputs.reference, self.chunk)
+        self.weights = torch.tensor([m.weight for m in cfg.models], dtype=torch.float32)
+        self.params = {j.name: cfg.tensor_params(j.name) for j in self.jobs if j.merged}
+        self.eps = float(cfg.params.get("epsilon", EPS_DEFAULT))
+        self.tensor_hists: dict[str, torch.Tensor] = {}
+        self.model_hist: torch.Tensor | None = None
+        self._prepared: dict[str, Any] = {}
+        self._locks = {j.name: threading.Lock() for j in self.jobs}
+        self._hist_lock = threading.Lock()
+        self.writer: ShardWriter | None = None
+
+    def stats_pass(self) -> None:
+        merged = [j.name for j in self.jobs if j.merged]
+        self.tensor_hists = overlap_stats(self.inputs, merged, self.eps, self.threads, self.chunk, self.quiet)
+        self._sum_hists()
+
+    def _sum_hists(self) -> None:
+        n = len(self.inputs.models)
+        self.model_hist = sum(self.tensor_hists.values(), torch.zeros(n, n, dtype=torch.int64))
+
+    def write(self, folder: Path) -> None:
+        tensors = planned_tensors(self.jobs)
+        self.writer = ShardWriter(folder, plan_shards(tensors, self.cfg.shard_bytes), tensors)
+        tasks = [self._chunk_task(j, s, e) for j in self.jobs for s, e in j.chunks]
+        collect = not self.method.needs_model_stats
+        try:
+            with tqdm(total=len(tasks), desc=f"merge {self.method.name}", unit="chunk", disable=self.quiet) as bar:
+                run_parallel(tasks, self.threads, bar)
+        finally:
+            self.writer.close()
+        if collect:
+            self._sum_hists()
+
+    def _chunk_task(self, job: TensorJob, start: int, stop: int) -> Callable[[], None]:
+        def task() -> None:
+            assert self.writer is not None
+            if not job.merged:
+                self.writer.write(job.name, start, self.inputs.reference.read(job.name, start, stop).to(job.out_dtype))
+                return
+            ref, models = self.inputs.read(job.name, start, stop)
+            tau = task_vectors(ref, models)
+            delta = self.method.kernel(self._make_chunk(job, start, stop, ref, tau))
+            if not self.method.needs_model_stats:
+                self._add_hist(job.name, overlap_histogram(update_mask(tau, self.eps)))
+            self.writer.write(job.name, start, (ref + delta).to(job.out_dtype))
+
+        return task
+
+    def _make_chunk(self, job: TensorJob, start: int, stop: int, ref: torch.Tensor, tau: torch.Tensor) -> Chunk:
+        stats = TensorStats(self.tensor_hists.get(job.name), self.model_hist, self._prepare(job))
+        return Chunk(job.name, start, stop, ref, tau, self.weights, self.params[job.name], stats, self.cfg.seed)
+
+    def _prepare(self, job: TensorJob) -> Any:
+        if self.method.prepare is None:
+            return None
+        with self._locks[job.name]:
+            if job.name not in self._prepared:
+                self._prepared[job.name] = self.method.prepare(self._source(job), self.params[job.name])
+            return self._prepared[job.name]
+
+    def _source(self, job: TensorJob) -> Callable[[], Iterator[Chunk]]:
+        def chunks() -> Iterator[Chunk]:
+            for s, e in job.chunks:
+                ref, models = self.inputs.read(job.name, s, e)
+                stats = TensorStats(self.tensor_hists.get(job.name), self.model_hist)
+                tau = task_vectors(ref, models)
+                yield Chunk(job.name, s, e, ref, tau, self.weights, self.params[job.name], stats, self.cfg.seed)
+
+        return chunks
+
+    def _add_hist(self, name: str, hist: torch.Tensor) -> None:
+        with self._hist_lock:
+            if name in self.tensor_hists:
+                self.tensor_hists[name] += hist
+            else:
+                self.tensor_hists[name] = hist
+
+
+def merge(cfg: MergeConfig, out_dir: str | Path, *, force: bool = False, quiet: bool = False) -> MergeResult:
+    """Merge ``cfg.models`` into ``out_dir`` (written atomically). Returns what was done."""
+    t0 = time.perf_counter()
+    out = Path(out_dir)
+    refs = ([cfg.base] if cfg.base else []) + [m.path for m in cfg.models]
+    _refuse_output_inside_inputs(out, refs)
+    threads = cfg.threads or os.cpu_count() or 1
+    inputs = Inputs(cfg.base, [m.path for m in cfg.models])
+    try:
+        run = _Merger(cfg, inputs, threads, quiet)
+        with torch_threads(1), atomic_output_dir(out, force=force) as tmp:
+            if run.method.needs_model_stats:
+                run.stats_pass()
+            run.write(tmp)
+            _finish_folder(cfg, inputs, run, tmp, time.perf_counter() - t0)
+    finally:
+        inputs.close()
+    return _result(cfg, run, out, time.perf_counter() - t0)
+
+
+def _result(cfg: MergeConfig, run: _Merger, out: Path, seconds: float) -> MergeResult:
+    hist = run.model_hist.tolist() if run.model_hist is not None else None
+    numel = sum(j.numel for j in run.jobs if j.merged)
+    merged = sum(j.merged for j in run.jobs)
+    labels = [m.label for m in cfg.models]
+    params = cfg.tensor_params("")
+    return MergeResult(out.resolve(), cfg.method, params, seconds, len(run.jobs), merged, hist, labels, numel)
+
+
+def _refuse_output_inside_inputs(out: Path, refs: Sequence[str]) -> None:
+    target = out.resolve()
+    for ref in refs:
+        src = Path(ref).expanduser()
+        if not src.exists():
+            continue
+        folder = src.resolve() if src.is_dir() else src.resolve().parent
+        if target == folder or folder in target.parents or target in folder.parents:
+            raise MergeError(f"{out}: the output folder must not be, contain or lie inside input {ref}")
+
+
+def _finish_folder(cfg: MergeConfig, inputs: Inputs, run: _Merger, tmp: Path, seconds: float) -> None:
+    from agentmerge.report import model_card, reproducibility_record
+
+    copy_aux_files(inputs.reference.folder, tmp, MODEL_FILES)
+    tokenizer = Path(cfg.tokenizer_source).expanduser() if cfg.tokenizer_source else inputs.reference.folder
+    copy_aux_files(tokenizer, tmp, TOKENIZER_FILES)
+    if cfg.dtype:
+        set_config_dtype(tmp, dtype_from_name(cfg.dtype))
+    result = _result(cfg, run, tmp, seconds)
+    (tmp / "merge.json").write_text(json.dumps(reproducibility_record(cfg, inputs, result), indent=2) + "\n")
+    (tmp / "README.md").write_text(model_card(cfg, result))

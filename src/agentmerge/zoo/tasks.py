@@ -1,0 +1,338 @@
+"""Generated, verifiable tasks of the zoo: coding, tool use, memory, and a held-out skill.
+
+Every example is a prompt ``"<tag>:<body>>"`` and a reference answer; the model must produce the answer and then
+its end-of-sequence token. Each task verifies a completion from the prompt itself (coding runs the program with
+the safe interpreter in :mod:`agentmerge.zoo.minilang`, tool use parses the call list, memory parses the context)
+and returns one or more named metric scores in [0, 1]. Metric names are the result table's columns.
+"""
+
+from __future__ import annotations
+
+import random
+import re
+from abc import ABC, abstractmethod
+from collections import Counter
+from dataclasses import dataclass
+
+from agentmerge.zoo.minilang import MiniLangError, parse_int, run_program
+
+LETTERS = "abcdefghijklmnopqrstuvwxyz"
+
+
+@dataclass(frozen=True)
+class Example:
+    """One prompt with its reference answer."""
+
+    task: str
+    prompt: str
+    answer: str
+
+
+class Task(ABC):
+    """A generated task: samples examples and scores completions against the prompt."""
+
+    name: str
+    domain: str
+    tag: str
+    max_new_tokens: int
+    metrics: tuple[str, ...]
+
+    @abstractmethod
+    def make(self, rng: random.Random) -> tuple[str, str]:
+        """Return (prompt body, answer) for one random instance."""
+
+    @abstractmethod
+    def score(self, prompt: str, completion: str) -> dict[str, float]:
+        """Score a completion (text after the prompt, without end token) for every metric of the task."""
+
+    def sample(self, rng: random.Random) -> Example:
+        body, answer = self.make(rng)
+        return Example(self.name, f"{self.tag}:{body}>", answer)
+
+    def reward(self, prompt: str, completion: str) -> float:
+        """RL reward: the task's first (strictest) metric."""
+        return self.score(prompt, completion)[self.metrics[0]]
+
+    def body(self, prompt: str) -> str:
+        """Strip the tag and the trailing '>' from a prompt."""
+        head = f"{self.tag}:"
+        if not prompt.startswith(head) or not prompt.endswith(">"):
+            raise ValueError(f"not a {self.name} prompt: {prompt!r}")
+        return prompt[len(head) : -1]
+
+
+# ----------------------------------------------------------------------------------------------- coding
+
+
+class CodeTask(Task):
+    """Run a tiny straight-line program in your head and print the queried variable."""
+
+    name = "code"
+    domain = "code"
+    tag = "code"
+    max_new_tokens = 5
+    metrics = ("code.exact", "code.partial")
+
+    def __init__(self, min_stmts: int = 2, max_stmts: int = 3, max_abs: int = 99) -> None:
+        self.min_stmts = min_stmts
+        self.max_stmts = max_stmts
+        self.max_abs = max_abs
+
+    def _operand(self, rng: random.Random, names: list[str]) -> str:
+        if names and rng.random() < 0.6:
+            return rng.choice(names)
+        return str(rng.randint(0, 9))
+
+    def _statement(self, rng: random.Random, names: list[str]) -> str:
+        if not names:
+            return str(rng.randint(0, 9))
+        op = rng.choice("++--*")
+        if op == "*":
+            return f"{rng.choice(names)}*{rng.randint(2, 3)}"
+        return f"{self._operand(rng, names)}{op}{self._operand(rng, names)}"
+
+    def make(self, rng: random.Random) -> tuple[str, str]:
+        while True:
+            count = rng.randint(self.min_stmts, self.max_stmts)
+            letters = rng.sample(LETTERS, count)
+            stmts: list[str] = []
+            for i, letter in enumerate(letters):
+                stmts.append(f"{letter}={self._statement(rng, letters[:i])}")
+            src = ";".join([*stmts, f"?{letters[-1]}"])
+            value = run_program(src)
+            if abs(value) <= self.max_abs:
+                return src, str(value)
+
+    def score(self, prompt: str, completion: str) -> dict[str, float]:
+        try:
+            expected = run_program(self.body(prompt))
+        except MiniLangError as exc:
+            raise ValueError(f"invalid code prompt {prompt!r}") from exc
+        got = parse_int(completion)
+        exact = float(got is not None and got == expected)
+        partial = 0.0 if got is None else 1.0 / (1.0 + abs(got - expected))
+        return {"code.exact": exact, "code.partial": partial}
+
+
+# -------------------------------------------------------------------------------------------- tool use
+
+CITIES = ("rome", "oslo", "lima", "kyiv", "doha", "baku", "riga", "bern", "nice", "pisa")
+DAYS = ("mon", "tue", "wed", "thu", "fri", "sat", "sun")
+PEOPLE = ("ann", "bob", "eve", "max", "zoe", "tim", "ida", "leo")
+WORDS = ("hi", "yes", "no", "late", "soon", "ok", "thanks")
+SONGS = ("jazz", "rock", "blues", "pop", "folk", "soul")
+
+_CALL_RE = re.compile(r"([a-z]+)\(([a-z0-9,]*)\)")
+
+
+def _tool_intent(rng: random.Random) -> tuple[str, str]:
+    """One (request phrase, canonical call) pair."""
+    kind = rng.randrange(5)
+    if kind == 0:
+        city, day = rng.choice(CITIES), rng.choice(DAYS)
+        phrase = rng.choice((f"weather {city} {day}", f"{day} weather in {city}", f"forecast {city} on {day}"))
+        return phrase, f"weather({city},{day})"
+    if kind == 1:
+        who = rng.choice(PEOPLE)
+        return f"{rng.choice(('call', 'phone', 'ring'))} {who}", f"call({who})"
+    if kind == 2:
+        mins = rng.randint(1, 60)
+        phrase = rng.choice((f"timer {mins} min", f"set a {mins} min timer", f"alarm in {mins} min"))
+        return phrase, f"timer({mins})"
+    if kind == 3:
+        who, word = rng.choice(PEOPLE), rng.choice(WORDS)
+        phrase = rng.choice((f"text {who} {word}", f"send {word} to {who}", f"tell {who} {word}"))
+        return phrase, f"send({who},{word})"
+    song = rng.choice(SONGS)
+    return f"{rng.choice(('play', 'put on'))} {song}", f"play({song})"
+
+
+def parse_calls(text: str) -> list[str] | None:
+    """Parse ``[name(a,b),name(c)]`` into canonical call strings; None if the text is not a call list."""
+    if len(text) < 2 or text[0] != "[" or text[-1] != "]":
+        return None
+    inner = text[1:-1]
+    if not inner:
+        return []
+    calls: list[str] = []
+    pos = 0
+    while pos < len(inner):
+        match = _CALL_RE.match(inner, pos)
+        if match is None:
+            return None
+        args = match.group(2)
+        if args and "" in args.split(","):
+            return None
+        calls.append(match.group(0))
+        pos = match.end()
+        if pos < len(inner):
+            if inner[pos] != ",":
+                return None
+            pos += 1
+            if pos == len(inner):
+                return None
+    return calls
+
+
+def call_f1(predicted: list[str], expected: list[str]) -> float:
+    """Multiset F1 between predicted and expected calls (order-free: the calls are parallel)."""
+    if not predicted and not expected:
+        return 1.0
+    common = sum((Counter(predicted) & Counter(expected)).values())
+    if common == 0:
+        return 0.0
+    precision, recall = common / len(predicted), common / len(expected)
+    return 2 * precision * recall / (precision + recall)
+
+
+class ToolTask(Task):
+    """Turn a request with one to three intents into a list of parallel tool calls."""
+
+    name = "tool"
+    domain = "tool"
+    tag = "tool"
+    max_new_tokens = 72
+    metrics = ("tool.exact", "tool.f1")
+
+    def __init__(self, max_calls: int = 3) -> None:
+        self.max_calls = max_calls
+
+    def make(self, rng: random.Random) -> tuple[str, str]:
+        intents = [_tool_intent(rng) for _ in range(rng.randint(1, self.max_calls))]
+        request = " and ".join(phrase for phrase, _ in intents)
+        return request, "[" + ",".join(call for _, call in intents) + "]"
+
+    def expected_calls(self, prompt: str) -> list[str]:
+        """Recover the expected calls from the request by matching each intent phrase."""
+        calls: list[str] = []
+        for phrase in self.body(prompt).split(" and "):
+            calls.append(_phrase_to_call(phrase))
+        return calls
+
+    def score(self, prompt: str, completion: str) -> dict[str, float]:
+        expected = self.expected_calls(prompt)
+        got = parse_calls(completion)
+        if got is None:
+            return {"tool.exact": 0.0, "tool.f1": 0.0}
+        exact = float(Counter(got) == Counter(expected))
+        return {"tool.exact": exact, "tool.f1": call_f1(got, expected)}
+
+
+_PHRASES: tuple[tuple[re.Pattern[str], str], ...] = (
+    (re.compile(r"weather ([a-z]+) ([a-z]+)"), "weather({0},{1})"),
+    (re.compile(r"([a-z]+) weather in ([a-z]+)"), "weather({1},{0})"),
+    (re.compile(r"forecast ([a-z]+) on ([a-z]+)"), "weather({0},{1})"),
+    (re.compile(r"(?:call|phone|ring) ([a-z]+)"), "call({0})"),
+    (re.compile(r"timer ([0-9]+) min"), "timer({0})"),
+    (re.compile(r"set a ([0-9]+) min timer"), "timer({0})"),
+    (re.compile(r"alarm in ([0-9]+) min"), "timer({0})"),
+    (re.compile(r"(?:text|tell) ([a-z]+) ([a-z]+)"), "send({0},{1})"),
+    (re.compile(r"send ([a-z]+) to ([a-z]+)"), "send({1},{0})"),
+    (re.compile(r"(?:play|put on) ([a-z]+)"), "play({0})"),
+)
+
+
+def _phrase_to_call(phrase: str) -> str:
+    for pattern, template in _PHRASES:
+        match = pattern.fullmatch(phrase)
+        if match:
+            return template.format(*match.groups())
+    raise ValueError(f"unknown tool request phrase {phrase!r}")
+
+
+# ---------------------------------------------------------------------------------------------- memory
+
+
+class MemoryTask(Task):
+    """Recall the value stored under a key in a context of key=value facts."""
+
+    domain = "memory"
+    tag = "mem"
+    max_new_tokens = 4
+
+    def __init__(self, name: str, metric: str, min_pairs: int, max_pairs: int) -> None:
+        self.name = name
+        self.metrics = (metric,)
+        self.min_pairs = min_pairs
+        self.max_pairs = max_pairs
+
+    def make(self, rng: random.Random) -> tuple[str, str]:
+        count = rng.randint(self.min_pairs, self.max_pairs)
+        keys: list[str] = []
+        while len(keys) < count:
+            key = "".join(rng.choices(LETTERS, k=2))
+            if key not in keys:
+                keys.append(key)
+        values = [str(rng.randint(10, 99)) for _ in keys]
+        target = rng.randrange(count)
+        context = ";".join(f"{k}={v}" for k, v in zip(keys, values, strict=True))
+        return f"{context};?{keys[target]}", values[target]
+
+    def score(self, prompt: str, completion: str) -> dict[str, float]:
+        *facts, query = self.body(prompt).split(";")
+        table = dict(fact.split("=", 1) for fact in facts)
+        if not query.startswith("?") or query[1:] not in table:
+            raise ValueError(f"invalid memory prompt {prompt!r}")
+        return {self.metrics[0]: float(completion == table[query[1:]])}
+
+
+# ------------------------------------------------------------------------------------- held-out skill
+
+
+class ReverseTask(Task):
+    """Held-out skill (no agent trains on it): write a word backwards."""
+
+    name = "reverse"
+    domain = "heldout"
+    tag = "rev"
+    max_new_tokens = 10
+    metrics = ("reverse.exact", "reverse.char")
+
+    def make(self, rng: random.Random) -> tuple[str, str]:
+        word = "".join(rng.choices(LETTERS, k=rng.randint(3, 8)))
+        return word, word[::-1]
+
+    def score(self, prompt: str, completion: str) -> dict[str, float]:
+        expected = self.body(prompt)[::-1]
+        same = sum(a == b for a, b in zip(completion, expected, strict=False))
+        char = same / max(len(completion), len(expected))
+        return {"reverse.exact": float(completion == expected), "reverse.char": char}
+
+
+# --------------------------------------------------------------------------------------------- registry
+
+SHORT_PAIRS = 4
+LONG_PAIRS = 12
+
+
+def all_tasks() -> dict[str, Task]:
+    """The zoo suite: task name -> task, in table order."""
+    tasks: list[Task] = [
+        CodeTask(),
+        ToolTask(),
+        MemoryTask("mem_short", "memory.short", SHORT_PAIRS, SHORT_PAIRS),
+        MemoryTask("mem_long", "memory.long", LONG_PAIRS, LONG_PAIRS),
+        ReverseTask(),
+    ]
+    return {task.name: task for task in tasks}
+
+
+def training_task(domain: str) -> Task:
+    """The generator used to train (pretraining mixture and RL) on a domain; memory mixes lengths."""
+    if domain == "memory":
+        return MemoryTask("mem_train", "memory.train", 2, LONG_PAIRS)
+    for task in all_tasks().values():
+        if task.domain == domain:
+            return task
+    raise KeyError(f"unknown domain {domain!r}")
+
+
+def metric_columns() -> list[str]:
+    """Every metric of the suite, in table order."""
+    return [metric for task in all_tasks().values() for metric in task.metrics]
+
+
+def metric_domain(metric: str) -> str:
+    """Domain a metric belongs to ('code', 'tool', 'memory', 'heldout')."""
+    prefix = metric.split(".", 1)[0]
+    return "heldout" if prefix == "reverse" else prefix
