@@ -18,6 +18,7 @@ from agentmerge.checkpoint import (
     plan_shards,
     read_safetensors_header,
 )
+from agentmerge.errors import CheckpointError
 
 
 def tensors() -> dict[str, torch.Tensor]:
@@ -133,3 +134,16 @@ def test_stale_temporary_folders_are_removed(tmp_path: Path) -> None:
     with atomic_output_dir(tmp_path / "out"):
         pass
     assert not stale.exists()
+
+
+def test_hub_id_offline_names_the_id(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    monkeypatch.setenv("HF_HOME", str(tmp_path / "hf"))
+    monkeypatch.chdir(tmp_path)
+    with pytest.raises(CheckpointError, match="some-org/some-model"):
+        Checkpoint("some-org/some-model")
+
+
+def test_missing_local_path_is_not_treated_as_hub_id(tmp_path: Path) -> None:
+    with pytest.raises(CheckpointError, match="no such file or folder"):
+        Checkpoint(tmp_path / "nowhere" / "model")

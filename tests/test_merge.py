@@ -203,3 +203,24 @@ def test_llama_tied_weights_stay_tied(tmp_path: Path) -> None:
     assert model.lm_head.weight.data_ptr() == model.model.embed_tokens.weight.data_ptr()
     want = base.model.embed_tokens.weight[0].float() + 0.5
     assert torch.allclose(model.model.embed_tokens.weight[0].float(), want.bfloat16().float())
+
+
+def test_tokenizer_files_from_base_or_named_source(tiny_family: tuple[Path, list[Path]], tmp_path: Path) -> None:
+    import shutil
+
+    base, agents = tiny_family
+    own_base = tmp_path / "base"
+    shutil.copytree(base, own_base)
+    (own_base / "tokenizer.json").write_text('{"from": "base"}')
+    (own_base / "tokenizer_config.json").write_text("{}")
+    source = tmp_path / "tok"
+    source.mkdir()
+    (source / "tokenizer.json").write_text('{"from": "source"}')
+    models = [ModelSpec(path=str(a)) for a in agents]
+    merge(MergeConfig(method="ram", base=str(own_base), models=models), tmp_path / "o1", quiet=True)
+    assert (tmp_path / "o1" / "tokenizer.json").read_text() == '{"from": "base"}'
+    assert (tmp_path / "o1" / "tokenizer_config.json").exists()
+    cfg = MergeConfig(method="ram", base=str(own_base), models=models, tokenizer_source=str(source))
+    merge(cfg, tmp_path / "o2", quiet=True)
+    assert (tmp_path / "o2" / "tokenizer.json").read_text() == '{"from": "source"}'
+    assert (tmp_path / "o2" / "config.json").read_text() == (own_base / "config.json").read_text()

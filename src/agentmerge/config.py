@@ -83,6 +83,7 @@ class MergeConfig(_Frozen):
     threads: int | None = Field(default=None, ge=1)
     max_memory: str | int = "1GB"
     chunk_size: int | None = Field(default=None, ge=1)  # elements per chunk; derived from max_memory if unset
+    allow_dtype_mismatch: bool = False  # accept agents stored in another floating dtype than the base
 
     @field_validator("method")
     @classmethod
@@ -118,7 +119,8 @@ class MergeConfig(_Frozen):
         resolve_params(m, self.params, n)
         for o in self.overrides:
             resolve_params(m, {**self.params, **o.params}, n)
-        for spec in self.models:
+        for i, spec in enumerate(self.models):
+            _check_model_spec(m, spec, i)
             resolve_params(m, {**self.params, **spec.params}, n)
         return self
 
@@ -149,6 +151,13 @@ class MergeConfig(_Frozen):
                 merged.update(o.params)
         return resolve_params(self.spec, merged, len(self.models))
 
+    def model_params(self, tensor: str) -> tuple[dict[str, ParamValue], ...]:
+        """Per-model parameters for ``tensor``: its params, then the model's own on top; () when no model sets any."""
+        if not any(m.params for m in self.models):
+            return ()
+        shared = self.tensor_params(tensor)
+        return tuple(resolve_params(self.spec, {**shared, **m.params}, len(self.models)) for m in self.models)
+
     def selected(self, tensor: str) -> bool:
         """Whether ``tensor`` is merged (True) or copied from the base (False) by include/exclude."""
         inc = not self.include or any(fnmatch.fnmatchcase(tensor, p) for p in self.include)
@@ -169,7 +178,26 @@ def resolve_params(method: Method, given: Mapping[str, Any], n_models: int) -> d
         out[key] = p.check(value, method.name)
     if "agent" in out and int(out["agent"]) >= n_models:
         raise ValueError(f"parameter 'agent' = {out['agent']} but there are only {n_models} models (0-based)")
+    if method.validate is not None:
+        method.validate(out)
     return out
+
+
+def _check_model_spec(method: Method, spec: ModelSpec, index: int) -> None:
+    """Per-model params must be ones the method reads per model; Fisher merging needs each model's Fisher."""
+    for key in spec.params:
+        p = method.param(key)
+        if p is not None and not p.per_model:
+            per_model = [q.name for q in method.params if q.per_model]
+            raise ValueError(
+                f"models[{index}].params: {key!r} cannot be set per model for {method.name!r} "
+                f"(per-model parameters: {', '.join(per_model) or 'none'}); set it in params or overrides"
+            )
+    if "fisher" in method.model_inputs and spec.fisher is None:
+        raise ValueError(
+            f"models[{index}]: method {method.name!r} needs this model's Fisher (fisher: PATH; "
+            f"make it with `agentmerge fisher {spec.path} --out DIR`)"
+        )
 
 
 def config_from_dict(data: Mapping[str, Any], source: str = "config") -> MergeConfig:
@@ -195,6 +223,10 @@ def load_config(path: str | Path) -> dict[str, Any]:
         raise ConfigError(f"{p}: not valid YAML ({e})") from None
     if not isinstance(data, dict):
         raise ConfigError(f"{p}: expected a mapping with keys such as method, base, models")
+    if "merge_method" in data:  # a mergekit config: translate it (see agentmerge.mergekit_compat)
+        from agentmerge.mergekit_compat import from_mergekit
+
+        return from_mergekit(data, str(p)).config  # models are already {path: ...} mappings
     if isinstance(data.get("models"), list):
         data["models"] = [{"path": m} if isinstance(m, str) else m for m in data["models"]]
     return data

@@ -11,14 +11,15 @@ from __future__ import annotations
 
 import contextlib
 import json
+import math
 import os
 import threading
 import time
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import torch
 from tqdm import tqdm
@@ -37,9 +38,13 @@ from agentmerge.checkpoint import (
     set_config_dtype,
 )
 from agentmerge.config import MergeConfig
-from agentmerge.deltas import RNG_BLOCK, overlap_histogram, task_vectors, update_mask
+from agentmerge import fused
+from agentmerge.deltas import RNG_BLOCK, histogram_from_patterns, overlap_histogram, task_vectors, update_mask
 from agentmerge.errors import CheckpointError, MergeError
-from agentmerge.methods import Chunk, Method, ParamValue, TensorStats
+from agentmerge.methods import Chunk, Method, ParamValue, TensorSource, TensorStats
+
+if TYPE_CHECKING:
+    from agentmerge.report import InputHashes
 
 EPS_DEFAULT = 1e-5
 
@@ -50,12 +55,24 @@ EPS_DEFAULT = 1e-5
 class Inputs:
     """The opened base (or reference) and models, checked to be mergeable, with chunk reads."""
 
-    def __init__(self, base: str | None, models: Sequence[str], *, allow_dtype_mismatch: bool = False) -> None:
+    def __init__(
+        self,
+        base: str | None,
+        models: Sequence[str],
+        *,
+        allow_dtype_mismatch: bool = False,
+        extras: Mapping[str, Sequence[str]] | None = None,
+    ) -> None:
         self.models: list[Checkpoint] = []
+        self.extras: dict[str, list[Checkpoint]] = {}  # per-model extra tensors, e.g. "fisher"
         self.base = Checkpoint(base) if base is not None else None
         try:
             self.models = [Checkpoint(m) for m in models]
             check_compatible(self.reference, self.models, allow_dtype_mismatch)
+            for kind, paths in (extras or {}).items():
+                self.extras[kind] = []
+                for path in paths:
+                    self.extras[kind].append(Checkpoint(path))
         except BaseException:
             self.close()
             raise
@@ -66,9 +83,35 @@ class Inputs:
         return self.base if self.base is not None else self.models[0]
 
     def close(self) -> None:
-        for c in [self.base, *self.models]:
+        for c in [self.base, *self.models, *(e for group in self.extras.values() for e in group)]:
             if c is not None:
                 c.close()
+
+    def check_extras(self, names: Sequence[str]) -> None:
+        """Every extra checkpoint holds each of ``names`` with the reference's shape, else ``MergeError``."""
+        for kind, group in self.extras.items():
+            for ckpt in group:
+                for name in names:
+                    info = ckpt.tensors.get(name)
+                    want = self.reference.tensors[name].shape
+                    if info is None or info.shape != want:
+                        got = "lacks it" if info is None else f"has shape {list(info.shape)}"
+                        raise MergeError(
+                            f"{ckpt.path}: {kind} tensor {name!r} {got}, the model has shape {list(want)} "
+                            f"(recompute it for this model, or exclude the tensor)"
+                        )
+
+    def read_extras(self, name: str, start: int, stop: int) -> dict[str, torch.Tensor]:
+        """``{kind: [N, E] float32}`` extra per-model values of elements ``start:stop`` of ``name``."""
+        out = {}
+        for kind, group in self.extras.items():
+            values = torch.empty(len(group), stop - start)
+            for i, ckpt in enumerate(group):
+                values[i] = ckpt.read(name, start, stop)
+            if not bool(torch.isfinite(values).all()) or bool((values < 0).any()):
+                raise MergeError(f"{kind} tensor {name!r}: values must be finite and non-negative")
+            out[kind] = values
+        return out
 
     def read(self, name: str, start: int, stop: int) -> tuple[torch.Tensor, torch.Tensor]:
         """``([E], [N, E])`` float32: reference and model values of elements ``start:stop`` of ``name``."""
@@ -76,9 +119,27 @@ class Inputs:
         models = torch.empty(len(self.models), stop - start)
         for i, m in enumerate(self.models):
             models[i] = m.read(name, start, stop)
-        if not (bool(torch.isfinite(ref).all()) and bool(torch.isfinite(models).all())):
+        if not (all_finite(ref) and all_finite(models)):
             raise MergeError(_non_finite(name, ref, models, self))
         return ref, models
+
+    def read_stored(self, name: str, start: int, stop: int) -> tuple[torch.Tensor, torch.Tensor]:
+        """``([E], [N, E])`` as stored (no conversion, no finiteness check); models in float32 if dtypes differ."""
+        ref = self.reference.read(name, start, stop)
+        dtypes = {m.tensors[name].dtype for m in self.models}
+        dtype = dtypes.pop() if len(dtypes) == 1 else torch.float32
+        models = torch.empty(len(self.models), stop - start, dtype=dtype)
+        for i, m in enumerate(self.models):
+            if m.tensors[name].dtype == dtype:
+                m.read_into(name, start, models[i])
+            else:
+                models[i] = m.read(name, start, stop)
+        return ref, models
+
+
+def all_finite(x: torch.Tensor) -> bool:
+    """Whether every value of a float tensor is finite (one reduction; the exact test only if the sum is not)."""
+    return math.isfinite(float(x.sum())) or bool(torch.isfinite(x).all())
 
 
 def _non_finite(name: str, ref: torch.Tensor, models: torch.Tensor, inputs: Inputs) -> str:
@@ -163,11 +224,16 @@ def chunk_elements(cfg: MergeConfig, n_models: int, threads: int) -> int:
 def plan_jobs(cfg: MergeConfig, ref: Checkpoint, chunk: int) -> list[TensorJob]:
     """Decide, per tensor of the reference, its output dtype, whether it is merged, and its chunks."""
     out_dtype = dtype_from_name(cfg.dtype) if cfg.dtype else None
+    multiple = cfg.spec.chunk_multiple
     jobs = []
     for name, info in ref.tensors.items():
         floating = info.dtype.is_floating_point
         dtype = out_dtype if (out_dtype is not None and floating) else info.dtype
-        ranges = tuple((s, min(s + chunk, info.numel)) for s in range(0, info.numel, chunk)) or ((0, 0),)
+        step = chunk
+        if multiple is not None and floating and cfg.selected(name):  # round up to the method's unit
+            unit = multiple(info.shape)
+            step = -(-chunk // unit) * unit
+        ranges = tuple((s, min(s + step, info.numel)) for s in range(0, info.numel, step)) or ((0, 0),)
         jobs.append(TensorJob(name, dtype, info.shape, info.numel, floating and cfg.selected(name), ranges))
     return jobs
 
@@ -233,7 +299,11 @@ def overlap_stats(
 
 def _hist_task(inputs: Inputs, name: str, start: int, stop: int, eps: float) -> Callable[[], torch.Tensor]:
     def task() -> torch.Tensor:
-        ref, models = inputs.read(name, start, stop)
+        if fused.counts_available(len(inputs.models)):
+            counted = fused.fused_counts(fused.raw_chunk(*inputs.read_stored(name, start, stop)), eps)
+            if counted.finite:
+                return histogram_from_patterns(counted.patterns)
+        ref, models = inputs.read(name, start, stop)  # also the path that names a non-finite input
         return overlap_histogram(update_mask(task_vectors(ref, models), eps))
 
     return task
@@ -279,10 +349,13 @@ class _Merger:
     def __init__(self, cfg: MergeConfig, inputs: Inputs, threads: int, quiet: bool) -> None:
         self.cfg, self.inputs, self.threads, self.quiet = cfg, inputs, threads, quiet
         self.method: Method = cfg.spec
+        self.fused = fused.fused_kernel(self.method, len(inputs.models))  # None: the reference kernel
         self.chunk = chunk_elements(cfg, len(inputs.models), threads)
         self.jobs = plan_jobs(cfg, inputs.reference, self.chunk)
         self.weights = torch.tensor([m.weight for m in cfg.models], dtype=torch.float32)
         self.params = {j.name: cfg.tensor_params(j.name) for j in self.jobs if j.merged}
+        self.model_params = {j.name: cfg.model_params(j.name) for j in self.jobs if j.merged}
+        inputs.check_extras([j.name for j in self.jobs if j.merged])
         self.eps = float(cfg.params.get("epsilon", EPS_DEFAULT))
         self.tensor_hists: dict[str, torch.Tensor] = {}
         self.model_hist: torch.Tensor | None = None
@@ -319,8 +392,10 @@ class _Merger:
             if not job.merged:
                 self.writer.write(job.name, start, self.inputs.reference.read(job.name, start, stop).to(job.out_dtype))
                 return
+            if self._fused_chunk(job, start, stop):
+                return
             ref, models = self.inputs.read(job.name, start, stop)
-            tau = task_vectors(ref, models)
+            tau = models.sub_(ref)  # = task_vectors(ref, models), in place: models is ours
             delta = self.method.kernel(self._make_chunk(job, start, stop, ref, tau))
             if not self.method.needs_model_stats:
                 self._add_hist(job.name, overlap_histogram(update_mask(tau, self.eps)))
@@ -328,16 +403,43 @@ class _Merger:
 
         return task
 
+    def _fused_chunk(self, job: TensorJob, start: int, stop: int) -> bool:
+        """Merge and write one chunk with the fused kernel; False when it does not apply (or an input is not finite)."""
+        params = self.params[job.name]
+        if self.fused is None or self.model_params[job.name] or float(params.get("epsilon", self.eps)) != self.eps:
+            return False
+        assert self.writer is not None
+        stats = TensorStats(self.tensor_hists.get(job.name), self.model_hist)
+        raw = fused.raw_chunk(*self.inputs.read_stored(job.name, start, stop))
+        result = self.fused(raw, params, self.weights, stats, self.eps)
+        if not result.finite or result.merged is None:
+            return False  # the reference path reads again and names the broken checkpoint
+        if not self.method.needs_model_stats:
+            self._add_hist(job.name, histogram_from_patterns(result.patterns))
+        self.writer.write(job.name, start, result.merged.to(job.out_dtype))
+        return True
+
     def _make_chunk(self, job: TensorJob, start: int, stop: int, ref: torch.Tensor, tau: torch.Tensor) -> Chunk:
         stats = TensorStats(self.tensor_hists.get(job.name), self.model_hist, self._prepare(job))
-        return Chunk(job.name, start, stop, ref, tau, self.weights, self.params[job.name], stats, self.cfg.seed)
+        return self._chunk(job, start, stop, ref, tau, stats)
+
+    def _chunk(
+        self, job: TensorJob, start: int, stop: int, ref: torch.Tensor, tau: torch.Tensor, stats: TensorStats
+    ) -> Chunk:
+        extras = self.inputs.read_extras(job.name, start, stop) if self.inputs.extras else {}
+        params, model_params = self.params[job.name], self.model_params[job.name]
+        return Chunk(
+            job.name, start, stop, ref, tau, self.weights, params, stats, self.cfg.seed, extras, job.shape, model_params
+        )
 
     def _prepare(self, job: TensorJob) -> Any:
         if self.method.prepare is None:
             return None
         with self._locks[job.name]:
             if job.name not in self._prepared:
-                self._prepared[job.name] = self.method.prepare(self._source(job), self.params[job.name])
+                mp = self.model_params[job.name]
+                source = TensorSource(job.name, job.shape, len(job.chunks), mp, self._source(job))
+                self._prepared[job.name] = self.method.prepare(source, self.params[job.name])
             return self._prepared[job.name]
 
     def _source(self, job: TensorJob) -> Callable[[], Iterator[Chunk]]:
@@ -345,8 +447,7 @@ class _Merger:
             for s, e in job.chunks:
                 ref, models = self.inputs.read(job.name, s, e)
                 stats = TensorStats(self.tensor_hists.get(job.name), self.model_hist)
-                tau = task_vectors(ref, models)
-                yield Chunk(job.name, s, e, ref, tau, self.weights, self.params[job.name], stats, self.cfg.seed)
+                yield self._chunk(job, s, e, ref, task_vectors(ref, models), stats)
 
         return chunks
 
@@ -365,14 +466,20 @@ def merge(cfg: MergeConfig, out_dir: str | Path, *, force: bool = False, quiet: 
     refs = ([cfg.base] if cfg.base else []) + [m.path for m in cfg.models]
     _refuse_output_inside_inputs(out, refs)
     threads = cfg.threads or os.cpu_count() or 1
-    inputs = Inputs(cfg.base, [m.path for m in cfg.models])
+    extras = {kind: [getattr(m, kind) for m in cfg.models] for kind in cfg.spec.model_inputs}
+    inputs = Inputs(
+        cfg.base, [m.path for m in cfg.models], allow_dtype_mismatch=cfg.allow_dtype_mismatch, extras=extras
+    )
     try:
+        from agentmerge.report import InputHashes
+
         run = _Merger(cfg, inputs, threads, quiet)
+        hashes = InputHashes.start(inputs)  # sha256 of the inputs for merge.json, on a background thread
         with torch_threads(1), atomic_output_dir(out, force=force) as tmp:
             if run.method.needs_model_stats:
                 run.stats_pass()
             run.write(tmp)
-            _finish_folder(cfg, inputs, run, tmp, time.perf_counter() - t0)
+            _finish_folder(cfg, inputs, run, tmp, time.perf_counter() - t0, hashes)
     finally:
         inputs.close()
     return _result(cfg, run, out, time.perf_counter() - t0)
@@ -398,7 +505,9 @@ def _refuse_output_inside_inputs(out: Path, refs: Sequence[str]) -> None:
             raise MergeError(f"{out}: the output folder must not be, contain or lie inside input {ref}")
 
 
-def _finish_folder(cfg: MergeConfig, inputs: Inputs, run: _Merger, tmp: Path, seconds: float) -> None:
+def _finish_folder(
+    cfg: MergeConfig, inputs: Inputs, run: _Merger, tmp: Path, seconds: float, hashes: InputHashes | None = None
+) -> None:
     from agentmerge.report import model_card, reproducibility_record
 
     copy_aux_files(inputs.reference.folder, tmp, MODEL_FILES)
@@ -407,5 +516,6 @@ def _finish_folder(cfg: MergeConfig, inputs: Inputs, run: _Merger, tmp: Path, se
     if cfg.dtype:
         set_config_dtype(tmp, dtype_from_name(cfg.dtype))
     result = _result(cfg, run, tmp, seconds)
-    (tmp / "merge.json").write_text(json.dumps(reproducibility_record(cfg, inputs, result), indent=2) + "\n")
+    record = reproducibility_record(cfg, inputs, result, hashes)
+    (tmp / "merge.json").write_text(json.dumps(record, indent=2) + "\n")
     (tmp / "README.md").write_text(model_card(cfg, result))

@@ -2,9 +2,13 @@
 
 from __future__ import annotations
 
+import hashlib
 import json
+import os
 import platform
+import threading
 import time
+from collections.abc import Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -85,22 +89,17 @@ def plot_probe(p: ProbeResult, path: str | Path) -> None:
 
 
 def _overlap_bars(ax: Any, p: ProbeResult, names: list[str]) -> None:
+    """Grouped bars w.0..w.(N-1) per agent; black x marks what independent masks would give."""
     n = len(names)
     width = 0.8 / n
     for k in range(n):
         xs = [i + (k - (n - 1) / 2) * width for i in range(n)]
         ax.bar(xs, [100 * a.overlap[k] for a in p.agents], width, label=f"w.{k}")
-    ax.scatter(
-        range(n),
-        [100 * row[0] for row in p.independent],
-        marker="x",
-        color="black",
-        zorder=3,
-        label="w.0 if independent",
-    )
+        expected = [100 * row[k] for row in p.independent]
+        ax.scatter(xs, expected, marker="x", color="black", zorder=3, label="if independent" if k == 0 else None)
     ax.set_xticks(range(n), names)
-    ax.set(title="overlap: shared with exactly k others", ylabel="% of the agent's updates")
-    ax.legend(fontsize=8)
+    ax.set(title="overlap: shared with exactly k others", ylabel="% of the agent's updates", ylim=(0, 119))
+    ax.legend(fontsize=8, loc="upper center", ncol=n + 1)
 
 
 def _layer_heatmap(fig: Any, ax: Any, p: ProbeResult, names: list[str]) -> None:
@@ -154,11 +153,17 @@ def model_card(cfg: MergeConfig, result: MergeResult) -> str:
     return "\n".join(front + body)
 
 
-def reproducibility_record(cfg: MergeConfig, inputs: Inputs, result: MergeResult) -> dict[str, Any]:
-    """merge.json: the resolved configuration, tool versions, input files, statistics and timing."""
+def reproducibility_record(
+    cfg: MergeConfig, inputs: Inputs, result: MergeResult, hashes: InputHashes | None = None
+) -> dict[str, Any]:
+    """merge.json: the resolved configuration, tool versions, input files with sha256, statistics and timing."""
+    ckpts = [inputs.reference, *inputs.models]
+    sums = (hashes or InputHashes([f for c in ckpts for f in c.weight_files])).result()
     files = {}
-    for ckpt in [inputs.reference, *inputs.models]:
-        files[str(ckpt.path)] = [{"file": f.name, "bytes": f.stat().st_size} for f in ckpt.weight_files]
+    for ckpt in ckpts:
+        files[str(ckpt.path)] = [
+            {"file": f.name, "bytes": f.stat().st_size, "sha256": sums.get(str(f))} for f in ckpt.weight_files
+        ]
     agents = merge_summary(result)
     return {
         "agentmerge": agentmerge.__version__,
@@ -171,3 +176,103 @@ def reproducibility_record(cfg: MergeConfig, inputs: Inputs, result: MergeResult
         "probe": [a.__dict__ | {"rho": a.rho if a.rho != float("inf") else "inf"} for a in agents or []],
         "seconds": round(result.seconds, 3),
     }
+
+
+# --------------------------------------------------------------------------- input hashes
+
+HASH_BLOCK = 8 * 1024 * 1024
+
+
+class InputHashes:
+    """sha256 of input weight files, computed on a background thread while the merge runs.
+
+    hashlib releases the GIL on large blocks, so hashing overlaps the merge; reads hit the page cache the
+    merge fills. Results are cached by (real path, size, mtime_ns, inode) in ``hash_cache_path()``, so
+    repeated merges of the same inputs (parameter sweeps) hash nothing again.
+    """
+
+    def __init__(self, files: Sequence[Path], *, background: bool = False) -> None:
+        self.files = [Path(f) for f in dict.fromkeys(str(f) for f in files)]
+        self._sums: dict[str, str] = {}
+        self._error: BaseException | None = None
+        self._thread: threading.Thread | None = None
+        if background:
+            self._thread = threading.Thread(target=self._run, name="agentmerge-hash", daemon=True)
+            self._thread.start()
+
+    @classmethod
+    def start(cls, inputs: Inputs) -> InputHashes:
+        """Start hashing every weight file of ``inputs`` in the background."""
+        ckpts = [inputs.reference, *inputs.models]
+        return cls([f for c in ckpts for f in c.weight_files], background=True)
+
+    def result(self) -> dict[str, str]:
+        """``{str(path): hex digest}``; waits for the background thread (or hashes now)."""
+        if self._thread is None:
+            self._run()
+        else:
+            self._thread.join()
+        if self._error is not None:
+            raise self._error
+        return dict(self._sums)
+
+    def _run(self) -> None:
+        try:
+            cache = _load_hash_cache()
+            fresh = {}
+            for f in self.files:
+                key = _hash_key(f)
+                digest = cache.get(key) or sha256_file(f)
+                fresh[key] = digest
+                self._sums[str(f)] = digest
+            _save_hash_cache(cache | fresh)
+        except BaseException as e:  # re-raised in result(), on the caller's thread
+            self._error = e
+
+
+def sha256_file(path: Path) -> str:
+    """Hex sha256 of a file, read in ``HASH_BLOCK`` pieces (bounded memory)."""
+    h = hashlib.sha256()
+    buf = bytearray(HASH_BLOCK)
+    view = memoryview(buf)
+    with open(path, "rb", buffering=0) as f:
+        while n := f.readinto(buf):
+            h.update(view[:n])
+    return h.hexdigest()
+
+
+def hash_cache_path() -> Path:
+    """``$AGENTMERGE_CACHE`` or ``$XDG_CACHE_HOME/agentmerge`` (default ``~/.cache/agentmerge``) / sha256.json."""
+    root = (
+        os.environ.get("AGENTMERGE_CACHE")
+        or Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "agentmerge"
+    )
+    return Path(root) / "sha256.json"
+
+
+def _hash_key(path: Path) -> str:
+    st = path.stat()
+    return f"{path.resolve()}|{st.st_size}|{st.st_mtime_ns}|{st.st_ino}"
+
+
+def _load_hash_cache() -> dict[str, str]:
+    try:
+        data = json.loads(hash_cache_path().read_text())
+    except (OSError, ValueError):
+        return {}
+    if not isinstance(data, dict):
+        return {}
+    return {k: v for k, v in data.items() if isinstance(k, str) and isinstance(v, str) and len(v) == 64}
+
+
+def _save_hash_cache(entries: dict[str, str]) -> None:
+    """Best effort: a read-only home or a full disk must not fail the merge."""
+    path = hash_cache_path()
+    keep = dict(list(entries.items())[-10_000:])
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        tmp = path.with_name(f".{path.name}.{os.getpid()}.{threading.get_ident()}")
+        tmp.write_text(json.dumps(keep))
+        os.replace(tmp, path)
+    except OSError:
+        pass
