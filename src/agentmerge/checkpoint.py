@@ -18,6 +18,7 @@ is ``{"dtype": "BF16", "shape": [...], "data_offsets": [begin, end]}`` relative 
 from __future__ import annotations
 
 import contextlib
+import errno
 import json
 import math
 import os
@@ -49,6 +50,7 @@ SAFE_DTYPES: dict[str, torch.dtype] = {
 }
 DTYPE_NAMES: dict[torch.dtype, str] = {v: k for k, v in SAFE_DTYPES.items()}
 MAX_HEADER_BYTES = 100 * 1024 * 1024  # the safetensors library's own limit
+NO_SPACE_ERRNOS = (errno.ENOSPC, errno.EDQUOT, errno.EFBIG)  # full disk, quota, file-size limit
 SINGLE_FILE = "model.safetensors"
 INDEX_FILE = "model.safetensors.index.json"
 BIN_FILE = "pytorch_model.bin"
@@ -155,7 +157,7 @@ def _parse_entry(path: Path, name: object, entry: object, data_start: int) -> Te
     if not isinstance(name, str) or not isinstance(entry, dict):
         raise CheckpointError(f"{path}: malformed header entry {name!r}")
     dtype, shape, offsets = entry.get("dtype"), entry.get("shape"), entry.get("data_offsets")
-    if dtype not in SAFE_DTYPES:
+    if not isinstance(dtype, str) or dtype not in SAFE_DTYPES:
         raise CheckpointError(f"{path}: tensor {name!r} has unsupported dtype {dtype!r}")
     if not isinstance(shape, list) or not all(type(d) is int and d >= 0 for d in shape):
         raise CheckpointError(f"{path}: tensor {name!r} has an invalid shape {shape!r}")
@@ -257,12 +259,25 @@ class Checkpoint:
         stop = info.numel if stop is None else stop
         if name in self._bin:
             return self._bin[name].reshape(-1)[start:stop].clone()
-        buf = torch.empty((stop - start) * info.itemsize, dtype=torch.uint8)
-        if buf.numel():
-            got = os.preadv(self._fds[info.file], [buf.numpy().data], info.offset + start * info.itemsize)
-            if got != buf.numel():
+        return self.read_into(name, start, torch.empty(stop - start, dtype=info.dtype))
+
+    def read_into(self, name: str, start: int, out: torch.Tensor) -> torch.Tensor:
+        """Fill ``out`` (contiguous, the stored dtype) with elements ``start:start + out.numel()`` of ``name``."""
+        info = self.tensors[name]
+        if out.dtype != info.dtype or not out.is_contiguous():
+            raise TypeError(f"{name}: read_into needs a contiguous {info.dtype} buffer, got {out.dtype}")
+        if not 0 <= start <= start + out.numel() <= info.numel:
+            raise IndexError(f"{name}: elements {start}:{start + out.numel()} out of range (it has {info.numel})")
+        if name in self._bin:
+            return out.copy_(self._bin[name].reshape(-1)[start : start + out.numel()])
+        view = out.view(-1).view(torch.uint8).numpy().data.cast("B")
+        pos = info.offset + start * info.itemsize
+        while len(view):  # pread returns at most ~2 GB at a time
+            got = os.preadv(self._fds[info.file], [view], pos)
+            if got <= 0:
                 raise CheckpointError(f"{info.file}: short read of tensor {name!r} (file changed on disk?)")
-        return buf.view(info.dtype)
+            view, pos = view[got:], pos + got
+        return out
 
     def _open(self) -> None:
         files, weight_map = self._safetensors_files()
@@ -343,11 +358,23 @@ def _read_weight_map(index: Path) -> dict[str, str]:
 
 
 def _inside(folder: Path, name: str, source: Path) -> Path:
-    """``folder/name``, refusing names that climb out of ``folder`` (``../``, absolute paths)."""
-    target = (folder / name).resolve()
-    if folder.resolve() not in target.parents:
+    """``folder/name``, refusing names that climb out of ``folder`` (``../``, absolute paths) and links that
+    lead outside it (see ``_link_ok``). The path is returned unresolved, so file names stay as the index says."""
+    parts = Path(name).parts
+    if not name or Path(name).is_absolute() or ".." in parts or "\\" in name:
         raise CheckpointError(f"{source}: file name {name!r} points outside {folder}")
+    target = folder / name
+    if target.exists() and not _link_ok(folder, target):
+        raise CheckpointError(f"{source}: file {name!r} links outside {folder}; refusing to read it")
     return target
+
+
+def _link_ok(folder: Path, path: Path) -> bool:
+    """Whether ``path`` resolves inside ``folder``, or into the ``blobs`` store when ``folder`` is a Hugging Face
+    cache snapshot (``.../snapshots/REV/``, whose files are links to ``../../blobs/HASH``)."""
+    root, real = folder.resolve(), path.resolve()
+    roots = [root] + ([root.parent.parent / "blobs"] if root.parent.name == "snapshots" else [])
+    return any(r in real.parents for r in roots)
 
 
 # --------------------------------------------------------------------------- shard planning (pure)
@@ -444,15 +471,21 @@ class ShardWriter:
         self._where: dict[str, tuple[int, int]] = {}
         self._fds: list[int] = []
         self._dtypes = {t.name: t.dtype for t in tensors}
-        for plan in plans:
-            fd = os.open(folder / plan.file_name, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644)
-            self._fds.append(fd)
-            _reserve(fd, plan.size, folder / plan.file_name)
-            os.pwrite(fd, plan.header, 0)
-            for name, off in plan.offsets.items():
-                self._where[name] = (fd, off)
-        if len(plans) > 1:
-            (folder / INDEX_FILE).write_text(json.dumps(index_json(plans, tensors), indent=2) + "\n")
+        try:
+            for plan in plans:
+                fd = os.open(folder / plan.file_name, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644)
+                self._fds.append(fd)
+                _reserve(fd, plan.size, folder / plan.file_name)
+                os.pwrite(fd, plan.header, 0)
+                for name, off in plan.offsets.items():
+                    self._where[name] = (fd, off)
+            if len(plans) > 1:
+                (folder / INDEX_FILE).write_text(json.dumps(index_json(plans, tensors), indent=2) + "\n")
+        except BaseException:  # a full disk at reservation: close what was opened before re-raising
+            for fd in self._fds:
+                os.close(fd)
+            self._fds.clear()
+            raise
 
     def write(self, name: str, start: int, values: torch.Tensor) -> None:
         """Write flat ``values`` (already in the planned dtype) as elements ``start...`` of ``name``."""
@@ -478,8 +511,8 @@ def _reserve(fd: int, size: int, path: Path) -> None:
     try:
         os.posix_fallocate(fd, 0, size)
     except OSError as e:
-        if e.errno in (28, 122):  # ENOSPC, EDQUOT
-            raise CheckpointError(f"{path}: not enough disk space for {size / 1e9:.2f} GB of output") from None
+        if e.errno in NO_SPACE_ERRNOS:
+            raise CheckpointError(f"{path}: not enough disk space for {size / 1e6:.1f} MB of output") from None
         os.ftruncate(fd, size)  # file systems without fallocate
 
 
@@ -503,8 +536,16 @@ def atomic_output_dir(out: Path, *, force: bool = False) -> Iterator[Path]:
     tmp.mkdir()
     try:
         yield tmp
-        _fsync_dir(tmp)
+        _fsync_tree(tmp)
         _replace(tmp, out)
+    except OSError as e:
+        shutil.rmtree(tmp, ignore_errors=True)
+        if e.errno in NO_SPACE_ERRNOS:  # a write after the reservation (sparse files, metadata, quotas)
+            raise CheckpointError(
+                f"{out}: the disk is full or over quota while writing the output ({e.strerror}); "
+                "free some space or write elsewhere (nothing was left behind)"
+            ) from None
+        raise
     except BaseException:
         shutil.rmtree(tmp, ignore_errors=True)
         raise
@@ -522,10 +563,12 @@ def _replace(tmp: Path, out: Path) -> None:
 
 
 def _remove_stale_tmp(out: Path) -> None:
-    for p in out.parent.glob(f".{out.name}.tmp-*"):
-        pid = p.name.split(".tmp-")[-1].split("-")[0]
-        if pid.isdigit() and not _alive(int(pid)):
-            shutil.rmtree(p, ignore_errors=True)
+    """Remove the ``.NAME.tmp-PID-*`` and ``.NAME.old-PID-*`` siblings that killed runs left."""
+    for kind in ("tmp", "old"):
+        for p in out.parent.glob(f".{out.name}.{kind}-*"):
+            pid = p.name.split(f".{kind}-")[-1].split("-")[0]
+            if pid.isdigit() and not _alive(int(pid)):
+                shutil.rmtree(p, ignore_errors=True)
 
 
 def _alive(pid: int) -> bool:
@@ -536,6 +579,18 @@ def _alive(pid: int) -> bool:
     except PermissionError:
         return True
     return True
+
+
+def _fsync_tree(folder: Path) -> None:
+    """Flush every file in ``folder`` and the folder itself, so the rename publishes complete data."""
+    for f in folder.iterdir():
+        if f.is_file() and not f.is_symlink():
+            fd = os.open(f, os.O_RDONLY)
+            try:
+                os.fsync(fd)
+            finally:
+                os.close(fd)
+    _fsync_dir(folder)
 
 
 def _fsync_dir(path: Path) -> None:
@@ -550,18 +605,19 @@ def copy_aux_files(source: Path, dest: Path, names: Sequence[str]) -> list[str]:
     """Copy those of ``names`` (e.g. ``MODEL_FILES``, ``TOKENIZER_FILES``) that exist in ``source`` to ``dest``.
 
     Links that resolve outside ``source`` are refused (a hostile checkpoint must not make us copy
-    ``/etc/passwd`` into a model folder).
+    ``/etc/passwd`` into a model folder), except into a Hugging Face cache's blob store; so are
+    files that are not regular files.
     """
     copied = []
-    root = source.resolve()
     for name in names:
         src = source / name
         if not src.exists():
             continue
-        real = src.resolve()
-        if root not in real.parents:
+        if not _link_ok(source, src):
             raise CheckpointError(f"{src}: links outside the model folder; refusing to copy it")
-        shutil.copyfile(real, dest / name)
+        if not src.resolve().is_file():  # a FIFO or device would hang or never end
+            raise CheckpointError(f"{src}: not a regular file; refusing to copy it")
+        shutil.copyfile(src.resolve(), dest / name)
         copied.append(name)
     return copied
 

@@ -4,6 +4,9 @@ agentmerge merge CONFIG.yaml OUTDIR [flags that override the file]
 agentmerge merge --method ram_plus --base B --model A1 --model A2 -o OUTDIR [--param r=0.1 ...]
 agentmerge probe --base B A1 A2 A3 [--json out.json] [--plot out.png] [--markdown out.md]
 agentmerge methods [--json]
+agentmerge merge MERGEKIT.yaml OUTDIR [--dry-run]     (a mergekit config: it has merge_method)
+agentmerge convert-config MERGEKIT.yaml               (print the native YAML equivalent)
+agentmerge lm-eval OUTDIR --tasks T1,T2 [--limit N] [--include-path DIR]
 """
 
 from __future__ import annotations
@@ -57,6 +60,7 @@ def _merge_parser(sub: Any) -> None:
     p.add_argument("--base", help="base model folder or hub id")
     p.add_argument("--model", action="append", default=[], help="a model to merge (repeat)")
     p.add_argument("--weights", help="comma-separated weights, one per --model")
+    p.add_argument("--fisher", action="append", default=[], help="Fisher of each --model, in order (method fisher)")
     p.add_argument("--param", action="append", default=[], metavar="NAME=VALUE", help="method parameter (repeat)")
     p.add_argument("--dtype", help="output dtype for floating tensors (default: the base's)")
     p.add_argument("--max-shard-size", help="largest output file, e.g. 2GB (default 5GB)")
@@ -70,6 +74,7 @@ def _merge_parser(sub: Any) -> None:
     p.add_argument("--force", action="store_true", help="replace a non-empty output folder")
     p.add_argument("--quiet", action="store_true", help="no progress bars")
     p.add_argument("--json", action="store_true", help="print the result as JSON")
+    p.add_argument("--dry-run", action="store_true", help="check inputs and print the plan; write nothing")
     p.set_defaults(func=cmd_merge)
 
 
@@ -93,7 +98,7 @@ def merge_config_data(args: argparse.Namespace) -> tuple[dict[str, Any], str]:
     config, out = args.config, args.out or args.output
     if config and not out and not config.endswith((".yaml", ".yml")) and not Path(config).is_file():
         config, out = None, config  # `agentmerge merge OUTDIR --method ...`
-    data = load_config(config) if config else {}
+    data = _read_config_file(config) if config else {}
     for attr, key in _FLAG_KEYS.items():
         value = getattr(args, attr)
         if value is not None:
@@ -105,6 +110,10 @@ def merge_config_data(args: argparse.Namespace) -> tuple[dict[str, Any], str]:
         if len(weights) != len(data.get("models", [])):
             raise ConfigError(f"--weights has {len(weights)} values for {len(data.get('models', []))} models")
         data["models"] = [{**m, "weight": w} for m, w in zip(data["models"], weights, strict=True)]
+    if args.fisher:
+        if len(args.fisher) != len(data.get("models", [])):
+            raise ConfigError(f"--fisher given {len(args.fisher)} times for {len(data.get('models', []))} models")
+        data["models"] = [{**m, "fisher": f} for m, f in zip(data["models"], args.fisher, strict=True)]
     if args.param:
         data["params"] = {**data.get("params", {}), **parse_params(args.param)}
     if not out:
@@ -112,11 +121,35 @@ def merge_config_data(args: argparse.Namespace) -> tuple[dict[str, Any], str]:
     return data, out
 
 
+def _read_config_file(path: str) -> dict[str, Any]:
+    """A native config file as is; a mergekit one (it has ``merge_method``) translated, notes on stderr."""
+    import yaml
+
+    from agentmerge.mergekit_compat import from_mergekit, is_mergekit
+
+    try:
+        raw = yaml.safe_load(Path(path).read_text())
+    except (OSError, yaml.YAMLError):
+        raw = None  # load_config reports it
+    if not is_mergekit(raw):
+        return load_config(path)
+    conv = from_mergekit(raw, path)
+    for note in conv.notes:
+        print(f"agentmerge: mergekit config: {note}", file=sys.stderr)
+    return conv.config  # models are already {path: ...} mappings
+
+
 def cmd_merge(args: argparse.Namespace) -> int:
     from agentmerge.merge import merge
 
     data, out = merge_config_data(args)
     cfg = config_from_dict(data, args.config or "flags")
+    if args.dry_run:
+        from agentmerge.dryrun import plan_merge
+
+        plan = plan_merge(cfg, out, force=args.force)
+        print(json.dumps(plan.to_dict(), indent=2) if args.json else plan.text())
+        return 0
     result = merge(cfg, out, force=args.force, quiet=args.quiet)
     if args.json:
         print(json.dumps(result.to_dict(), indent=2))
@@ -163,6 +196,45 @@ def cmd_probe(args: argparse.Namespace) -> int:
     return 0
 
 
+# --------------------------------------------------------------------------- fisher
+
+
+def _fisher_parser(sub: Any) -> None:
+    p = sub.add_parser("fisher", help="estimate a model's diagonal Fisher (input of method fisher)")
+    p.add_argument("model", help="model folder (transformers causal LM)")
+    p.add_argument("--texts", help="text file, one sample per line (default: sample from the model itself)")
+    p.add_argument("--samples", type=int, help="number of samples (default: every text, or 64 sampled)")
+    p.add_argument("--max-tokens", type=int, default=64, help="tokens per sample (default 64)")
+    p.add_argument("--tokenizer", help="tokenizer folder for --texts (default: the model's)")
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--dtype", default="float32", choices=("float32", "bfloat16"), help="stored dtype")
+    p.add_argument("--out", required=True, help="output folder (must hold no safetensors yet)")
+    p.set_defaults(func=cmd_fisher)
+
+
+def cmd_fisher(args: argparse.Namespace) -> int:
+    from agentmerge.fisher import estimate_fisher
+
+    texts = None
+    if args.texts:
+        try:
+            texts = [line for line in Path(args.texts).read_text().splitlines() if line.strip()]
+        except OSError as e:
+            raise ConfigError(f"{args.texts}: cannot read ({e.strerror})") from None
+    out = estimate_fisher(
+        args.model,
+        args.out,
+        texts=texts,
+        samples=args.samples,
+        max_tokens=args.max_tokens,
+        seed=args.seed,
+        dtype=args.dtype,
+        tokenizer=args.tokenizer,
+    )
+    print(f"wrote the diagonal Fisher of {args.model} to {out}", file=sys.stderr)
+    return 0
+
+
 # --------------------------------------------------------------------------- methods
 
 
@@ -191,6 +263,62 @@ def cmd_methods(args: argparse.Namespace) -> int:
     return 0
 
 
+# --------------------------------------------------------------------------- mergekit configs
+
+
+def _convert_parser(sub: Any) -> None:
+    p = sub.add_parser("convert-config", help="print the native YAML equivalent of a mergekit config")
+    p.add_argument("config", help="mergekit YAML file (with merge_method)")
+    p.set_defaults(func=cmd_convert)
+
+
+def cmd_convert(args: argparse.Namespace) -> int:
+    from agentmerge.mergekit_compat import load_mergekit
+
+    conv = load_mergekit(args.config)
+    config_from_dict(conv.config, args.config)  # refuse what would not merge
+    print(conv.to_yaml(), end="")
+    return 0
+
+
+# --------------------------------------------------------------------------- lm-evaluation-harness
+
+
+def _lm_eval_parser(sub: Any) -> None:
+    p = sub.add_parser("lm-eval", help="evaluate a checkpoint with lm-evaluation-harness (optional extra 'eval')")
+    p.add_argument("checkpoint", help="model folder (e.g. a merge output)")
+    p.add_argument("--tasks", required=True, help="comma-separated lm-eval task names")
+    p.add_argument("--limit", type=float, help="examples per task (an int), or a fraction below 1")
+    p.add_argument("--include-path", help="folder of extra task YAML files")
+    p.add_argument("--num-fewshot", type=int)
+    p.add_argument("--batch-size", type=int, default=1)
+    p.add_argument("--device", default="cpu")
+    p.add_argument("--dtype", help="load dtype, e.g. bfloat16 (default: the checkpoint's)")
+    p.add_argument("--json", dest="json_out", help="write the results as JSON here")
+    p.set_defaults(func=cmd_lm_eval)
+
+
+def cmd_lm_eval(args: argparse.Namespace) -> int:
+    from agentmerge.lmeval import results_table, run_lm_eval
+
+    limit = None if args.limit is None else (int(args.limit) if args.limit >= 1 else args.limit)
+    tasks = [t.strip() for t in args.tasks.split(",") if t.strip()]
+    results = run_lm_eval(
+        args.checkpoint,
+        tasks,
+        limit=limit,
+        include_path=args.include_path,
+        num_fewshot=args.num_fewshot,
+        batch_size=args.batch_size,
+        device=args.device,
+        dtype=args.dtype,
+    )
+    print(results_table(results))
+    if args.json_out:
+        Path(args.json_out).write_text(json.dumps(results, indent=2) + "\n")
+    return 0
+
+
 # --------------------------------------------------------------------------- main
 
 
@@ -201,6 +329,9 @@ def build_parser() -> argparse.ArgumentParser:
     _merge_parser(sub)
     _probe_parser(sub)
     _methods_parser(sub)
+    _fisher_parser(sub)
+    _convert_parser(sub)
+    _lm_eval_parser(sub)
     if importlib.util.find_spec("agentmerge.zoo.cli") is not None:
         from agentmerge.zoo.cli import register
 

@@ -203,6 +203,8 @@ def _check_model_spec(method: Method, spec: ModelSpec, index: int) -> None:
 def config_from_dict(data: Mapping[str, Any], source: str = "config") -> MergeConfig:
     """Build a ``MergeConfig``, turning pydantic's errors into one readable ``ConfigError``."""
     _check_keys(data, MergeConfig, source)
+    if not isinstance(data.get("models") or [], list):
+        raise ConfigError(f"{source}: 'models' must be a list of {{path: PATH}} entries")
     for i, m in enumerate(data.get("models") or []):
         if isinstance(m, Mapping):
             _check_keys(m, ModelSpec, f"{source}: models[{i}]")

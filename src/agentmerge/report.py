@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import json
 import os
@@ -107,8 +108,8 @@ def _layer_heatmap(fig: Any, ax: Any, p: ProbeResult, names: list[str]) -> None:
     grid = [[100 * a.density for a in p.per_layer[layer]] for layer in layers]
     im = ax.imshow(grid or [[0.0]], aspect="auto", cmap="viridis")
     ax.set_xticks(range(len(names)), names, rotation=20)
-    ax.set_yticks(range(len(layers)), layers)
-    ax.set(title="density % per layer", ylabel="layer")
+    ax.set_yticks(range(len(layers)), ["other" if layer == "-" else layer for layer in layers])
+    ax.set(title="density % per layer", ylabel="layer (other: embeddings, final norm, head)")
     fig.colorbar(im, ax=ax)
 
 
@@ -188,7 +189,8 @@ class InputHashes:
 
     hashlib releases the GIL on large blocks, so hashing overlaps the merge; reads hit the page cache the
     merge fills. Results are cached by (real path, size, mtime_ns, inode) in ``hash_cache_path()``, so
-    repeated merges of the same inputs (parameter sweeps) hash nothing again.
+    repeated merges of the same inputs (parameter sweeps) hash nothing again; files in a Hugging Face cache
+    are named by their sha256 already. ``AGENTMERGE_NO_HASH=1`` skips hashing (``sha256: null``).
     """
 
     def __init__(self, files: Sequence[Path], *, background: bool = False) -> None:
@@ -217,17 +219,32 @@ class InputHashes:
         return dict(self._sums)
 
     def _run(self) -> None:
+        if self._thread is not None:
+            with contextlib.suppress(OSError, AttributeError):  # Linux: lower this thread's priority only
+                os.setpriority(os.PRIO_PROCESS, threading.get_native_id(), 10)
         try:
             cache = _load_hash_cache()
             fresh = {}
+            skip = os.environ.get("AGENTMERGE_NO_HASH") == "1"
             for f in self.files:
+                if skip:
+                    continue
                 key = _hash_key(f)
-                digest = cache.get(key) or sha256_file(f)
+                digest = cache.get(key) or hub_blob_digest(f) or sha256_file(f)
                 fresh[key] = digest
                 self._sums[str(f)] = digest
             _save_hash_cache(cache | fresh)
         except BaseException as e:  # re-raised in result(), on the caller's thread
             self._error = e
+
+
+def hub_blob_digest(path: Path) -> str | None:
+    """The sha256 a Hugging Face cache already names the file by (``blobs/<sha256>``, LFS files), else None."""
+    real = path.resolve()
+    name = real.name
+    if real.parent.name == "blobs" and len(name) == 64 and all(c in "0123456789abcdef" for c in name):
+        return name
+    return None
 
 
 def sha256_file(path: Path) -> str:

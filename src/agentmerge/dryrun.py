@@ -1,0 +1,149 @@
+"""``agentmerge merge --dry-run``: validate everything and print the plan, writing nothing.
+
+The plan says which tensors are merged or copied, the output shards and their sizes, the memory
+budget and chunk size, the bytes the merge will read and write, the free disk space, and an
+estimated time from a short read-speed probe of the inputs (at most ``PROBE_BYTES`` read).
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from agentmerge.checkpoint import Checkpoint, plan_shards
+from agentmerge.config import MergeConfig
+from agentmerge.errors import CheckpointError
+from agentmerge.merge import Inputs, _refuse_output_inside_inputs, chunk_elements, plan_jobs, planned_tensors
+
+PROBE_BYTES = 64 * 1024 * 1024
+_PROBE_BLOCK = 4 * 1024 * 1024
+
+
+@dataclass(frozen=True)
+class MergePlan:
+    """Everything a merge would do, computed without writing anything."""
+
+    method: str
+    out_dir: str
+    models: int
+    tensors_merged: int
+    tensors_copied: int
+    shards: list[tuple[str, int]]  # (file name, bytes)
+    threads: int
+    memory_budget: int
+    chunk_elements: int
+    passes: int  # reads of every merged tensor: 1, or 2 with the statistics pass
+    bytes_read: int
+    bytes_written: int
+    disk_free: int | None
+    read_speed: float | None  # bytes/s measured on the inputs
+    est_seconds: float | None  # reading time only: a lower bound on the merge time
+
+    def to_dict(self) -> dict[str, Any]:
+        return dict(self.__dict__)
+
+    def text(self) -> str:
+        """The plan as a few human-readable lines."""
+        lines = [
+            f"plan: {self.method} of {self.models} models into {self.out_dir} (dry run: nothing written)",
+            f"tensors: {self.tensors_merged} merged, {self.tensors_copied} copied from the base",
+            f"output: {len(self.shards)} shard(s), {_gb(self.bytes_written)} in all",
+            *[f"  {name}  {_gb(size)}" for name, size in self.shards],
+            f"memory: budget {_gb(self.memory_budget)}, {self.chunk_elements} elements per chunk, "
+            f"{self.threads} thread(s)",
+            f"reads: {_gb(self.bytes_read)} in {self.passes} pass(es) over the merged tensors",
+        ]
+        if self.disk_free is not None:
+            ok = "enough" if self.disk_free >= self.bytes_written else "NOT ENOUGH"
+            lines.append(f"disk: {_gb(self.disk_free)} free at the output location ({ok})")
+        if self.read_speed is not None and self.est_seconds is not None:
+            lines.append(
+                f"estimate: at least ~{self.est_seconds:.1f} s to read the inputs at the measured "
+                f"{self.read_speed / 1e6:.0f} MB/s; the method's CPU time and cold caches come on top"
+            )
+        return "\n".join(lines)
+
+
+def _gb(n: int) -> str:
+    return f"{n / 1e9:.3f} GB" if n >= 10**8 else f"{n / 1e6:.2f} MB"
+
+
+def plan_merge(cfg: MergeConfig, out_dir: str | Path, *, force: bool = False, probe: bool = True) -> MergePlan:
+    """Open and check the inputs and plan the merge exactly as ``merge`` would, without writing."""
+    out = Path(out_dir)
+    refs = ([cfg.base] if cfg.base else []) + [m.path for m in cfg.models]
+    _refuse_output_inside_inputs(out, refs)
+    if out.exists() and (not out.is_dir() or any(out.iterdir())) and not force:
+        raise CheckpointError(f"{out}: output folder exists and is not empty (pass --force to replace it)")
+    threads = cfg.threads or os.cpu_count() or 1
+    extras = {kind: [getattr(m, kind) for m in cfg.models] for kind in cfg.spec.model_inputs}  # e.g. Fisher
+    inputs = Inputs(
+        cfg.base, [m.path for m in cfg.models], allow_dtype_mismatch=cfg.allow_dtype_mismatch, extras=extras
+    )
+    try:
+        n = len(inputs.models)
+        chunk = chunk_elements(cfg, n, threads)
+        jobs = plan_jobs(cfg, inputs.reference, chunk)
+        tensors = planned_tensors(jobs)
+        shards = plan_shards(tensors, cfg.shard_bytes)
+        sizes = {name: info.nbytes for name, info in inputs.reference.tensors.items()}
+        passes = 2 if cfg.spec.needs_model_stats or cfg.spec.prepare is not None else 1
+        merged = sum(sizes[j.name] for j in jobs if j.merged)
+        copied = sum(sizes[j.name] for j in jobs if not j.merged)
+        bytes_read = passes * merged * (n + 1) + copied
+        speed = _read_speed(inputs.models[0]) if probe else None
+    finally:
+        inputs.close()
+    written = sum(s.size for s in shards)
+    est = bytes_read / speed if speed else None
+    return MergePlan(
+        cfg.method,
+        str(out.resolve()),
+        n,
+        sum(j.merged for j in jobs),
+        sum(not j.merged for j in jobs),
+        [(s.file_name, s.size) for s in shards],
+        threads,
+        cfg.memory_bytes,
+        chunk,
+        passes,
+        bytes_read,
+        written,
+        _disk_free(out),
+        speed,
+        est,
+    )
+
+
+def _read_speed(ckpt: Checkpoint) -> float | None:
+    """Bytes per second reading (up to ``PROBE_BYTES`` of) the checkpoint's weight files."""
+    done, t0 = 0, time.perf_counter()
+    for f in ckpt.weight_files:
+        fd, pos = os.open(f, os.O_RDONLY), 0
+        try:
+            while done < PROBE_BYTES:
+                got = len(os.pread(fd, _PROBE_BLOCK, pos))
+                if not got:
+                    break
+                done, pos = done + got, pos + got
+        finally:
+            os.close(fd)
+        if done >= PROBE_BYTES:
+            break
+    elapsed = time.perf_counter() - t0
+    return done / elapsed if done and elapsed > 0 else None
+
+
+def _disk_free(out: Path) -> int | None:
+    """Free bytes on the file system the output will be written to (its nearest existing ancestor)."""
+    p = out.resolve()
+    while not p.exists() and p != p.parent:
+        p = p.parent
+    try:
+        return shutil.disk_usage(p).free
+    except OSError:
+        return None

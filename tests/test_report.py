@@ -1,0 +1,134 @@
+"""What a merge leaves for others to read: merge.json (hashes, timing, probe), the model card, the plan, plots."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from pathlib import Path
+
+import pytest
+import yaml
+
+from agentmerge import MergeConfig, ModelSpec, merge
+from agentmerge import report as report_mod
+from agentmerge.checkpoint import read_safetensors_header
+from agentmerge.cli import main
+from agentmerge.report import InputHashes, model_card
+
+
+@pytest.fixture(autouse=True)
+def _private_hash_cache(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("AGENTMERGE_CACHE", str(tmp_path / "cache"))
+
+
+def _cfg(family: tuple[Path, list[Path]], method: str = "ram_plus") -> MergeConfig:
+    base, agents = family
+    return MergeConfig(method=method, base=str(base), models=[ModelSpec(path=str(a)) for a in agents])
+
+
+def test_record_has_hashes_time_and_probe(tiny_family: tuple[Path, list[Path]], tmp_path: Path) -> None:
+    base, agents = tiny_family
+    merge(_cfg(tiny_family), tmp_path / "out", quiet=True)
+    record = json.loads((tmp_path / "out" / "merge.json").read_text())
+    assert set(record["inputs"]) == {str(p) for p in [base, *agents]}
+    for folder, files in record["inputs"].items():
+        for entry in files:
+            data = (Path(folder) / entry["file"]).read_bytes()
+            assert entry["sha256"] == hashlib.sha256(data).hexdigest() and entry["bytes"] == len(data)
+    assert record["seconds"] > 0 and record["config"]["method"] == "ram_plus"
+    assert [a["name"] for a in record["probe"]] == [a.name for a in agents]
+    assert all(0 < a["density"] < 1 for a in record["probe"])
+
+
+def test_hashes_are_cached_between_runs(
+    tiny_family: tuple[Path, list[Path]], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    base, agents = tiny_family
+    files = [base / "model.safetensors", *[a / "model.safetensors" for a in agents]]
+    first = InputHashes(files).result()
+    calls: list[Path] = []
+    monkeypatch.setattr(report_mod, "sha256_file", lambda p: calls.append(p) or "0" * 64)
+    assert InputHashes(files, background=True).result() == first and calls == []
+    (tmp_path / "cache" / "sha256.json").write_text("not json")  # a broken cache is ignored, then rewritten
+    assert InputHashes(files[:1]).result() == {str(files[0]): "0" * 64} and len(calls) == 1
+
+
+def test_model_card_front_matter(tiny_family: tuple[Path, list[Path]], tmp_path: Path) -> None:
+    result = merge(_cfg(tiny_family), tmp_path / "out", quiet=True)
+    text = (tmp_path / "out" / "README.md").read_text()
+    assert text.startswith("---\n")
+    front = yaml.safe_load(text.split("---\n")[1])
+    assert front["base_model"] == str(tiny_family[0]) and front["library_name"] == "transformers"
+    assert {"merge", "agentmerge", "ram_plus"} <= set(front["tags"])
+    # awkward paths and hub ids stay single valid YAML strings
+    for base in ['we:ird "name"\n#x', "Qwen/Qwen2.5-7B-Instruct"]:
+        cfg = MergeConfig(method="ram", base=base, models=[ModelSpec(path="a")])
+        card = model_card(cfg, result)
+        assert yaml.safe_load(card.split("---\n")[1])["base_model"] == base
+
+
+def test_probe_plot_is_a_png(tiny_family: tuple[Path, list[Path]], tmp_path: Path) -> None:
+    pytest.importorskip("matplotlib")
+    from agentmerge import probe
+    from agentmerge.report import plot_probe
+
+    base, agents = tiny_family
+    plot_probe(probe(str(base), [str(a) for a in agents], quiet=True), tmp_path / "probe.png")
+    data = (tmp_path / "probe.png").read_bytes()
+    assert data.startswith(b"\x89PNG\r\n\x1a\n") and len(data) > 10_000
+
+
+def test_dry_run_prints_the_plan_and_writes_nothing(
+    tiny_family: tuple[Path, list[Path]], tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    base, agents = tiny_family
+    out = tmp_path / "out"
+    args = ["merge", "--method", "ram_plus", "--base", str(base), "-o", str(out), "--max-shard-size", "20KB"]
+    args += [x for a in agents for x in ("--model", str(a))]
+    assert main([*args, "--dry-run"]) == 0
+    text = capsys.readouterr().out
+    assert "dry run" in text and "shard(s)" in text and "2 pass(es)" in text and "estimate:" in text
+    assert not out.exists() and not [p for p in tmp_path.iterdir() if p.name.startswith(".out")]
+    assert main([*args, "--dry-run", "--json"]) == 0
+    plan = json.loads(capsys.readouterr().out)
+    assert not out.exists()
+    assert main([*args, "--quiet"]) == 0
+    written = sorted(p.name for p in out.glob("*.safetensors"))
+    assert written == [name for name, _ in plan["shards"]]
+    assert sum((out / n).stat().st_size for n in written) == plan["bytes_written"]
+    n_tensors = sum(len(read_safetensors_header(out / n)) for n in written)
+    assert plan["tensors_merged"] + plan["tensors_copied"] == n_tensors
+
+
+def test_dry_run_reports_input_problems(tiny_family: tuple[Path, list[Path]], tmp_path: Path) -> None:
+    base = tiny_family[0]
+    code = main(
+        [
+            "merge",
+            "--method",
+            "ram",
+            "--base",
+            str(base),
+            "--model",
+            str(tmp_path / "nope"),
+            "-o",
+            str(tmp_path / "out"),
+            "--dry-run",
+        ]
+    )
+    assert code == 2 and not (tmp_path / "out").exists()
+
+
+def test_hub_cache_files_are_named_by_their_sha256(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    data = b"weights"
+    digest = hashlib.sha256(data).hexdigest()
+    (tmp_path / "blobs").mkdir()
+    (tmp_path / "blobs" / digest).write_bytes(data)
+    (tmp_path / "snap").mkdir()
+    (tmp_path / "snap" / "model.safetensors").symlink_to(tmp_path / "blobs" / digest)
+    monkeypatch.setattr(report_mod, "sha256_file", lambda p: pytest.fail("hashed a file the hub already named"))
+    assert InputHashes([tmp_path / "snap" / "model.safetensors"]).result() == {
+        str(tmp_path / "snap" / "model.safetensors"): digest
+    }
+    monkeypatch.setenv("AGENTMERGE_NO_HASH", "1")
+    assert InputHashes([tmp_path / "snap" / "model.safetensors"]).result() == {}
