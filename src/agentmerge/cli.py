@@ -4,6 +4,7 @@ agentmerge merge CONFIG.yaml OUTDIR [flags that override the file]
 agentmerge merge --method ram_plus --base B --model A1 --model A2 -o OUTDIR [--param r=0.1 ...]
 agentmerge probe --base B A1 A2 A3 [--json out.json] [--plot out.png] [--markdown out.md]
 agentmerge methods [--json]
+agentmerge fisher MODEL (--texts FILE.txt | --samples N) --out DIR   (diagonal Fisher for method fisher)
 agentmerge merge MERGEKIT.yaml OUTDIR [--dry-run]     (a mergekit config: it has merge_method)
 agentmerge convert-config MERGEKIT.yaml               (print the native YAML equivalent)
 agentmerge lm-eval OUTDIR --tasks T1,T2 [--limit N] [--include-path DIR]

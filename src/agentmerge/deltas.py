@@ -25,6 +25,20 @@ def task_vectors(base: torch.Tensor, models: torch.Tensor) -> torch.Tensor:
     return models.float() - base.float()
 
 
+def sum_agents(x: torch.Tensor) -> torch.Tensor:
+    """``[N, E]`` -> ``[E]``: ``((0 + x_0) + x_1) + ... + x_{N-1}`` in float32, agents in order.
+
+    ``x.sum(0)`` does not fix the order: for N >= 5 torch sums an element differently depending on its
+    position in the chunk (the last ``E mod 32`` columns go another way), so merged values would depend
+    on the chunk size. A fixed order keeps results independent of chunking and lets compiled kernels
+    (``agentmerge.fused``) reproduce them bit for bit.
+    """
+    acc = torch.zeros(x.shape[1:], dtype=x.dtype)
+    for row in x:
+        acc += row
+    return acc
+
+
 def update_mask(tau: torch.Tensor, eps: float) -> torch.Tensor:
     """``[N, E]`` -> ``[N, E]`` bool: True where ``|tau| > eps`` (strictly: a delta of exactly eps is no update)."""
     return tau.abs() > eps
@@ -35,14 +49,38 @@ def overlap_count(mask: torch.Tensor) -> torch.Tensor:
     return mask.sum(0, dtype=torch.int32)
 
 
+MAX_PATTERN_AGENTS = 16  # update patterns are counted in 2**N bins up to this many agents
+
+
 def overlap_histogram(mask: torch.Tensor) -> torch.Tensor:
     """``[N, E]`` bool -> ``[N, N]`` int64 with ``H[i, k]`` = elements agent i updated together with k others."""
     n = mask.shape[0]
+    if n <= MAX_PATTERN_AGENTS:
+        return histogram_from_patterns(pattern_counts(mask))
     count = overlap_count(mask)
     hist = torch.empty(n, n, dtype=torch.int64)
     for k in range(n):
         hist[:, k] = (mask & (count == k + 1)).sum(1)
     return hist
+
+
+def pattern_counts(mask: torch.Tensor) -> torch.Tensor:
+    """``[N, E]`` bool -> ``[2**N]`` int64: how many elements each set of agents (bit i = agent i) updated."""
+    n = mask.shape[0]
+    code = torch.zeros(mask.shape[1], dtype=torch.int32)
+    for i in range(n):
+        code.bitwise_or_(mask[i].to(torch.int32).bitwise_left_shift_(i))
+    return torch.bincount(code, minlength=1 << n)
+
+
+def histogram_from_patterns(counts: torch.Tensor) -> torch.Tensor:
+    """``[2**N]`` pattern counts -> ``[N, N]`` overlap histogram (agent i in a pattern of k + 1 agents)."""
+    n = counts.numel().bit_length() - 1
+    codes = torch.arange(counts.numel())
+    member = (codes[:, None] >> torch.arange(n)) & 1  # [P, N]: agent i in pattern p
+    size = member.sum(1)  # [P]: agents in pattern p
+    by_size = (size[:, None] == torch.arange(1, n + 1)).to(torch.int64)  # [P, N]: pattern p has k + 1 agents
+    return (member * counts.to(torch.int64)[:, None]).T @ by_size
 
 
 def rho_from_histogram(hist: torch.Tensor) -> list[float]:

@@ -16,7 +16,7 @@ import os
 import threading
 import time
 from collections.abc import Callable, Iterator, Mapping, Sequence
-from concurrent.futures import Future, ThreadPoolExecutor
+from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -24,6 +24,7 @@ from typing import TYPE_CHECKING, Any
 import torch
 from tqdm import tqdm
 
+from agentmerge import fused
 from agentmerge.checkpoint import (
     MODEL_FILES,
     TOKENIZER_FILES,
@@ -38,7 +39,6 @@ from agentmerge.checkpoint import (
     set_config_dtype,
 )
 from agentmerge.config import MergeConfig
-from agentmerge import fused
 from agentmerge.deltas import RNG_BLOCK, histogram_from_patterns, overlap_histogram, task_vectors, update_mask
 from agentmerge.errors import CheckpointError, MergeError
 from agentmerge.methods import Chunk, Method, ParamValue, TensorSource, TensorStats
@@ -47,6 +47,7 @@ if TYPE_CHECKING:
     from agentmerge.report import InputHashes
 
 EPS_DEFAULT = 1e-5
+MAX_CHUNK = RNG_BLOCK  # elements per chunk at most (see chunk_elements)
 
 
 # --------------------------------------------------------------------------- inputs
@@ -123,18 +124,40 @@ class Inputs:
             raise MergeError(_non_finite(name, ref, models, self))
         return ref, models
 
-    def read_stored(self, name: str, start: int, stop: int) -> tuple[torch.Tensor, torch.Tensor]:
-        """``([E], [N, E])`` as stored (no conversion, no finiteness check); models in float32 if dtypes differ."""
-        ref = self.reference.read(name, start, stop)
+    def read_stored(
+        self, name: str, start: int, stop: int, scratch: Scratch | None = None
+    ) -> tuple[torch.Tensor, torch.Tensor]:
+        """``([E], [N, E])`` as stored (no conversion, no finiteness check); models in float32 if dtypes differ.
+
+        With ``scratch`` the values land in this thread's reused buffers (valid until its next read).
+        """
+        scratch = scratch or Scratch()
+        e = stop - start
+        ref = self.reference.read_into(name, start, scratch.get("ref", e, self.reference.tensors[name].dtype))
         dtypes = {m.tensors[name].dtype for m in self.models}
         dtype = dtypes.pop() if len(dtypes) == 1 else torch.float32
-        models = torch.empty(len(self.models), stop - start, dtype=dtype)
+        models = scratch.get("models", len(self.models) * e, dtype).view(len(self.models), e)
         for i, m in enumerate(self.models):
             if m.tensors[name].dtype == dtype:
                 m.read_into(name, start, models[i])
             else:
                 models[i] = m.read(name, start, stop)
         return ref, models
+
+
+class Scratch(threading.local):
+    """Per-thread buffers reused from chunk to chunk: no allocation (and no page faults) per chunk."""
+
+    def __init__(self) -> None:
+        self.buffers: dict[str, torch.Tensor] = {}
+
+    def get(self, key: str, numel: int, dtype: torch.dtype) -> torch.Tensor:
+        """A flat ``[numel]`` tensor of ``dtype`` over this thread's buffer ``key`` (grown when too small)."""
+        nbytes = numel * torch.empty((), dtype=dtype).element_size()
+        buf = self.buffers.get(key)
+        if buf is None or buf.numel() < nbytes:
+            self.buffers[key] = buf = torch.empty(max(nbytes, 1), dtype=torch.uint8)
+        return buf[:nbytes].view(dtype)
 
 
 def all_finite(x: torch.Tensor) -> bool:
@@ -212,13 +235,15 @@ def chunk_elements(cfg: MergeConfig, n_models: int, threads: int) -> int:
     """Elements per chunk so ``threads`` chunks in flight stay within ``max_memory``.
 
     Per element in flight: raw reads (<= 8 B x (N+1)), float32 stack (4 B x (N+1)), kernel temporaries
-    (about 4 B x (2N+6)) and the cast output: budget ~ (16 N + 40) bytes. Rounded to the RNG block.
+    (about 4 B x (2N+6)) and the cast output: budget ~ (16 N + 40) bytes. Rounded to the RNG block, and
+    at most ``MAX_CHUNK``: larger chunks are no faster, and their temporaries (over glibc's 32 MB mmap
+    threshold) would be mapped and zero-filled afresh for every chunk (measured: 3x the system time).
     """
     if cfg.chunk_size is not None:
         return cfg.chunk_size
     per_element = 16 * n_models + 40
     n = cfg.memory_bytes // (per_element * threads)
-    return max(RNG_BLOCK // 16, (n // RNG_BLOCK) * RNG_BLOCK or n)
+    return min(MAX_CHUNK, max(RNG_BLOCK // 16, (n // RNG_BLOCK) * RNG_BLOCK or n))
 
 
 def plan_jobs(cfg: MergeConfig, ref: Checkpoint, chunk: int) -> list[TensorJob]:
@@ -246,18 +271,22 @@ def planned_tensors(jobs: Sequence[TensorJob]) -> list[PlannedTensor]:
 
 
 def run_parallel(tasks: Sequence[Callable[[], Any]], threads: int, progress: tqdm | None = None) -> list[Any]:
-    """Run ``tasks`` on ``threads`` workers with at most 2 x threads in flight; results in task order."""
+    """Run ``tasks`` on ``threads`` workers with at most 2 x threads in flight; results in task order.
+
+    A new task is submitted as soon as any one finishes, so a slow task never leaves workers idle.
+    """
     if threads == 1:
         return [_tick(t(), progress) for t in tasks]
     results: list[Any] = [None] * len(tasks)
     with ThreadPoolExecutor(threads) as pool:
-        window: list[tuple[int, Future[Any]]] = []
+        window: dict[Future[Any], int] = {}
         for i, task in enumerate(tasks):
-            window.append((i, pool.submit(task)))
+            window[pool.submit(task)] = i
             if len(window) >= 2 * threads:
-                j, fut = window.pop(0)
-                results[j] = _tick(fut.result(), progress)
-        for j, fut in window:
+                finished, _ = wait(window, return_when=FIRST_COMPLETED)
+                for fut in finished:
+                    results[window.pop(fut)] = _tick(fut.result(), progress)
+        for fut, j in sorted(window.items(), key=lambda item: item[1]):
             results[j] = _tick(fut.result(), progress)
     return results
 
@@ -284,10 +313,11 @@ def overlap_stats(
 ) -> dict[str, torch.Tensor]:
     """The statistics pass: ``[N, N]`` overlap histogram per tensor (counts only, nothing written)."""
     tasks, owners = [], []
+    scratch = Scratch()
     for name in names:
         numel = inputs.reference.tensors[name].numel
         for s in range(0, numel, chunk):
-            tasks.append(_hist_task(inputs, name, s, min(s + chunk, numel), eps))
+            tasks.append(_hist_task(inputs, name, s, min(s + chunk, numel), eps, scratch))
             owners.append(name)
     n = len(inputs.models)
     hists = {name: torch.zeros(n, n, dtype=torch.int64) for name in names}
@@ -297,10 +327,12 @@ def overlap_stats(
     return hists
 
 
-def _hist_task(inputs: Inputs, name: str, start: int, stop: int, eps: float) -> Callable[[], torch.Tensor]:
+def _hist_task(
+    inputs: Inputs, name: str, start: int, stop: int, eps: float, scratch: Scratch
+) -> Callable[[], torch.Tensor]:
     def task() -> torch.Tensor:
         if fused.counts_available(len(inputs.models)):
-            counted = fused.fused_counts(fused.raw_chunk(*inputs.read_stored(name, start, stop)), eps)
+            counted = fused.fused_counts(fused.raw_chunk(*inputs.read_stored(name, start, stop, scratch)), eps)
             if counted.finite:
                 return histogram_from_patterns(counted.patterns)
         ref, models = inputs.read(name, start, stop)  # also the path that names a non-finite input
@@ -350,6 +382,7 @@ class _Merger:
         self.cfg, self.inputs, self.threads, self.quiet = cfg, inputs, threads, quiet
         self.method: Method = cfg.spec
         self.fused = fused.fused_kernel(self.method, len(inputs.models))  # None: the reference kernel
+        self.scratch = Scratch()  # each worker's chunk buffers, freed with the run
         self.chunk = chunk_elements(cfg, len(inputs.models), threads)
         self.jobs = plan_jobs(cfg, inputs.reference, self.chunk)
         self.weights = torch.tensor([m.weight for m in cfg.models], dtype=torch.float32)
@@ -410,13 +443,15 @@ class _Merger:
             return False
         assert self.writer is not None
         stats = TensorStats(self.tensor_hists.get(job.name), self.model_hist)
-        raw = fused.raw_chunk(*self.inputs.read_stored(job.name, start, stop))
+        raw = fused.raw_chunk(*self.inputs.read_stored(job.name, start, stop, self.scratch))
+        raw.out = self.scratch.get("merged", stop - start, torch.float32)
         result = self.fused(raw, params, self.weights, stats, self.eps)
         if not result.finite or result.merged is None:
             return False  # the reference path reads again and names the broken checkpoint
         if not self.method.needs_model_stats:
             self._add_hist(job.name, histogram_from_patterns(result.patterns))
-        self.writer.write(job.name, start, result.merged.to(job.out_dtype))
+        out = self.scratch.get("out", stop - start, job.out_dtype)
+        self.writer.write(job.name, start, out.copy_(result.merged))
         return True
 
     def _make_chunk(self, job: TensorJob, start: int, stop: int, ref: torch.Tensor, tau: torch.Tensor) -> Chunk:

@@ -17,7 +17,8 @@ the default) or per tensor (``scope: tensor``).
 
 Baselines: linear ``sum_i w_i tau_i / sum_i w_i`` (= weighted average of the models) and task
 arithmetic ``lambda * sum_i w_i tau_i``. ``unique_only`` is the paper's dilution ablation:
-``s * tau_a`` on the elements only agent ``a`` updated, zero elsewhere.
+``s * tau_a`` on the elements only agent ``a`` updated, zero elsewhere. The other baselines (TIES, DARE,
+Breadcrumbs, DELLA, Model Stock, SLERP, RAM-TIES, Fisher) live in ``baselines.py`` and join ``METHODS`` below.
 """
 
 from __future__ import annotations
@@ -29,7 +30,7 @@ from typing import Any
 
 import torch
 
-from agentmerge.deltas import overlap_count, rho_from_histogram, update_mask
+from agentmerge.deltas import overlap_count, rho_from_histogram, sum_agents, update_mask
 
 ParamValue = float | int | str | bool
 
@@ -45,6 +46,7 @@ class Param:
     high: float | None = None
     choices: tuple[str, ...] = ()
     low_open: bool = False  # True: value must be > low (not >=)
+    per_model: bool = False  # may be set per model (``models[i].params``)
 
     def check(self, value: object, method: str) -> ParamValue:
         """Return ``value`` coerced to the default's type, or raise ``ValueError`` saying why not."""
@@ -110,9 +112,25 @@ class Chunk:
     stats: TensorStats = field(default_factory=TensorStats)
     seed: int = 0
     extras: Mapping[str, torch.Tensor] = field(default_factory=dict)  # e.g. "fisher": [N, E]
+    shape: tuple[int, ...] = ()  # the whole tensor's shape (() when unknown)
+    model_params: tuple[Mapping[str, ParamValue], ...] = ()  # per model, when any model sets params; else ()
 
 
 ChunkSource = Callable[[], Iterator[Chunk]]  # a fresh pass over one whole tensor, chunk by chunk
+
+
+@dataclass(frozen=True)
+class TensorSource:
+    """The ``ChunkSource`` the driver hands to ``prepare``, with what it knows about the tensor up front."""
+
+    name: str
+    shape: tuple[int, ...]
+    n_chunks: int
+    model_params: tuple[Mapping[str, ParamValue], ...]
+    read: ChunkSource
+
+    def __call__(self) -> Iterator[Chunk]:
+        return self.read()
 
 
 @dataclass(frozen=True)
@@ -131,6 +149,9 @@ class Method:
     # optional per-tensor pass over all of the tensor's chunks before the merge pass (e.g. thresholds)
     prepare: Callable[[ChunkSource, Mapping[str, ParamValue]], Any] | None = None
     model_inputs: tuple[str, ...] = ()  # extra per-model tensors, e.g. ("fisher",)
+    # chunks of a tensor of this shape start on multiples of this (e.g. whole rows); None: any
+    chunk_multiple: Callable[[tuple[int, ...]], int] | None = None
+    validate: Callable[[Mapping[str, ParamValue]], None] | None = None  # cross-parameter check (ValueError)
 
     def defaults(self) -> dict[str, ParamValue]:
         return {p.name: p.default for p in self.params}
@@ -160,10 +181,10 @@ def ram_combine(tau: torch.Tensor, eps: float, lam: torch.Tensor | None = None) 
     mask = update_mask(tau, eps)
     count = overlap_count(mask)
     active = torch.where(mask, tau, 0.0)
-    mean = active.sum(0) / count.clamp(min=1)
+    mean = sum_agents(active) / count.clamp(min=1)
     if lam is None:
         return mean  # c = 1: the mean is the lone agent's delta; c = 0: zero
-    scaled = (active * lam[:, None]).sum(0)
+    scaled = sum_agents(active * lam[:, None])
     return torch.where(count == 1, scaled, mean)
 
 
@@ -193,7 +214,7 @@ def unique_only(c: Chunk) -> torch.Tensor:
 
 def weighted_sum(tau: torch.Tensor, weights: torch.Tensor) -> torch.Tensor:
     """``[N, E]``, ``[N]`` -> ``[E]``: sum_i w_i tau_i."""
-    return (tau * weights[:, None]).sum(0)
+    return sum_agents(tau * weights[:, None])
 
 
 def linear(c: Chunk) -> torch.Tensor:
@@ -248,6 +269,11 @@ METHODS: dict[str, Method] = {
         ),
     )
 }
+
+
+from agentmerge.baselines import BASELINES  # noqa: E402  (baselines build on the classes above)
+
+METHODS.update({m.name: m for m in BASELINES})
 
 
 def method_names() -> Sequence[str]:

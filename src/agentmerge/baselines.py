@@ -1,0 +1,682 @@
+"""Baseline merge methods as chunk kernels, and the exact whole-tensor statistics they need.
+
+Every kernel gets one ``Chunk`` (elements ``start:stop`` of one tensor, the ``[N, E]`` stack of task
+vectors ``tau_i``) and returns the merged task vector ``tau*`` for those elements. Notation: ``w_i``
+model weights, ``lambda`` the scaling coefficient, ``d`` a tensor's element count, ``sgn`` the sign.
+
+TIES (trim, elect, disjoint merge), per tensor and agent, with ``k_i = floor(density_i * d)``:
+
+    t_i      = k_i-th largest |tau_i| over the whole tensor            (+inf when k_i = 0)
+    trim_i   = tau_i * [|tau_i| >= t_i]                                (ties at t_i are all kept)
+    s[p]     = sgn(sum_i w_i trim_i[p])                                 (elected sign: total mass)
+    A_i[p]   = [trim_i[p] != 0 and sgn(trim_i[p]) = s[p]]
+    tau*[p]  = lambda * sum_i A_i w_i trim_i[p] / sum_i A_i w_i         (0 where no agent agrees)
+
+DARE: ``tau_i' = tau_i * [u_i >= p_i] / (1 - p_i)`` with ``u_i[p]`` seeded uniform draws
+(``deltas.seeded_uniform``, independent of chunking); then task arithmetic (``dare_linear``:
+``lambda * sum_i w_i tau_i'``) or TIES (``dare_ties``, trimming ``tau'`` with ``density``, default 1).
+
+Breadcrumbs: per tensor and agent drop the ``g_i = floor(gamma_i d)`` largest and keep the next
+``k_i = floor(density_i d)`` magnitudes: ``lo_i <= |tau_i| <= hi_i`` with ``hi_i`` the ``(d - g_i)``-th
+and ``lo_i`` the ``(d - g_i - k_i + 1)``-th smallest magnitude (ties at either bound are kept); then
+task arithmetic.
+
+DELLA (MAGPRUNE): in each row (last dimension, length L; 1-D tensors are one row) rank magnitudes
+``r = 0 .. L-1`` (smallest first, ties by position); drop element p with probability
+``p_i(r) = p + eps/2 - eps * r / (L - 1)`` (smallest magnitudes most likely dropped), rescale survivors
+by ``1 / (1 - p_i(r))``; then TIES sign election and disjoint mean, times ``lambda``.
+
+Model Stock: ``cos`` = mean over pairs i < j of cos(tau_i, tau_j) over the whole tensor (a pair with a
+zero vector counts 0; negative means clamp to 0), ``t = N cos / (1 + (N - 1) cos)`` (t = 1 for one
+model), ``tau* = t * mean_i tau_i`` i.e. ``theta = t * mean_i theta_i + (1 - t) * theta_0``.
+
+SLERP (two models A, B): ``omega = arccos(<A, B> / (|A| |B|))`` over the whole tensor's weights;
+``theta = sin((1-t) omega)/sin(omega) A + sin(t omega)/sin(omega) B``, and ``(1 - t) A + t B`` when
+``|cos omega| > colinear`` or a norm is 0. ``t = 0`` / ``t = 1`` return A / B exactly.
+
+RAM-TIES (the RAM authors' "arm-ties"): RAM's regions by ``m_i = |tau_i| > eps``, ``c = sum_i m_i``;
+unique elements (c = 1) keep the agent's delta whole, untouched ones (c = 0) stay 0; on the shared
+elements (c >= 2, D of them in the tensor) TIES without weights or lambda: with
+``r_i = floor(D * (1 - keep_i))``, keep ``m_i tau_i`` where ``|m_i tau_i| >= `` its ``r_i``-th smallest
+value over the shared elements (all when r_i = 0), then sign election and disjoint mean.
+
+Fisher: ``tau* = sum_i w_i F_i tau_i / sum_i w_i F_i`` with ``F_i = max(fisher_i, floor)`` (so an
+all-zero Fisher gives the weighted average), i.e. ``theta = sum_i w_i F_i theta_i / sum_i w_i F_i``.
+
+Sums over agents use ``deltas.sum_agents`` (agents added in order), never ``x.sum(0)``, whose order
+depends on an element's position in the chunk for five or more agents.
+
+Whole-tensor statistics when a tensor spans several chunks come from ``Method.prepare``:
+exact k-th magnitudes by a two-pass radix select on the float32 bit patterns (monotone for
+non-negative floats), and dot products as float64 sums over fixed 1024-element blocks added
+pairwise, so that they do not depend on where chunks start. A one-chunk tensor needs no prepare
+pass: its kernel computes the same statistics from the chunk (``torch.kthvalue``, the same sums).
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Iterator, Mapping, Sequence
+
+import torch
+
+from agentmerge.deltas import overlap_count, seeded_uniform, sum_agents, update_mask
+from agentmerge.methods import EPSILON, Chunk, ChunkSource, Method, Param, ParamValue, TensorSource
+
+STAT_BLOCK = 1024  # elements per block of a dot-product sum; chunks of model_stock/slerp start on a block
+_HI = 1 << 16  # radix select: bins of the upper and lower 16 bits of a float32
+
+Params = Mapping[str, ParamValue]
+RankFn = Callable[[int, int], torch.Tensor]  # (count d, agents N) -> [N, R] int64 ascending ranks (1-based)
+
+
+# --------------------------------------------------------------------------- per-agent parameters
+
+
+def agent_values(params: Params, model_params: Sequence[Params], name: str, n: int) -> torch.Tensor:
+    """``[N]`` float64: parameter ``name`` per agent (per-model params when given, else the tensor's)."""
+    if model_params:
+        return torch.tensor([float(mp[name]) for mp in model_params], dtype=torch.float64)
+    return torch.full((n,), float(params[name]), dtype=torch.float64)
+
+
+def chunk_values(c: Chunk, name: str) -> torch.Tensor:
+    """``[N]`` float64 per-agent values of ``name`` for this chunk."""
+    return agent_values(c.params, c.model_params, name, c.tau.shape[0])
+
+
+def _whole(c: Chunk) -> bool:
+    """Whether the chunk holds its whole tensor (a kernel may then compute tensor statistics itself)."""
+    return c.start == 0 and (not c.shape or c.stop == math.prod(c.shape))
+
+
+# --------------------------------------------------------------------------- exact k-th magnitudes
+
+
+def _special(ranks: torch.Tensor, d: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """Rank 0 means 0.0 (keep everything), rank > d means +inf (keep nothing): masks of both."""
+    return ranks <= 0, ranks > d
+
+
+def kth_direct(values: torch.Tensor, ranks: torch.Tensor) -> torch.Tensor:
+    """``[N, d]`` non-negative float32, ``[N, R]`` 1-based ranks -> ``[N, R]`` float32 rank-th smallest values."""
+    d = values.shape[1]
+    out = torch.empty(ranks.shape, dtype=torch.float32)
+    low, high = _special(ranks, d)
+    for i in range(ranks.shape[0]):
+        positive: torch.Tensor | None = None  # sparse task vectors: select among the nonzero values only
+        for j in range(ranks.shape[1]):
+            if low[i, j] or high[i, j]:
+                out[i, j] = 0.0 if low[i, j] else math.inf
+                continue
+            if positive is None:
+                positive = values[i][values[i] > 0]
+            r = int(ranks[i, j]) - (d - positive.numel())  # rank among the positive values
+            out[i, j] = kth_value(positive, r) if r > 0 else 0.0
+    return out
+
+
+def kth_value(x: torch.Tensor, r: int, sample: int = 1 << 14) -> torch.Tensor:
+    """``[d]`` float32, ``1 <= r <= d`` -> the exact r-th smallest value (a 0-d tensor).
+
+    A sorted strided sample of ``x`` brackets the rank; only the elements inside the bracket go to
+    ``torch.kthvalue`` (with the count below it subtracted). If the bracket misses, the whole of ``x`` does.
+    """
+    d = x.numel()
+    if d <= 4 * sample:
+        return torch.kthvalue(x, r).values
+    probe = torch.sort(x[:: d // sample]).values
+    m = probe.numel()
+    centre, width = r / d * m, 4.0 * math.sqrt(m) + 2.0
+    lo_i, hi_i = int(centre - width), int(centre + width)
+    lo = float(probe[lo_i]) if lo_i >= 0 else -math.inf
+    hi = float(probe[hi_i]) if hi_i < m else math.inf
+    below = int(torch.count_nonzero(x < lo))
+    band = x[(x >= lo) & (x <= hi)]
+    if below < r <= below + band.numel():
+        return torch.kthvalue(band, r - below).values
+    return torch.kthvalue(x, r).values
+
+
+def kth_streamed(batches: Callable[[], Iterator[torch.Tensor]], rank_fn: RankFn) -> torch.Tensor:
+    """Exact ``[N, R]`` rank-th smallest values over all ``[N, E]`` batches, holding one batch at a time.
+
+    Two passes: a histogram of the upper 16 bits of each float32 finds the bin holding each rank; a
+    histogram of the lower 16 bits inside that bin finds the value. Non-negative float32 values order
+    like their int32 bit patterns, so the result is the exact value ``torch.kthvalue`` would give.
+    """
+    hist: torch.Tensor | None = None
+    d = 0
+    for v in batches():
+        n = v.shape[0]
+        if hist is None:
+            hist = torch.zeros(n * _HI, dtype=torch.int64)
+        hi = _bits(v) >> 16
+        hist += torch.bincount((hi + torch.arange(n)[:, None] * _HI).reshape(-1), minlength=n * _HI)
+        d += v.shape[1]
+    if hist is None:
+        raise ValueError("kth_streamed: no batches")
+    n = hist.numel() // _HI
+    ranks = rank_fn(d, n)
+    low, high = _special(ranks, d)
+    out = torch.where(low, 0.0, math.inf).float()
+    valid = ~(low | high)
+    if not bool(valid.any()):
+        return out
+    cum = hist.view(n, _HI).cumsum(1)
+    r = ranks.clamp(1, d)
+    bins = torch.searchsorted(cum, r)  # [N, R] first bin whose cumulative count reaches the rank
+    below = torch.where(bins > 0, cum.gather(1, (bins - 1).clamp(min=0)), 0)
+    lo_hist = torch.zeros(*ranks.shape, _HI, dtype=torch.int64)
+    for v in batches():
+        bits = _bits(v)
+        hi, lo = bits >> 16, bits & (_HI - 1)
+        for i, j in valid.nonzero().tolist():
+            lo_hist[i, j] += torch.bincount(lo[i][hi[i] == bins[i, j]], minlength=_HI)
+    lo_bin = torch.searchsorted(lo_hist.cumsum(2), (r - below)[..., None]).squeeze(-1)
+    found = ((bins << 16) | lo_bin).to(torch.int32).view(torch.float32)
+    return torch.where(valid, found, out)
+
+
+def _bits(v: torch.Tensor) -> torch.Tensor:
+    """Non-negative float32 -> int32 bit patterns (same order)."""
+    return v.float().contiguous().view(torch.int32)
+
+
+def magnitude_thresholds(
+    source: ChunkSource, magnitudes: Callable[[Chunk], torch.Tensor], rank_fn: RankFn
+) -> torch.Tensor | None:
+    """Prepare pass: ``[N, R]`` thresholds over a multi-chunk tensor; ``None`` for a one-chunk tensor."""
+    if isinstance(source, TensorSource) and source.n_chunks <= 1:
+        return None
+    return kth_streamed(lambda: (magnitudes(c) for c in source()), rank_fn)
+
+
+def tensor_thresholds(
+    c: Chunk, magnitudes: Callable[[Chunk], torch.Tensor], rank_fn: RankFn, values: torch.Tensor | None = None
+) -> torch.Tensor:
+    """``[N, R]`` thresholds: from the prepare pass, or computed on the chunk when it is the whole tensor.
+
+    ``values`` is ``magnitudes(c)`` when the caller has it already.
+    """
+    if c.stats.prepared is not None:
+        return torch.as_tensor(c.stats.prepared)
+    if not _whole(c):
+        raise RuntimeError(f"{c.name}: tensor statistics missing for a partial chunk (prepare was not run)")
+    values = magnitudes(c) if values is None else values
+    return kth_direct(values, rank_fn(values.shape[1], values.shape[0]))
+
+
+# --------------------------------------------------------------------------- exact dot products
+
+
+def block_sums(x: torch.Tensor, start: int) -> torch.Tensor:
+    """``[E]`` float64 starting at element ``start`` (a multiple of STAT_BLOCK) -> ``[ceil(E/B)]`` block sums.
+
+    Each block is summed by pairwise halving, so a block's sum depends only on its values.
+    """
+    if start % STAT_BLOCK:
+        raise ValueError(f"block_sums: chunk start {start} is not a multiple of {STAT_BLOCK}")
+    v = torch.nn.functional.pad(x, (0, -x.numel() % STAT_BLOCK)).view(-1, STAT_BLOCK)
+    while v.shape[1] > 1:
+        h = v.shape[1] // 2
+        v = v[:, :h] + v[:, h:]
+    return v[:, 0]
+
+
+def pairwise_total(x: torch.Tensor) -> float:
+    """``[M]`` float64 -> its sum by pairwise halving (zero-padded to a power of two)."""
+    size = 1 << max(0, (x.numel() - 1).bit_length())
+    v = torch.nn.functional.pad(x, (0, size - x.numel()))
+    while v.numel() > 1:
+        h = v.numel() // 2
+        v = v[:h] + v[h:]
+    return float(v.sum())
+
+
+def _dot_blocks(vectors: torch.Tensor, start: int) -> torch.Tensor:
+    """``[K, E]`` float32 -> ``[K, K, nb]`` float64 block sums of every product ``v_a * v_b``."""
+    k = vectors.shape[0]
+    nb = -(-vectors.shape[1] // STAT_BLOCK)
+    out = torch.zeros(k, k, nb, dtype=torch.float64)
+    v64 = vectors.double()
+    for a in range(k):
+        for b in range(a, k):
+            out[a, b] = out[b, a] = block_sums(v64[a] * v64[b], start)
+    return out
+
+
+def gram(batches: Iterator[tuple[torch.Tensor, int]]) -> torch.Tensor:
+    """``[K, K]`` float64 exact-order Gram matrix of the vectors over all ``([K, E], start)`` batches."""
+    parts = [_dot_blocks(v, s) for v, s in batches]
+    blocks = torch.cat(parts, dim=2)
+    k = blocks.shape[0]
+    g = torch.empty(k, k, dtype=torch.float64)
+    for a in range(k):
+        for b in range(k):
+            g[a, b] = pairwise_total(blocks[a, b])
+    return g
+
+
+def gram_prepare(vectors: Callable[[Chunk], torch.Tensor]) -> Callable[[ChunkSource, Params], torch.Tensor | None]:
+    """A ``prepare`` hook computing the Gram matrix of ``vectors(chunk)`` over a multi-chunk tensor."""
+
+    def prepare(source: ChunkSource, params: Params) -> torch.Tensor | None:
+        if isinstance(source, TensorSource) and source.n_chunks <= 1:
+            return None
+        return gram((vectors(c), c.start) for c in source())
+
+    return prepare
+
+
+def tensor_gram(c: Chunk, vectors: Callable[[Chunk], torch.Tensor]) -> torch.Tensor:
+    """``[K, K]`` Gram matrix: from the prepare pass, or computed on the chunk when it is the whole tensor."""
+    if c.stats.prepared is not None:
+        return torch.as_tensor(c.stats.prepared)
+    if not _whole(c):
+        raise RuntimeError(f"{c.name}: tensor statistics missing for a partial chunk (prepare was not run)")
+    return gram(iter([(vectors(c), c.start)]))
+
+
+def stat_blocks(shape: tuple[int, ...]) -> int:
+    """Chunk multiple for methods with dot-product statistics."""
+    return STAT_BLOCK
+
+
+# --------------------------------------------------------------------------- shared pieces
+
+
+def disjoint_merge(tau: torch.Tensor, weights: torch.Tensor) -> torch.Tensor:
+    """``[N, E]`` (zeros = dropped), ``[N]`` -> ``[E]``: TIES sign election by mass and disjoint weighted mean."""
+    wt = tau * weights[:, None]  # [N, E]
+    elected = torch.sign(sum_agents(wt))  # [E] in {-1, 0, 1}
+    wt.mul_(elected)  # > 0 exactly where the entry is nonzero and agrees with the elected sign
+    agree = wt > 0
+    num = sum_agents(wt.clamp_(min=0.0)).mul_(elected)  # sum of the agreeing w_i tau_i (all of one sign)
+    den = sum_agents(agree * weights[:, None])
+    return torch.where(den != 0, num / torch.where(den != 0, den, 1.0), 0.0)
+
+
+SLICE = 1 << 18  # elements per slice of the float64 temporaries of DARE and DELLA (bounds their memory)
+
+
+def dare_drop(c: Chunk) -> torch.Tensor:
+    """``[N, E]``: each tau_i element kept with probability 1 - p_i (seeded), survivors divided by 1 - p_i."""
+    p = chunk_values(c, "p")[:, None]
+    u = seeded_uniform(c.seed, c.name, c.start, c.stop, c.tau.shape[0])
+    out = torch.empty_like(c.tau)
+    for s in range(0, c.tau.shape[1], SLICE):
+        part = slice(s, s + SLICE)
+        out[:, part] = torch.where(u[:, part].double() >= p, c.tau[:, part].double() / (1.0 - p), 0.0)
+    return out
+
+
+def _top_rank(params: Params, model_params: Sequence[Params]) -> RankFn:
+    """Ranks of the TIES threshold: the ``floor(density_i d)``-th largest = ``(d - k_i + 1)``-th smallest."""
+
+    def ranks(d: int, n: int) -> torch.Tensor:
+        density = agent_values(params, model_params, "density", n).tolist()
+        k = torch.tensor([int(x * d) for x in density], dtype=torch.int64)
+        return torch.where(k > 0, d - k + 1, d + 1)[:, None]
+
+    return ranks
+
+
+def _chunk_params(source: ChunkSource, params: Params) -> tuple[Params, Sequence[Params]]:
+    return params, source.model_params if isinstance(source, TensorSource) else ()
+
+
+def _trim(tau: torch.Tensor, thresholds: torch.Tensor) -> torch.Tensor:
+    """``[N, E]``, ``[N, 1]`` -> tau where ``|tau| >= threshold``, else 0."""
+    return torch.where(tau.abs() >= thresholds, tau, 0.0)
+
+
+def _all_dense(params: Params, model_params: Sequence[Params]) -> bool:
+    return all(float(mp["density"]) >= 1.0 for mp in (model_params or [params]))
+
+
+# --------------------------------------------------------------------------- TIES and DARE
+
+
+def _ties_core(c: Chunk, tau: Callable[[Chunk], torch.Tensor]) -> torch.Tensor:
+    values = tau(c)
+    if not _all_dense(c.params, c.model_params):
+        t = tensor_thresholds(c, lambda ch: tau(ch).abs(), _top_rank(c.params, c.model_params), values.abs())
+        values = _trim(values, t)
+    return float(c.params["lambda"]) * disjoint_merge(values, c.weights)
+
+
+def _ties_prepare(tau: Callable[[Chunk], torch.Tensor]) -> Callable[[ChunkSource, Params], torch.Tensor | None]:
+    def prepare(source: ChunkSource, params: Params) -> torch.Tensor | None:
+        p, mp = _chunk_params(source, params)
+        if _all_dense(p, mp):
+            return None
+        return magnitude_thresholds(source, lambda ch: tau(ch).abs(), _top_rank(p, mp))
+
+    return prepare
+
+
+def _raw_tau(c: Chunk) -> torch.Tensor:
+    return c.tau
+
+
+def ties(c: Chunk) -> torch.Tensor:
+    return _ties_core(c, _raw_tau)
+
+
+def dare_ties(c: Chunk) -> torch.Tensor:
+    return _ties_core(c, dare_drop)
+
+
+def dare_linear(c: Chunk) -> torch.Tensor:
+    return float(c.params["lambda"]) * sum_agents(dare_drop(c) * c.weights[:, None])
+
+
+# --------------------------------------------------------------------------- Breadcrumbs
+
+
+def _crumb_ranks(params: Params, model_params: Sequence[Params]) -> RankFn:
+    """``[N, 2]`` ranks (lower, upper bound) of the kept magnitude band."""
+
+    def ranks(d: int, n: int) -> torch.Tensor:
+        density = agent_values(params, model_params, "density", n).tolist()
+        gamma = agent_values(params, model_params, "gamma", n).tolist()
+        out = []
+        for dens, gam in zip(density, gamma, strict=True):
+            k, g = int(dens * d), int(gam * d)
+            out.append([max(1, d - g - k + 1) if k > 0 else d + 1, d - g])
+        return torch.tensor(out, dtype=torch.int64)
+
+    return ranks
+
+
+def _abs_tau(c: Chunk) -> torch.Tensor:
+    return c.tau.abs()
+
+
+def breadcrumbs(c: Chunk) -> torch.Tensor:
+    mag = c.tau.abs()
+    bounds = tensor_thresholds(c, _abs_tau, _crumb_ranks(c.params, c.model_params), mag)
+    keep = (mag >= bounds[:, :1]) & (mag <= bounds[:, 1:])
+    return float(c.params["lambda"]) * sum_agents(torch.where(keep, c.tau, 0.0) * c.weights[:, None])
+
+
+def _breadcrumbs_prepare(source: ChunkSource, params: Params) -> torch.Tensor | None:
+    p, mp = _chunk_params(source, params)
+    if isinstance(source, TensorSource) and source.n_chunks <= 1:
+        return None
+    return magnitude_thresholds(source, _abs_tau, _crumb_ranks(p, mp))
+
+
+# --------------------------------------------------------------------------- DELLA
+
+
+def row_length(shape: tuple[int, ...]) -> int:
+    """DELLA's ranking unit: the last dimension of a matrix, the whole of a vector."""
+    return max(1, shape[-1] if len(shape) >= 2 else math.prod(shape))
+
+
+def della(c: Chunk) -> torch.Tensor:
+    n, e = c.tau.shape
+    length = row_length(c.shape) if c.shape else e
+    if e % length or c.start % length:
+        raise RuntimeError(f"{c.name}: della needs chunks of whole rows of {length} (got {c.start}:{c.stop})")
+    p, eps = chunk_values(c, "p")[:, None, None], chunk_values(c, "eps")[:, None, None]
+    u = seeded_uniform(c.seed, c.name, c.start, c.stop, n)
+    kept = torch.empty_like(c.tau)
+    step = max(1, SLICE // length) * length  # whole rows per slice
+    for s in range(0, e, step):
+        part = slice(s, s + step)
+        kept[:, part] = _magprune(c.tau[:, part].reshape(n, -1, length), u[:, part], p, eps).reshape(n, -1)
+    return float(c.params["lambda"]) * disjoint_merge(kept, c.weights)
+
+
+def _magprune(tau: torch.Tensor, u: torch.Tensor, p: torch.Tensor, eps: torch.Tensor) -> torch.Tensor:
+    """``[N, rows, L]`` task vectors, ``[N, rows * L]`` draws, ``[N, 1, 1]`` p and eps -> kept and rescaled."""
+    n, _, length = tau.shape
+    order = torch.argsort(tau.abs(), dim=2, stable=True)
+    rank = torch.empty_like(order).scatter_(2, order, torch.arange(length).expand_as(order))
+    frac = rank.double() / (length - 1) if length > 1 else torch.full(rank.shape, 0.5, dtype=torch.float64)
+    drop = p + eps / 2 - eps * frac  # [N, rows, L] float64: smallest magnitude -> p + eps/2
+    kept = torch.where(u.double().view(n, -1, length) >= drop, tau.double() / (1.0 - drop), 0.0)
+    return kept.float()
+
+
+# --------------------------------------------------------------------------- Model Stock, SLERP
+
+
+def model_stock_ratio(g: torch.Tensor) -> float:
+    """``[N, N]`` Gram of task vectors -> Model Stock's interpolation ratio t."""
+    n = g.shape[0]
+    if n == 1:
+        return 1.0
+    norms = g.diagonal().sqrt()
+    cos = [
+        float(g[i, j] / (norms[i] * norms[j])) if norms[i] > 0 and norms[j] > 0 else 0.0
+        for i in range(n)
+        for j in range(i + 1, n)
+    ]
+    mean = max(0.0, sum(cos) / len(cos))
+    return n * mean / (1.0 + (n - 1) * mean)
+
+
+def model_stock(c: Chunk) -> torch.Tensor:
+    t = model_stock_ratio(tensor_gram(c, _raw_tau))
+    return t * (sum_agents(c.tau) / c.tau.shape[0])
+
+
+def _endpoints(c: Chunk) -> torch.Tensor:
+    """``[2, E]`` the two models' weights."""
+    return c.base[None, :] + c.tau
+
+
+def slerp(c: Chunk) -> torch.Tensor:
+    t = float(c.params["t"])
+    if t == 0.0:
+        return c.tau[0].clone()
+    if t == 1.0:
+        return c.tau[1].clone()
+    g = tensor_gram(c, _endpoints)
+    a, b = _endpoints(c)
+    na, nb = math.sqrt(float(g[0, 0])), math.sqrt(float(g[1, 1]))
+    cos = float(g[0, 1]) / (na * nb) if na > 0 and nb > 0 else 1.0
+    merged: torch.Tensor
+    if abs(cos) > float(c.params["colinear"]):
+        merged = (1.0 - t) * a + t * b
+    else:
+        omega = math.acos(max(-1.0, min(1.0, cos)))
+        s = math.sin(omega)
+        merged = (math.sin((1.0 - t) * omega) / s) * a + (math.sin(t * omega) / s) * b
+    return merged - c.base
+
+
+# --------------------------------------------------------------------------- RAM-TIES
+
+
+def _shared(c: Chunk, eps: float) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """Update mask ``[N, E]``, overlap count ``[E]`` and the shared-region values ``[N, D]`` (m_i * |tau_i|)."""
+    mask = update_mask(c.tau, eps)
+    count = overlap_count(mask)
+    return mask, count, torch.where(mask, c.tau.abs(), 0.0)[:, count >= 2]
+
+
+def _keep_rank(params: Params, model_params: Sequence[Params]) -> RankFn:
+    """Ranks of the RAM-TIES threshold: the ``floor(D (1 - keep_i))``-th smallest (0: keep all)."""
+
+    def ranks(d: int, n: int) -> torch.Tensor:
+        keep = agent_values(params, model_params, "keep", n).tolist()
+        return torch.tensor([[int(d * (1.0 - k))] for k in keep], dtype=torch.int64)
+
+    return ranks
+
+
+def ram_ties(c: Chunk) -> torch.Tensor:
+    eps = float(c.params["epsilon"])
+    mask, count, shared_values = _shared(c, eps)
+    active = torch.where(mask, c.tau, 0.0)
+    rank_fn = _keep_rank(c.params, c.model_params)
+    t = tensor_thresholds(c, lambda ch: _shared(ch, eps)[2], rank_fn, shared_values)
+    shared = count >= 2
+    trimmed = torch.where(active.abs() >= t, active, 0.0)
+    ones = torch.ones(c.tau.shape[0])
+    return torch.where(shared, disjoint_merge(trimmed, ones), sum_agents(active))
+
+
+def _ram_ties_prepare(source: ChunkSource, params: Params) -> torch.Tensor | None:
+    p, mp = _chunk_params(source, params)
+    if isinstance(source, TensorSource) and source.n_chunks <= 1:
+        return None
+    eps = float(p["epsilon"])
+    return magnitude_thresholds(source, lambda ch: _shared(ch, eps)[2], _keep_rank(p, mp))
+
+
+# --------------------------------------------------------------------------- Fisher
+
+
+def fisher(c: Chunk) -> torch.Tensor:
+    f = c.extras.get("fisher")
+    if f is None:
+        raise RuntimeError("fisher: the driver did not provide the models' Fisher tensors")
+    fw = f.float().clamp(min=float(c.params["floor"])) * c.weights[:, None]
+    return sum_agents(fw * c.tau) / sum_agents(fw)
+
+
+# --------------------------------------------------------------------------- parameter checks
+
+
+def _check_dare(params: Params) -> None:
+    if float(params["p"]) >= 1.0:
+        raise ValueError(f"parameter 'p' = {params['p']} must be below 1 (1 drops everything)")
+
+
+def _check_della(params: Params) -> None:
+    p, eps = float(params["p"]), float(params["eps"])
+    if p - eps / 2 < 0 or p + eps / 2 >= 1:
+        raise ValueError(f"della: drop probabilities p +- eps/2 = [{p - eps / 2}, {p + eps / 2}] must lie in [0, 1)")
+
+
+def _check_crumbs(params: Params) -> None:
+    if float(params["density"]) + float(params["gamma"]) > 1.0:
+        raise ValueError("breadcrumbs: density + gamma must not exceed 1")
+
+
+# --------------------------------------------------------------------------- registry entries
+
+LAMBDA = Param("lambda", 1.0, "scaling coefficient of the merged task vector")
+DENSITY = Param(
+    "density", 0.2, "fraction of each agent's entries kept per tensor, by magnitude", 0.0, 1.0, per_model=True
+)
+DROP = Param(
+    "p", 0.5, "drop probability of each task-vector element (survivors scaled by 1/(1-p))", 0.0, 1.0, per_model=True
+)
+
+BASELINES: tuple[Method, ...] = (
+    Method(
+        "ties",
+        "TIES: trim to top-density magnitudes, elect signs by mass, disjoint mean",
+        ties,
+        (DENSITY, LAMBDA),
+        uses_weights=True,
+        prepare=_ties_prepare(_raw_tau),
+    ),
+    Method(
+        "dare_linear",
+        "DARE + task arithmetic: random drop with rescale, then lambda * weighted sum",
+        dare_linear,
+        (DROP, LAMBDA),
+        uses_weights=True,
+        validate=_check_dare,
+    ),
+    Method(
+        "dare_ties",
+        "DARE + TIES: random drop with rescale, then (optional trim,) sign election and disjoint mean",
+        dare_ties,
+        (DROP, Param("density", 1.0, "TIES trim after the drop (1: none)", 0.0, 1.0, per_model=True), LAMBDA),
+        uses_weights=True,
+        prepare=_ties_prepare(dare_drop),
+        validate=_check_dare,
+    ),
+    Method(
+        "breadcrumbs",
+        "Model Breadcrumbs: drop the largest gamma and smallest magnitudes, keep density; task arithmetic",
+        breadcrumbs,
+        (
+            Param("density", 0.9, "fraction of each agent's entries kept per tensor", 0.0, 1.0, per_model=True),
+            Param("gamma", 0.01, "fraction of largest-magnitude entries dropped", 0.0, 1.0, per_model=True),
+            LAMBDA,
+        ),
+        uses_weights=True,
+        prepare=_breadcrumbs_prepare,
+        validate=_check_crumbs,
+    ),
+    Method(
+        "della",
+        "DELLA: magnitude-ranked random drop per row with rescale, sign election, disjoint mean",
+        della,
+        (
+            Param("p", 0.5, "mean drop probability", 0.0, 1.0, per_model=True),
+            Param(
+                "eps",
+                0.1,
+                "spread of drop probabilities: p - eps/2 (largest) .. p + eps/2 (smallest)",
+                0.0,
+                1.0,
+                per_model=True,
+            ),
+            LAMBDA,
+        ),
+        uses_weights=True,
+        chunk_multiple=row_length,
+        validate=_check_della,
+    ),
+    Method(
+        "model_stock",
+        "Model Stock: average of the models pulled toward the base by their task vectors' mean cosine",
+        model_stock,
+        prepare=gram_prepare(_raw_tau),
+        chunk_multiple=stat_blocks,
+    ),
+    Method(
+        "slerp",
+        "spherical interpolation of two models' weights per tensor (lerp when nearly colinear)",
+        slerp,
+        (
+            Param("t", 0.5, "interpolation: 0 gives the first model, 1 the second", 0.0, 1.0),
+            Param("colinear", 0.9995, "|cos| above which plain linear interpolation is used", 0.0, 1.0),
+        ),
+        min_models=2,
+        max_models=2,
+        needs_base=False,
+        prepare=gram_prepare(_endpoints),
+        chunk_multiple=stat_blocks,
+    ),
+    Method(
+        "ram_ties",
+        "RAM authors' arm-ties: unique updates kept whole, TIES (keep fraction) on the shared region",
+        ram_ties,
+        (
+            EPSILON,
+            Param(
+                "keep", 0.1, "fraction of the shared region each agent keeps, by magnitude", 0.0, 1.0, per_model=True
+            ),
+        ),
+        prepare=_ram_ties_prepare,
+    ),
+    Method(
+        "fisher",
+        "diagonal Fisher merging: sum_i w_i F_i theta_i / sum_i w_i F_i",
+        fisher,
+        (
+            Param(
+                "floor",
+                1e-10,
+                "lower bound of each Fisher value (all-zero Fisher -> plain average)",
+                0.0,
+                low_open=True,
+            ),
+        ),
+        uses_weights=True,
+        needs_base=False,
+        model_inputs=("fisher",),
+    ),
+)

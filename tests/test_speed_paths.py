@@ -1,0 +1,279 @@
+"""Fast paths against their references, bit for bit, and the merge's memory bound (not a timing test)."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import pytest
+import torch
+from safetensors.torch import save_file
+
+from agentmerge import fused
+from agentmerge.config import MergeConfig, ModelSpec
+from agentmerge.deltas import (
+    histogram_from_patterns,
+    overlap_count,
+    overlap_histogram,
+    pattern_counts,
+    task_vectors,
+    update_mask,
+)
+from agentmerge.errors import MergeError
+from agentmerge.merge import merge, run_parallel
+from agentmerge.methods import METHODS, Chunk, TensorStats
+
+needs_numba = pytest.mark.skipif(not fused.available(), reason="numba not installed (pip install agentmerge[fast])")
+
+
+def _histogram_by_definition(mask: torch.Tensor) -> torch.Tensor:
+    n = mask.shape[0]
+    count = overlap_count(mask)
+    return torch.stack([(mask & (count == k + 1)).sum(1) for k in range(n)], dim=1)
+
+
+def _inputs(n: int, e: int, dtype: torch.dtype, seed: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """A base and ``n`` sparse RL-like agents, with some deltas exactly at and around epsilon."""
+    g = torch.Generator().manual_seed(seed)
+    ref = (torch.randn(e, generator=g) * 0.02).to(dtype)
+    models = []
+    for i in range(n):
+        moved = torch.rand(e, generator=g) < (0.05 + 0.9 * i / max(n, 2))
+        delta = torch.randn(e, generator=g) * 2e-3 * moved
+        models.append((ref.float() + delta).to(dtype))
+    stack = torch.stack(models)
+    if e > 8:
+        stack[0, :4] = ref[:4].float() + torch.tensor([1e-5, -1e-5, 2e-5, 0.0])  # at/around epsilon (float32)
+    return ref, stack
+
+
+def _reference(method: str, ref: torch.Tensor, models: torch.Tensor, params: dict[str, object]) -> torch.Tensor:
+    """``theta_0 + kernel(chunk)`` in float32, as the driver's reference path computes it."""
+    spec = METHODS[method]
+    full = {**spec.defaults(), **params}
+    r, tau = ref.float(), task_vectors(ref, models)
+    hist = overlap_histogram(update_mask(tau, float(full.get("epsilon", 1e-5))))
+    weights = torch.linspace(0.5, 2.0, models.shape[0])
+    chunk = Chunk("t", 0, r.numel(), r, tau, weights, full, TensorStats(hist, hist))  # type: ignore[arg-type]
+    return r + spec.kernel(chunk)
+
+
+CASES = [
+    ("ram", {}),
+    ("ram", {"epsilon": 1e-3}),
+    ("ram_plus", {}),
+    ("ram_plus", {"scope": "tensor", "r": 0.7, "alpha": 1.5}),
+    ("ram_plus", {"form": "authors", "rescale_factor": 1.2}),
+    ("linear", {}),
+    ("task_arithmetic", {"lambda": 0.37}),
+]
+
+
+@needs_numba
+@pytest.mark.parametrize(("method", "params"), CASES)
+@pytest.mark.parametrize("n", [1, 2, 3, 5, 8])
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float32, torch.float16])
+def test_fused_kernel_matches_reference_bit_for_bit(
+    method: str, params: dict[str, object], n: int, dtype: torch.dtype
+) -> None:
+    e = 3 * fused.BLOCK + 123  # not a multiple of the block
+    ref, models = _inputs(n, e, dtype, seed=n)
+    spec = METHODS[method]
+    full = {**spec.defaults(), **params}
+    eps = float(full.get("epsilon", 1e-5))
+    kernel = fused.fused_kernel(spec, n)
+    assert kernel is not None
+    tau = task_vectors(ref, models)
+    hist = overlap_histogram(update_mask(tau, eps))
+    weights = torch.linspace(0.5, 2.0, n)
+    result = kernel(fused.raw_chunk(ref, models), full, weights, TensorStats(hist, hist), eps)
+    expected = _reference(method, ref, models, params)
+    assert result.finite and result.merged is not None
+    assert torch.equal(result.merged.view(torch.int32), expected.view(torch.int32))  # bits, -0.0 included
+    assert torch.equal(histogram_from_patterns(result.patterns), _histogram_by_definition(update_mask(tau, eps)))
+
+
+@needs_numba
+@pytest.mark.parametrize("e", [0, 1, 7, fused.BLOCK, fused.BLOCK + 1])
+def test_fused_edges_and_counts(e: int) -> None:
+    ref, models = _inputs(3, e, torch.bfloat16, seed=e)
+    raw = fused.raw_chunk(ref, models)
+    counted = fused.fused_counts(raw, 1e-5)
+    mask = update_mask(task_vectors(ref, models), 1e-5)
+    assert counted.finite and counted.patterns.sum() == e
+    assert torch.equal(counted.patterns, pattern_counts(mask))
+    merged = fused.fused_ram(raw, {"epsilon": 1e-5}, torch.ones(3), TensorStats(), 1e-5).merged
+    assert merged is not None and torch.equal(merged, _reference("ram", ref, models, {}))
+
+
+@needs_numba
+@pytest.mark.parametrize("bad", [float("nan"), float("inf"), float("-inf")])
+@pytest.mark.parametrize("row", [0, 2])
+def test_fused_flags_non_finite(bad: float, row: int) -> None:
+    ref, models = _inputs(2, 5000, torch.bfloat16, seed=1)
+    if row == 0:
+        ref[4321] = bad
+    else:
+        models[1, 17] = bad
+    raw = fused.raw_chunk(ref, models)
+    assert not fused.fused_ram(raw, {"epsilon": 1e-5}, torch.ones(2), TensorStats(), 1e-5).finite
+    assert not fused.fused_counts(raw, 1e-5).finite
+
+
+@pytest.mark.parametrize("n", [1, 2, 3, 4, 7, 16, 17])
+def test_pattern_histogram_equals_definition(n: int) -> None:
+    g = torch.Generator().manual_seed(n)
+    mask = torch.rand(n, 4099, generator=g) < torch.linspace(0.02, 0.9, n)[:, None]
+    assert torch.equal(overlap_histogram(mask), _histogram_by_definition(mask))
+    if n <= 16:
+        assert torch.equal(histogram_from_patterns(pattern_counts(mask)), _histogram_by_definition(mask))
+
+
+def test_run_parallel_keeps_task_order() -> None:
+    import time
+
+    tasks = [lambda i=i: (time.sleep(0.002 * (i % 3)), i)[1] for i in range(40)]
+    assert run_parallel(tasks, 3) == list(range(40))
+    assert run_parallel(tasks, 1) == list(range(40))
+
+
+# --------------------------------------------------------------------------- whole merges, fused vs reference
+
+
+def _family(root: Path, dtype: torch.dtype) -> tuple[Path, list[Path]]:
+    g = torch.Generator().manual_seed(7)
+    shapes = {"embed.weight": (301, 40), "layer.weight": (64, 64), "layer.bias": (64,), "norm.weight": (64,)}
+    base = {k: (torch.randn(s, generator=g) * 0.02).to(dtype) for k, s in shapes.items()}
+    folders = []
+    for i, name in enumerate(["base", "a0", "a1", "a2"]):
+        tensors = base if i == 0 else {}
+        for k, v in base.items():
+            if i:
+                moved = torch.rand(v.shape, generator=g) < (0.03, 0.46, 0.54)[i - 1]
+                tensors[k] = (v.float() + 2e-3 * torch.randn(v.shape, generator=g) * moved).to(dtype)
+        (root / name).mkdir(parents=True)
+        save_file(tensors, str(root / name / "model.safetensors"))
+        folders.append(root / name)
+    return folders[0], folders[1:]
+
+
+@needs_numba
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float32])
+@pytest.mark.parametrize(
+    ("method", "params", "weights"),
+    [
+        ("ram", {}, None),
+        ("ram_plus", {}, None),
+        ("ram_plus", {"scope": "tensor"}, None),
+        ("linear", {}, [1.0, 2.0, 0.5]),
+        ("task_arithmetic", {"lambda": 0.6}, [1.0, 0.3, 0.2]),
+    ],
+)
+def test_merge_output_identical_with_and_without_fused(
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    dtype: torch.dtype,
+    method: str,
+    params: dict[str, object],
+    weights: list[float] | None,
+) -> None:
+    base, agents = _family(tmp_path / "fam", dtype)
+    specs = [ModelSpec(path=str(a), weight=w) for a, w in zip(agents, weights or [1.0] * 3, strict=True)]
+    cfg = MergeConfig(method=method, base=str(base), models=specs, params=params, chunk_size=1000, threads=2)
+    outputs = {}
+    for flag in ("1", "0"):
+        monkeypatch.setenv("AGENTMERGE_FUSED", flag)
+        result = merge(cfg, tmp_path / f"out{flag}", quiet=True)
+        outputs[flag] = ((tmp_path / f"out{flag}" / "model.safetensors").read_bytes(), result.model_hist)
+    assert outputs["1"] == outputs["0"]
+
+
+@needs_numba
+def test_fused_merge_names_a_non_finite_input(tmp_path: Path) -> None:
+    base, agents = _family(tmp_path / "fam", torch.bfloat16)
+    from safetensors.torch import load_file
+
+    tensors = load_file(str(agents[1] / "model.safetensors"))
+    tensors["layer.weight"][3, 3] = float("nan")
+    save_file(tensors, str(agents[1] / "model.safetensors"))
+    cfg = MergeConfig(method="ram", base=str(base), models=[ModelSpec(path=str(a)) for a in agents])
+    with pytest.raises(MergeError, match="a1"):
+        merge(cfg, tmp_path / "out", quiet=True)
+
+
+# --------------------------------------------------------------------------- memory bound
+
+_MEASURE = textwrap.dedent(
+    """
+    import json, sys, threading, time
+    from agentmerge.config import MergeConfig, ModelSpec
+    from agentmerge.merge import merge
+
+    def status(key):
+        with open("/proc/self/status") as f:
+            return next(int(line.split()[1]) * 1024 for line in f if line.startswith(key))
+
+    def run(family, out, budget):
+        base, *agents = family
+        cfg = MergeConfig(method=sys.argv[1], base=base, models=[ModelSpec(path=a) for a in agents],
+                          max_memory=budget, threads=2)
+        merge(cfg, out, quiet=True)
+
+    small, big, budget, out = json.loads(sys.argv[2])
+    run(small, out + "-warm", budget)  # imports, compiled kernels, thread pools: the baseline
+    before_anon, before_hwm = status("RssAnon:"), status("VmHWM:")
+    peak, done = [before_anon], threading.Event()
+
+    def sample():
+        while not done.is_set():
+            peak[0] = max(peak[0], status("RssAnon:"))
+            time.sleep(0.002)
+
+    t = threading.Thread(target=sample)
+    t.start()
+    run(big, out, budget)
+    done.set()
+    t.join()
+    print(json.dumps({"anon": peak[0] - before_anon, "hwm": status("VmHWM:") - before_hwm}))
+    """
+)
+
+
+def _big_family(root: Path, rows: int, cols: int) -> list[str]:
+    """A base and three bf16 agents holding one ``rows x cols`` tensor (written directly: fast)."""
+    g = torch.Generator().manual_seed(0)
+    base = (torch.randn(rows, cols, generator=g) * 0.02).to(torch.bfloat16)
+    folders = []
+    for i in range(4):
+        t = base if i == 0 else (base.float() + 2e-3 * torch.randn(rows, cols, generator=g)).to(torch.bfloat16)
+        (root / str(i)).mkdir(parents=True)
+        save_file({"w": t}, str(root / str(i) / "model.safetensors"))
+        folders.append(str(root / str(i)))
+        del t
+    return folders
+
+
+@pytest.mark.parametrize("fast", ["1", "0"])
+def test_peak_memory_is_bounded_by_the_budget_not_the_model(tmp_path: Path, fast: str) -> None:
+    """A 64 MB-per-input tensor merged with a 24 MB budget: the peak grows by O(budget), not O(model).
+
+    Unchunked, the merge would hold >= 4 x 64 MB of raw reads plus their float32 copies (~1 GB).
+    """
+    if fast == "1" and not fused.available():
+        pytest.skip("numba not installed")
+    budget = 24 * 1024 * 1024
+    small = _big_family(tmp_path / "small", 64, 64)
+    big = _big_family(tmp_path / "big", 8192, 4096)  # 32 M elements, 64 MB per input in bf16
+    args = json.dumps([small, big, budget, str(tmp_path / "out")])
+    env = {"AGENTMERGE_FUSED": fast, "AGENTMERGE_CACHE": str(tmp_path / "cache"), "PATH": "/usr/bin:/bin"}
+    proc = subprocess.run(
+        [sys.executable, "-c", _MEASURE, "ram", args], capture_output=True, text=True, env=env, check=False
+    )
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    grew = json.loads(proc.stdout.strip().splitlines()[-1])
+    bound = 2 * budget + 48 * 1024 * 1024  # the budget, allocator slack, per-thread kernel blocks
+    assert grew["anon"] < bound, grew
+    assert grew["hwm"] < bound, grew
