@@ -118,7 +118,7 @@ def grpo_train(
             model.train()
             loss = _policy_loss(model, batch, completion, adv, tokenizer.eos_token_id)
             opt.zero_grad(set_to_none=True)
-            loss.backward()
+            loss.backward()  # type: ignore[no-untyped-call]
             torch.nn.utils.clip_grad_norm_(model.parameters(), recipe.grad_clip)
             opt.step()
             if recipe.storage == "bf16":

@@ -14,9 +14,14 @@ from pathlib import Path
 from typing import Any
 
 import torch
-from transformers import AutoModelForCausalLM, GenerationConfig, LlamaConfig, LlamaForCausalLM
+import transformers
 
 from agentmerge.zoo.vocab import BOS_ID, EOS_ID, PAD_ID, build_tokenizer, char_vocab
+
+AutoModelForCausalLM: Any = transformers.AutoModelForCausalLM
+GenerationConfig: Any = transformers.GenerationConfig
+LlamaConfig: Any = transformers.LlamaConfig
+LlamaForCausalLM: Any = transformers.LlamaForCausalLM
 
 STAGE_FILE = "zoo_stage.json"
 
@@ -32,7 +37,7 @@ class ModelShape:
     max_positions: int = 256
 
 
-def llama_config(shape: ModelShape) -> LlamaConfig:
+def llama_config(shape: ModelShape) -> Any:
     """A standard Llama config for the character vocabulary (tied embeddings, no biases)."""
     return LlamaConfig(
         vocab_size=len(char_vocab()),
@@ -47,11 +52,10 @@ def llama_config(shape: ModelShape) -> LlamaConfig:
         eos_token_id=EOS_ID,
         pad_token_id=PAD_ID,
         rms_norm_eps=1e-5,
-        rope_theta=10000.0,
     )
 
 
-def new_model(shape: ModelShape, seed: int) -> LlamaForCausalLM:
+def new_model(shape: ModelShape, seed: int) -> Any:
     """A freshly initialised float32 model; the seed fixes the initial weights."""
     torch.manual_seed(seed)
     return LlamaForCausalLM(llama_config(shape)).float()
@@ -71,7 +75,7 @@ def round_to_bf16_(model: torch.nn.Module) -> None:
             param.copy_(param.to(torch.bfloat16).to(param.dtype))
 
 
-def save_checkpoint(model: torch.nn.Module, out: Path, meta: dict[str, Any]) -> None:
+def save_checkpoint(model: Any, out: Path, meta: dict[str, Any]) -> None:
     """Write a complete HF folder in bfloat16, then the stage marker (atomically, via a temp folder)."""
     tmp = out.with_name(out.name + ".tmp")
     if tmp.exists():
@@ -89,8 +93,8 @@ def save_checkpoint(model: torch.nn.Module, out: Path, meta: dict[str, Any]) -> 
     tmp.rename(out)
 
 
-def _bf16_copy(model: torch.nn.Module) -> Any:
-    config = model.config  # type: ignore[attr-defined]
+def _bf16_copy(model: Any) -> Any:
+    config: Any = model.config
     copy = LlamaForCausalLM(config)
     copy.load_state_dict(model.state_dict())
     copy = copy.to(torch.bfloat16)

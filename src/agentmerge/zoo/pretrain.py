@@ -16,25 +16,47 @@ from typing import Any
 
 import torch
 
-from agentmerge.zoo.batching import sft_batch
+from agentmerge.zoo.batching import IGNORE, sft_batch
 from agentmerge.zoo.modeling import ModelShape, new_model
 from agentmerge.zoo.splits import train_stream
+from agentmerge.zoo.tasks import Example
 
 
 def _default_mixture() -> dict[str, float]:
-    return {"code": 1.0, "tool": 0.6, "memory": 1.4, "heldout": 0.8}
+    return {"code": 1.0, "tool": 1.5, "memory": 0.8, "heldout": 0.5}
+
+
+def _default_distractors() -> dict[str, float]:
+    return {"code": 0.5, "tool": 0.5, "memory": 0.5}
 
 
 @dataclass(frozen=True)
 class PretrainConfig:
     """Budget and optimiser of base pretraining."""
 
-    steps: int = 1200
+    steps: int = 700
     batch_size: int = 64
-    lr: float = 3e-3
+    lr: float = 2e-3
     warmup: int = 60
     weight_decay: float = 0.01
+    micro_batches: int = 4
     mixture: dict[str, float] = field(default_factory=_default_mixture)
+    distractor_rate: dict[str, float] = field(default_factory=_default_distractors)
+
+
+def _accumulate(model: Any, examples: list[Example], parts: int) -> float:
+    """Backward over length-sorted micro-batches (less padding); returns the mean token loss."""
+    examples = sorted(examples, key=lambda ex: len(ex.prompt) + len(ex.answer))
+    size = -(-len(examples) // parts)
+    chunks = [sft_batch(examples[i : i + size]) for i in range(0, len(examples), size)]
+    total = sum(int((c["labels"] != IGNORE).sum()) for c in chunks)
+    value = 0.0
+    for chunk in chunks:
+        share = int((chunk["labels"] != IGNORE).sum()) / total
+        loss = model(**chunk).loss * share
+        loss.backward()
+        value += loss.item()
+    return value
 
 
 def lr_at(step: int, cfg: PretrainConfig) -> float:
@@ -56,18 +78,17 @@ def pretrain(
     model = new_model(shape, seed)
     model.train()
     opt = torch.optim.AdamW(model.parameters(), lr=cfg.lr, betas=(0.9, 0.98), weight_decay=cfg.weight_decay)
-    stream = train_stream(cfg.mixture, seed, "pretrain", exclude)
+    stream = train_stream(cfg.mixture, seed, "pretrain", exclude, cfg.distractor_rate)
     history: list[dict[str, float]] = []
     started, running = time.perf_counter(), 0.0
     for step in range(cfg.steps):
         for group in opt.param_groups:
             group["lr"] = lr_at(step, cfg)
-        loss = model(**sft_batch([next(stream) for _ in range(cfg.batch_size)])).loss
         opt.zero_grad(set_to_none=True)
-        loss.backward()
+        loss = _accumulate(model, [next(stream) for _ in range(cfg.batch_size)], cfg.micro_batches)
         torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
         opt.step()
-        running += loss.item()
+        running += loss
         if (step + 1) % 100 == 0 or step + 1 == cfg.steps:
             span = (step % 100) + 1
             history.append({"step": step + 1, "loss": running / span, "seconds": time.perf_counter() - started})

@@ -2,7 +2,11 @@
 
 from __future__ import annotations
 
-from transformers.utils import logging as hf_logging
+from typing import Any
+
+from transformers.utils import logging as _hf_logging
+
+hf_logging: Any = _hf_logging
 
 
 def quiet_transformers() -> None:

@@ -13,6 +13,7 @@ from collections.abc import Iterator
 from agentmerge.zoo.tasks import Example, Task, all_tasks, training_task
 
 EVAL_SPLITS = ("val", "test")
+TEST_RESERVE = 1000  # validation never uses one of the first TEST_RESERVE test prompts
 
 
 def split_rng(split: str, task: str, seed: int = 0) -> random.Random:
@@ -21,20 +22,37 @@ def split_rng(split: str, task: str, seed: int = 0) -> random.Random:
 
 
 def eval_set(task: Task, split: str, n: int) -> list[Example]:
-    """The first ``n`` distinct prompts of a task's fixed validation or test stream."""
+    """The first ``n`` distinct prompts of a task's fixed validation or test stream.
+
+    Validation skips the task's first ``TEST_RESERVE`` test prompts, so the two sets are disjoint.
+    """
     if split not in EVAL_SPLITS:
         raise ValueError(f"split must be one of {EVAL_SPLITS}, got {split!r}")
+    avoid = _reserved_test_prompts(task) if split == "val" else frozenset()
+    return _draw(task, split, n, avoid)
+
+
+_RESERVED: dict[str, frozenset[str]] = {}
+
+
+def _reserved_test_prompts(task: Task) -> frozenset[str]:
+    if task.name not in _RESERVED:
+        _RESERVED[task.name] = frozenset(ex.prompt for ex in _draw(task, "test", TEST_RESERVE, frozenset()))
+    return _RESERVED[task.name]
+
+
+def _draw(task: Task, split: str, n: int, avoid: frozenset[str]) -> list[Example]:
     rng = split_rng(split, task.name)
     seen: set[str] = set()
     out: list[Example] = []
     for _ in range(n * 50):
         ex = task.sample(rng)
-        if ex.prompt not in seen:
+        if ex.prompt not in seen and ex.prompt not in avoid:
             seen.add(ex.prompt)
             out.append(ex)
             if len(out) == n:
-                return out
-    return out  # small prompt spaces (tiny smoke configs) may give fewer distinct prompts
+                break
+    return out
 
 
 def held_out_prompts(n_val: int, n_test: int) -> frozenset[str]:
@@ -47,14 +65,28 @@ def held_out_prompts(n_val: int, n_test: int) -> frozenset[str]:
 
 
 def train_stream(
-    domains: dict[str, float], seed: int, stage: str, exclude: frozenset[str]
+    domains: dict[str, float],
+    seed: int,
+    stage: str,
+    exclude: frozenset[str],
+    distractor_rate: dict[str, float] | None = None,
 ) -> Iterator[Example]:
-    """Endless training examples from a weighted mixture of domains, skipping excluded prompts."""
+    """Endless training examples from a weighted mixture of domains, skipping excluded prompts.
+
+    With ``distractor_rate[domain] = q`` a fraction q of that domain's answers is replaced by the task's
+    distractor (a plausible wrong habit), so a model trained on the stream knows the right behaviour but does
+    not reliably prefer it.
+    """
     rng = split_rng("train", stage, seed)
     tasks = [training_task(domain) for domain in domains]
     weights = list(domains.values())
+    rates = distractor_rate or {}
     while True:
-        task = rng.choices(tasks, weights=weights, k=1)[0]
+        index = rng.choices(range(len(tasks)), weights=weights, k=1)[0]
+        task, rate = tasks[index], rates.get(list(domains)[index], 0.0)
         ex = task.sample(rng)
-        if ex.prompt not in exclude:
-            yield ex
+        if ex.prompt in exclude:
+            continue
+        if rate > 0 and rng.random() < rate:
+            ex = Example(ex.task, ex.prompt, task.distractor(task.body(ex.prompt), ex.answer))
+        yield ex

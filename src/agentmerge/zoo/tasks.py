@@ -17,6 +17,7 @@ from dataclasses import dataclass
 from agentmerge.zoo.minilang import MiniLangError, parse_int, run_program
 
 LETTERS = "abcdefghijklmnopqrstuvwxyz"
+SUITE_VERSION = 3  # bump when a task's generator or verifier changes: cached stages and evaluations expire
 
 
 @dataclass(frozen=True)
@@ -45,20 +46,26 @@ class Task(ABC):
     def score(self, prompt: str, completion: str) -> dict[str, float]:
         """Score a completion (text after the prompt, without end token) for every metric of the task."""
 
+    suffix: str = ">"
+
     def sample(self, rng: random.Random) -> Example:
         body, answer = self.make(rng)
-        return Example(self.name, f"{self.tag}:{body}>", answer)
+        return Example(self.name, f"{self.tag}:{body}{self.suffix}", answer)
+
+    def distractor(self, body: str, answer: str) -> str:
+        """A plausible wrong answer that follows a simple wrong habit (used to make pretraining noisy)."""
+        return answer
 
     def reward(self, prompt: str, completion: str) -> float:
         """RL reward: the task's first (strictest) metric."""
         return self.score(prompt, completion)[self.metrics[0]]
 
     def body(self, prompt: str) -> str:
-        """Strip the tag and the trailing '>' from a prompt."""
+        """Strip the tag and the suffix ('>' for most tasks) from a prompt."""
         head = f"{self.tag}:"
-        if not prompt.startswith(head) or not prompt.endswith(">"):
+        if not prompt.startswith(head) or not prompt.endswith(self.suffix):
             raise ValueError(f"not a {self.name} prompt: {prompt!r}")
-        return prompt[len(head) : -1]
+        return prompt[len(head) : len(prompt) - len(self.suffix)]
 
 
 # ----------------------------------------------------------------------------------------------- coding
@@ -102,6 +109,12 @@ class CodeTask(Task):
             value = run_program(src)
             if abs(value) <= self.max_abs:
                 return src, str(value)
+
+    def distractor(self, body: str, answer: str) -> str:
+        """Wrong habit: print the first variable instead of the queried one (or be off by one)."""
+        first = body.split(";", 1)[0]
+        wrong = run_program(f"{first};?{first[0]}")
+        return str(wrong if str(wrong) != answer else int(answer) + 1)
 
     def score(self, prompt: str, completion: str) -> dict[str, float]:
         try:
@@ -202,6 +215,11 @@ class ToolTask(Task):
         request = " and ".join(phrase for phrase, _ in intents)
         return request, "[" + ",".join(call for _, call in intents) + "]"
 
+    def distractor(self, body: str, answer: str) -> str:
+        """Wrong habit: answer only the first request of a multi-call prompt."""
+        calls = parse_calls(answer) or []
+        return f"[{calls[0]}]" if len(calls) > 1 else answer
+
     def expected_calls(self, prompt: str) -> list[str]:
         """Recover the expected calls from the request by matching each intent phrase."""
         calls: list[str] = []
@@ -244,36 +262,47 @@ def _phrase_to_call(phrase: str) -> str:
 
 
 class MemoryTask(Task):
-    """Recall the value stored under a key in a context of key=value facts."""
+    """Recency recall: which letter stood ``d`` places before the query mark? ``mem:qwkzab?3`` -> ``z``.
+
+    The context lists distinct letters and the query asks for the d-th most recent one (d = 1 is the last
+    letter). Longer contexts allow larger d, so accuracy with 4 and with 12 letters are the domain's metrics.
+    """
 
     domain = "memory"
     tag = "mem"
-    max_new_tokens = 4
+    suffix = ""
+    max_new_tokens = 3
 
-    def __init__(self, name: str, metric: str, min_pairs: int, max_pairs: int) -> None:
+    def __init__(self, name: str, metric: str, min_items: int, max_items: int) -> None:
         self.name = name
         self.metrics = (metric,)
-        self.min_pairs = min_pairs
-        self.max_pairs = max_pairs
+        self.min_items = min_items
+        self.max_items = max_items
 
     def make(self, rng: random.Random) -> tuple[str, str]:
-        count = rng.randint(self.min_pairs, self.max_pairs)
-        keys: list[str] = []
-        while len(keys) < count:
-            key = "".join(rng.choices(LETTERS, k=2))
-            if key not in keys:
-                keys.append(key)
-        values = [str(rng.randint(10, 99)) for _ in keys]
-        target = rng.randrange(count)
-        context = ";".join(f"{k}={v}" for k, v in zip(keys, values, strict=True))
-        return f"{context};?{keys[target]}", values[target]
+        count = rng.randint(self.min_items, self.max_items)
+        letters = rng.sample(LETTERS, count)
+        back = rng.randint(1, min(count, MAX_BACK))
+        return f"{''.join(letters)}?{back}", letters[-back]
+
+    @staticmethod
+    def parse(body: str) -> tuple[str, int]:
+        """(context letters, how far back) of a prompt body ``qwkzab?3``."""
+        context, sep, query = body.partition("?")
+        if not sep or not context or not set(context) <= set(LETTERS):
+            raise ValueError(f"invalid memory body {body!r}")
+        if len(query) != 1 or not query.isdigit() or not 1 <= int(query) <= len(context):
+            raise ValueError(f"invalid memory query {body!r}")
+        return context, int(query)
 
     def score(self, prompt: str, completion: str) -> dict[str, float]:
-        *facts, query = self.body(prompt).split(";")
-        table = dict(fact.split("=", 1) for fact in facts)
-        if not query.startswith("?") or query[1:] not in table:
-            raise ValueError(f"invalid memory prompt {prompt!r}")
-        return {self.metrics[0]: float(completion == table[query[1:]])}
+        context, back = self.parse(self.body(prompt))
+        return {self.metrics[0]: float(completion == context[-back])}
+
+    def distractor(self, body: str, answer: str) -> str:
+        """Wrong habit (off by one): the letter one place further back (or nearer, at the start)."""
+        context, back = self.parse(body)
+        return context[-(back + 1)] if back < len(context) else context[-(back - 1)] if back > 1 else answer
 
 
 # ------------------------------------------------------------------------------------- held-out skill
@@ -301,8 +330,9 @@ class ReverseTask(Task):
 
 # --------------------------------------------------------------------------------------------- registry
 
-SHORT_PAIRS = 4
-LONG_PAIRS = 12
+SHORT_ITEMS = 4
+LONG_ITEMS = 12
+MAX_BACK = 9
 
 
 def all_tasks() -> dict[str, Task]:
@@ -310,8 +340,8 @@ def all_tasks() -> dict[str, Task]:
     tasks: list[Task] = [
         CodeTask(),
         ToolTask(),
-        MemoryTask("mem_short", "memory.short", SHORT_PAIRS, SHORT_PAIRS),
-        MemoryTask("mem_long", "memory.long", LONG_PAIRS, LONG_PAIRS),
+        MemoryTask("mem_short", "memory.short", SHORT_ITEMS, SHORT_ITEMS),
+        MemoryTask("mem_long", "memory.long", LONG_ITEMS, LONG_ITEMS),
         ReverseTask(),
     ]
     return {task.name: task for task in tasks}
@@ -320,7 +350,7 @@ def all_tasks() -> dict[str, Task]:
 def training_task(domain: str) -> Task:
     """The generator used to train (pretraining mixture and RL) on a domain; memory mixes lengths."""
     if domain == "memory":
-        return MemoryTask("mem_train", "memory.train", 2, LONG_PAIRS)
+        return MemoryTask("mem_train", "memory.train", 2, LONG_ITEMS)
     for task in all_tasks().values():
         if task.domain == domain:
             return task

@@ -7,8 +7,12 @@ One token per character of a fixed alphabet plus ``<pad>``, ``<bos>``, ``<eos>``
 
 from __future__ import annotations
 
+from typing import Any
+
 from tokenizers import Regex, Tokenizer, decoders, models, pre_tokenizers, processors
 from transformers import PreTrainedTokenizerFast
+
+_TokenizerClass: Any = PreTrainedTokenizerFast
 
 SPECIALS = ("<pad>", "<bos>", "<eos>", "<unk>")
 ALPHABET = "abcdefghijklmnopqrstuvwxyz0123456789 =;:?+-*(),[]>"
@@ -21,15 +25,13 @@ def char_vocab() -> dict[str, int]:
     return {tok: i for i, tok in enumerate(tokens)}
 
 
-def build_tokenizer() -> PreTrainedTokenizerFast:
+def build_tokenizer() -> Any:
     """Build the character tokenizer (deterministic: the same ids every time)."""
     core = Tokenizer(models.WordLevel(char_vocab(), unk_token="<unk>"))
     core.pre_tokenizer = pre_tokenizers.Split(Regex("."), behavior="isolated")
     core.decoder = decoders.Fuse()
-    core.post_processor = processors.TemplateProcessing(
-        single="<bos> $A", special_tokens=[("<bos>", BOS_ID)]
-    )
-    return PreTrainedTokenizerFast(
+    core.post_processor = processors.TemplateProcessing(single="<bos> $A", special_tokens=[("<bos>", BOS_ID)])
+    return _TokenizerClass(
         tokenizer_object=core,
         bos_token="<bos>",
         eos_token="<eos>",

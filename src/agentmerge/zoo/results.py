@@ -1,0 +1,200 @@
+"""Aggregate per-seed bench records into docs/results.json and docs/results.md.
+
+Every number is a mean over seeds ± its standard error (sample std / sqrt(seeds)). Besides the paper-style
+table the report gives each specialist's gain over the base on its own domain, how much of that gain each merge
+retains, the probe's density and overlap against independent masks, and the dilution ablation.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+from agentmerge.zoo.config import DOMAINS
+from agentmerge.zoo.evaluate import mean_and_se
+from agentmerge.zoo.tasks import metric_columns, metric_domain
+
+Stat = dict[str, Any]
+SPECIALISTS = tuple(f"agent_{d}" for d in DOMAINS)
+
+
+def stat(values: Sequence[float]) -> Stat:
+    """{"mean", "se", "values"} over seeds."""
+    mean, se = mean_and_se(list(values))
+    return {"mean": mean, "se": se, "values": list(values)}
+
+
+def domain_score(metrics: dict[str, float], domain: str) -> float:
+    """Mean of a domain's metrics in one evaluation."""
+    values = [v for k, v in metrics.items() if metric_domain(k) == domain]
+    return sum(values) / len(values) if values else math.nan
+
+
+def agentic(metrics: dict[str, float]) -> float:
+    """Average over the trained domains' metric columns (held-out excluded)."""
+    values = [v for k, v in metrics.items() if metric_domain(k) in DOMAINS]
+    return sum(values) / len(values)
+
+
+def row_labels(records: Sequence[dict[str, Any]]) -> list[str]:
+    """Rows present in every seed, in table order (base, specialists, merges)."""
+    first = list(records[0]["rows"])
+    return [label for label in first if all(label in r["rows"] for r in records)]
+
+
+def aggregate(records: Sequence[dict[str, Any]], meta: dict[str, Any]) -> dict[str, Any]:
+    """The content of results.json."""
+    labels = row_labels(records)
+    rows: dict[str, dict[str, Stat]] = {}
+    for label in labels:
+        per_seed = [r["rows"][label] for r in records]
+        cells = {m: stat([p[m] for p in per_seed]) for m in metric_columns()}
+        cells["agentic_avg"] = stat([agentic(p) for p in per_seed])
+        rows[label] = cells
+    return {
+        **meta,
+        "seeds": [r["seed"] for r in records],
+        "columns": [*metric_columns(), "agentic_avg"],
+        "rows": rows,
+        "gains": _gains(records),
+        "retention": {label: _retention(records, label) for label in labels},
+        "probe": _probe(records),
+        "dilution": _dilution(records),
+        "task_arithmetic_lambda": [r["val"].get("task_arithmetic", {}) for r in records],
+        "skipped": _skipped(records),
+        "comparisons": _comparisons(records, labels),
+        "timing": [{"seed": r["seed"], **r["timing"]} for r in records],
+    }
+
+
+def _gains(records: Sequence[dict[str, Any]]) -> dict[str, Any]:
+    """Specialist minus base on its own domain: per metric and domain mean, over seeds and per seed."""
+    out: dict[str, Any] = {}
+    for domain in DOMAINS:
+        agent = f"agent_{domain}"
+        metrics = [m for m in metric_columns() if metric_domain(m) == domain]
+        entry: dict[str, Any] = {}
+        for m in metrics:
+            entry[m] = stat([r["rows"][agent][m] - r["rows"]["base"][m] for r in records])
+        entry["domain_avg"] = stat(
+            [domain_score(r["rows"][agent], domain) - domain_score(r["rows"]["base"], domain) for r in records]
+        )
+        out[domain] = entry
+    return out
+
+
+def _retention(records: Sequence[dict[str, Any]], label: str) -> dict[str, Stat]:
+    """(model - base) / (specialist - base) per domain: the share of the specialist's gain that survives."""
+    out: dict[str, Stat] = {}
+    for domain in [*DOMAINS, "heldout"]:
+        values = []
+        for r in records:
+            base = domain_score(r["rows"]["base"], domain)
+            model = domain_score(r["rows"][label], domain)
+            if domain == "heldout":
+                values.append(model - base)
+                continue
+            gain = domain_score(r["rows"][f"agent_{domain}"], domain) - base
+            values.append((model - base) / gain if abs(gain) > 1e-9 else math.nan)
+        out[domain] = stat(values)
+    return out
+
+
+def _probe(records: Sequence[dict[str, Any]]) -> dict[str, Any]:
+    seeds = [r for r in records if "probe" in r]
+    if not seeds:
+        return {}
+    agents: dict[str, Any] = {}
+    for i, label in enumerate(SPECIALISTS):
+        rows = [r["probe"]["agents"][i] for r in seeds]
+        width = len(rows[0]["overlap"])
+        agents[label] = {
+            "density": stat([row["density"] for row in rows]),
+            "overlap": [stat([row["overlap"][k] for row in rows]) for k in range(width)],
+            "independent": [stat([r["probe"]["independent_overlap"][i][k] for r in seeds]) for k in range(width)],
+            "rho": stat([_num(row["rho"]) for row in rows]),
+            "lam": stat([row["lam"] for row in rows]),
+        }
+    return {"agents": agents, "per_seed": [r["probe"] for r in seeds]}
+
+
+def _num(value: Any) -> float:
+    return math.inf if value == "inf" else float(value)
+
+
+def _dilution(records: Sequence[dict[str, Any]]) -> dict[str, Any]:
+    out: dict[str, Any] = {}
+    for domain in DOMAINS:
+        if not all(domain in r["dilution"] for r in records):
+            continue
+        entry = {
+            "base": stat([domain_score(r["rows"]["base"], domain) for r in records]),
+            "specialist": stat([domain_score(r["rows"][f"agent_{domain}"], domain) for r in records]),
+        }
+        for tag in ("s1", "s1_over_n"):
+            entry[tag] = stat([domain_score(r["dilution"][domain][tag], domain) for r in records])
+        out[domain] = entry
+    return out
+
+
+COMPARISONS = (
+    ("ram", "linear"),
+    ("ram", "task_arithmetic"),
+    ("ram_plus", "ram"),
+    ("ram_plus", "task_arithmetic"),
+    ("task_arithmetic", "linear"),
+    ("ties", "task_arithmetic"),
+)
+
+
+def _comparisons(records: Sequence[dict[str, Any]], labels: Sequence[str]) -> list[dict[str, Any]]:
+    """Paired (same seed) differences of the agentic average and the held-out score between merges."""
+    out = []
+    for a, b in COMPARISONS:
+        if a not in labels or b not in labels:
+            continue
+        agentic_diff = [agentic(r["rows"][a]) - agentic(r["rows"][b]) for r in records]
+        held_diff = [domain_score(r["rows"][a], "heldout") - domain_score(r["rows"][b], "heldout") for r in records]
+        out.append({"a": a, "b": b, "agentic_avg": stat(agentic_diff), "heldout": stat(held_diff)})
+    return out
+
+
+def _skipped(records: Sequence[dict[str, Any]]) -> dict[str, str]:
+    notes: dict[str, str] = {}
+    for r in records:
+        for label, note in r["skipped"].items():
+            notes.setdefault(label, note)
+    return notes
+
+
+def render_from_json(docs: Path) -> Path:
+    """Re-render results.md from an existing results.json (no computation)."""
+    from agentmerge.zoo.report_md import render_markdown
+
+    md_path = docs / "results.md"
+    md_path.write_text(render_markdown(json.loads((docs / "results.json").read_text())))
+    return md_path
+
+
+def write_results(results: dict[str, Any], docs: Path) -> tuple[Path, Path]:
+    """Write results.json and results.md into ``docs``."""
+    from agentmerge.zoo.report_md import render_markdown
+
+    docs.mkdir(parents=True, exist_ok=True)
+    json_path, md_path = docs / "results.json", docs / "results.md"
+    json_path.write_text(json.dumps(_jsonable(results), indent=1, sort_keys=False) + "\n")
+    md_path.write_text(render_markdown(results))
+    return json_path, md_path
+
+
+def _jsonable(value: Any) -> Any:
+    if isinstance(value, float) and not math.isfinite(value):
+        return None if math.isnan(value) else ("inf" if value > 0 else "-inf")
+    if isinstance(value, dict):
+        return {k: _jsonable(v) for k, v in value.items()}
+    if isinstance(value, list | tuple):
+        return [_jsonable(v) for v in value]
+    return value

@@ -1,0 +1,83 @@
+"""End to end on tiny sizes: build the zoo, evaluate a checkpoint, run the bench. Checks it works, not who wins."""
+
+from __future__ import annotations
+
+import argparse
+import json
+from pathlib import Path
+
+import pytest
+from transformers import AutoModelForCausalLM, AutoTokenizer
+
+from agentmerge.zoo.build import build_zoo
+from agentmerge.zoo.cli import register
+from agentmerge.zoo.config import DOMAINS, smoke_config
+from agentmerge.zoo.modeling import read_stage
+
+
+def _parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="agentmerge")
+    register(parser.add_subparsers(dest="command", required=True))
+    return parser
+
+
+def _run(*argv: str) -> int:
+    args = _parser().parse_args(list(argv))
+    return int(args.func(args))
+
+
+@pytest.fixture(scope="module")
+def zoo(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    out = tmp_path_factory.mktemp("zoo")
+    assert _run("zoo", "build", "--out", str(out), "--seed", "0", "--smoke", "--threads", "1", "--quiet") == 0
+    return out
+
+
+def test_build_writes_hf_folders_with_recipes(zoo: Path) -> None:
+    for name in ("base", *[f"agent_{d}" for d in DOMAINS]):
+        folder = zoo / "seed0" / name
+        for file in ("model.safetensors", "config.json", "generation_config.json", "tokenizer.json"):
+            assert (folder / file).is_file(), (name, file)
+        model = AutoModelForCausalLM.from_pretrained(str(folder))
+        assert type(model).__name__ == "LlamaForCausalLM"
+        assert next(model.parameters()).dtype.is_floating_point
+        assert json.loads((folder / "config.json").read_text())["dtype"] == "bfloat16"
+        tokenizer = AutoTokenizer.from_pretrained(str(folder))
+        assert tokenizer.decode(tokenizer("mem:ab?a")["input_ids"], skip_special_tokens=True) == "mem:ab?a"
+    for domain in DOMAINS:
+        recipe = json.loads((zoo / "seed0" / f"agent_{domain}" / "recipe.json").read_text())
+        assert recipe["domain"] == domain
+        assert recipe["storage"] == "bf16"
+
+
+def test_build_is_resumable(zoo: Path) -> None:
+    before = {d: read_stage(zoo / "seed0" / f"agent_{d}")["seconds"] for d in DOMAINS}
+    messages: list[str] = []
+    build_zoo(smoke_config(), zoo, 0, threads=1, log=messages.append)
+    assert sum("skipping" in m for m in messages) == 1 + len(DOMAINS)
+    assert before == {d: read_stage(zoo / "seed0" / f"agent_{d}")["seconds"] for d in DOMAINS}
+
+
+def test_eval_cli_writes_json(zoo: Path, tmp_path: Path) -> None:
+    out = tmp_path / "eval.json"
+    ckpt = str(zoo / "seed0" / "base")
+    assert _run("eval", ckpt, "--suite", "zoo", "--n", "8", "--json", str(out), "--quiet", "--threads", "1") == 0
+    report = json.loads(out.read_text())
+    assert set(report["metrics"]) >= {"code.exact", "tool.f1", "memory.long", "reverse.char"}
+    assert all(0.0 <= v <= 1.0 for v in report["metrics"].values())
+    assert report["count"]["code.exact"] == 8
+
+
+def test_bench_smoke_writes_results(zoo: Path, tmp_path: Path) -> None:
+    docs = tmp_path / "docs"
+    argv = ["zoo", "bench", "--zoo", str(zoo), "--work", str(tmp_path / "work"), "--docs", str(docs)]
+    assert _run(*argv, "--seeds", "0", "--smoke", "--threads", "1", "--quiet") == 0
+    results = json.loads((docs / "results.json").read_text())
+    rows = results["rows"]
+    assert {"base", "agent_code", "agent_tool", "agent_memory"} <= set(rows)
+    assert {"linear", "task_arithmetic", "ram", "ram_plus"} <= set(rows) | set(results["skipped"])
+    assert set(results["dilution"]) == set(DOMAINS)
+    assert len(results["probe"]["agents"]) == len(DOMAINS)
+    markdown = (docs / "results.md").read_text()
+    assert "agentmerge zoo bench" in markdown
+    assert "## Dilution ablation" in markdown
