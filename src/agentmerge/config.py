@@ -214,15 +214,20 @@ def config_from_dict(data: Mapping[str, Any], source: str = "config") -> MergeCo
         raise ConfigError(f"{source}: {_explain(e)}") from None
 
 
+def read_yaml(path: Path) -> Any:
+    """Parse a YAML file safely (no tags that run code); unreadable or invalid files give a ``ConfigError``."""
+    try:
+        return yaml.safe_load(path.read_text())
+    except OSError as e:
+        raise ConfigError(f"{path}: cannot read ({e.strerror})") from None
+    except yaml.YAMLError as e:
+        raise ConfigError(f"{path}: not valid YAML ({e})") from None
+
+
 def load_config(path: str | Path) -> dict[str, Any]:
     """Read a YAML config file into a plain dict (validated later, after flags are applied)."""
     p = Path(path)
-    try:
-        data = yaml.safe_load(p.read_text())
-    except OSError as e:
-        raise ConfigError(f"{p}: cannot read ({e.strerror})") from None
-    except yaml.YAMLError as e:
-        raise ConfigError(f"{p}: not valid YAML ({e})") from None
+    data = read_yaml(p)
     if not isinstance(data, dict):
         raise ConfigError(f"{p}: expected a mapping with keys such as method, base, models")
     if "merge_method" in data:  # a mergekit config: translate it (see agentmerge.mergekit_compat)

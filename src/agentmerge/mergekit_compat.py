@@ -21,7 +21,7 @@ from typing import Any
 
 import yaml
 
-from agentmerge.config import did_you_mean
+from agentmerge.config import did_you_mean, read_yaml
 from agentmerge.errors import ConfigError
 from agentmerge.methods import METHODS, Method
 
@@ -129,13 +129,7 @@ def is_mergekit(data: object) -> bool:
 def load_mergekit(path: str | Path) -> Converted:
     """Read and translate a mergekit YAML file."""
     p = Path(path)
-    try:
-        data = yaml.safe_load(p.read_text())
-    except OSError as e:
-        raise ConfigError(f"{p}: cannot read ({e.strerror})") from None
-    except yaml.YAMLError as e:
-        raise ConfigError(f"{p}: not valid YAML ({e})") from None
-    return from_mergekit(data, str(p))
+    return from_mergekit(read_yaml(p), str(p))
 
 
 def from_mergekit(data: object, source: str = "mergekit config") -> Converted:
