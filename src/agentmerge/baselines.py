@@ -151,8 +151,7 @@ def kth_streamed(batches: Callable[[], Iterator[torch.Tensor]], rank_fn: RankFn)
         n = v.shape[0]
         if hist is None:
             hist = torch.zeros(n * _HI, dtype=torch.int64)
-        hi = _bits(v) >> 16
-        hist += torch.bincount((hi + torch.arange(n)[:, None] * _HI).reshape(-1), minlength=n * _HI)
+        hist += _upper_histogram(v).view(-1)
         d += v.shape[1]
     if hist is None:
         raise ValueError("kth_streamed: no batches")
@@ -168,14 +167,25 @@ def kth_streamed(batches: Callable[[], Iterator[torch.Tensor]], rank_fn: RankFn)
     bins = torch.searchsorted(cum, r)  # [N, R] first bin whose cumulative count reaches the rank
     below = torch.where(bins > 0, cum.gather(1, (bins - 1).clamp(min=0)), 0)
     lo_hist = torch.zeros(*ranks.shape, _HI, dtype=torch.int64)
+    wanted = valid.nonzero().tolist()
     for v in batches():
         bits = _bits(v)
-        hi, lo = bits >> 16, bits & (_HI - 1)
-        for i, j in valid.nonzero().tolist():
-            lo_hist[i, j] += torch.bincount(lo[i][hi[i] == bins[i, j]], minlength=_HI)
+        hi = bits >> 16
+        for i, j in wanted:
+            in_bin = bits[i][hi[i] == bins[i, j]]  # the few values whose upper bits match: select, then mask
+            lo_hist[i, j] += torch.bincount(in_bin & (_HI - 1), minlength=_HI)
     lo_bin = torch.searchsorted(lo_hist.cumsum(2), (r - below)[..., None]).squeeze(-1)
     found = ((bins << 16) | lo_bin).to(torch.int32).view(torch.float32)
     return torch.where(valid, found, out)
+
+
+def _upper_histogram(v: torch.Tensor) -> torch.Tensor:
+    """``[N, E]`` non-negative float32 -> ``[N, 2**16]`` int64 counts of the upper 16 bits, one row per agent.
+
+    One ``bincount`` per agent on the int32 patterns (no int64 offset copy of the whole batch).
+    """
+    hi = _bits(v) >> 16  # [N, E] int32 in [0, 2**15]
+    return torch.stack([torch.bincount(row, minlength=_HI) for row in hi])
 
 
 def _bits(v: torch.Tensor) -> torch.Tensor:
