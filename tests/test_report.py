@@ -132,3 +132,32 @@ def test_hub_cache_files_are_named_by_their_sha256(tmp_path: Path, monkeypatch: 
     }
     monkeypatch.setenv("AGENTMERGE_NO_HASH", "1")
     assert InputHashes([tmp_path / "snap" / "model.safetensors"]).result() == {}
+
+
+def test_cancelled_hashing_reads_nothing_more(
+    tiny_family: tuple[Path, list[Path]], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    base, agents = tiny_family
+    files = [base / "model.safetensors", *[a / "model.safetensors" for a in agents]]
+    monkeypatch.setenv("AGENTMERGE_CACHE", str(base.parent / "fresh-cache"))
+    monkeypatch.setattr(report_mod, "sha256_file", lambda p: pytest.fail("hashed after cancel"))
+    hashes = InputHashes(files)
+    hashes.cancel()
+    assert hashes.result() == {}
+
+
+def test_failed_merge_cancels_hashing(
+    tiny_family: tuple[Path, list[Path]], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from agentmerge import MergeConfig, ModelSpec, merge
+    from agentmerge.errors import CheckpointError
+
+    cancelled: list[bool] = []
+    monkeypatch.setattr(InputHashes, "cancel", lambda self: cancelled.append(True))
+    base, agents = tiny_family
+    (tmp_path / "o").mkdir()
+    (tmp_path / "o" / "keep").write_text("x")  # a non-empty output without force: the merge fails
+    cfg = MergeConfig(method="ram", base=str(base), models=[ModelSpec(path=str(a)) for a in agents])
+    with pytest.raises(CheckpointError):
+        merge(cfg, tmp_path / "o", quiet=True)
+    assert cancelled == [True]

@@ -510,11 +510,15 @@ def merge(cfg: MergeConfig, out_dir: str | Path, *, force: bool = False, quiet: 
 
         run = _Merger(cfg, inputs, threads, quiet)
         hashes = InputHashes.start(inputs)  # sha256 of the inputs for merge.json, on a background thread
-        with torch_threads(1), atomic_output_dir(out, force=force) as tmp:
-            if run.method.needs_model_stats:
-                run.stats_pass()
-            run.write(tmp)
-            _finish_folder(cfg, inputs, run, tmp, time.perf_counter() - t0, hashes)
+        try:
+            with torch_threads(1), atomic_output_dir(out, force=force) as tmp:
+                if run.method.needs_model_stats:
+                    run.stats_pass()
+                run.write(tmp)
+                _finish_folder(cfg, inputs, run, tmp, time.perf_counter() - t0, hashes)
+        except BaseException:
+            hashes.cancel()
+            raise
     finally:
         inputs.close()
     return _result(cfg, run, out, time.perf_counter() - t0)

@@ -197,6 +197,7 @@ class InputHashes:
         self.files = [Path(f) for f in dict.fromkeys(str(f) for f in files)]
         self._sums: dict[str, str] = {}
         self._error: BaseException | None = None
+        self._stop = threading.Event()
         self._thread: threading.Thread | None = None
         if background:
             self._thread = threading.Thread(target=self._run, name="agentmerge-hash", daemon=True)
@@ -207,6 +208,10 @@ class InputHashes:
         """Start hashing every weight file of ``inputs`` in the background."""
         ckpts = [inputs.reference, *inputs.models]
         return cls([f for c in ckpts for f in c.weight_files], background=True)
+
+    def cancel(self) -> None:
+        """Stop before the next file (a failed merge should not keep reading its inputs)."""
+        self._stop.set()
 
     def result(self) -> dict[str, str]:
         """``{str(path): hex digest}``; waits for the background thread (or hashes now)."""
@@ -227,7 +232,7 @@ class InputHashes:
             fresh = {}
             skip = os.environ.get("AGENTMERGE_NO_HASH") == "1"
             for f in self.files:
-                if skip:
+                if skip or self._stop.is_set():
                     continue
                 key = _hash_key(f)
                 digest = cache.get(key) or hub_blob_digest(f) or sha256_file(f)
