@@ -312,12 +312,18 @@ def main(argv: Sequence[str] | None = None) -> int:
     p.add_argument("--mk-shapes", nargs="*", default=["qwen2.5-0.5b"], help="shapes mergekit also runs on")
     p.add_argument("--no-mergekit", action="store_true")
     p.add_argument("--setup-mergekit", action="store_true", help="create --mk-venv and exit")
+    p.add_argument("--generate-only", action="store_true", help="write the synthetic families under --work and exit")
     p.add_argument("--scale-agents", nargs="*", type=int, default=[2, 3, 5, 8], help="agent counts (first shape)")
     p.add_argument("--scale-methods", nargs="*", default=["ram", "ram_plus"], help="methods timed on every shape")
     p.add_argument("--max-memory", default="1GB", help="agentmerge --max-memory")
     args = p.parse_args(argv)
     if args.setup_mergekit:
         setup_mergekit(args.mk_venv)
+        return 0
+    if args.generate_only:
+        most = max([3, *args.scale_agents])
+        for i, shape in enumerate(args.shapes):
+            family(args.work, shape, most if i == 0 else 3)
         return 0
     mk = not args.no_mergekit and (args.mk_venv / "bin" / "mergekit-yaml").exists()
     if not args.no_mergekit and not mk:

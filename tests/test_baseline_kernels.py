@@ -37,7 +37,7 @@ def test_dare_rescale_and_drop_match_float64_formula(p: list[float]) -> None:
     out = torch.empty_like(tau)
     for i, pi in enumerate(p):
         B._rescale(tau[i], 1.0 - pi, out[i])
-        B._zero_unless(out[i], u[i] >= B._f32_at_least(pi))
+        B._zero_unless(out[i], u[i] >= B.f32_at_least(pi))
     assert torch.equal(bits(out), bits(expected))
 
 

@@ -50,14 +50,21 @@ def _inputs(n: int, e: int, dtype: torch.dtype, seed: int) -> tuple[torch.Tensor
     return ref, stack
 
 
-def _reference(method: str, ref: torch.Tensor, models: torch.Tensor, params: dict[str, object]) -> torch.Tensor:
-    """``theta_0 + kernel(chunk)`` in float32, as the driver's reference path computes it."""
+def _reference(
+    method: str,
+    ref: torch.Tensor,
+    models: torch.Tensor,
+    params: dict[str, object],
+    model_params: tuple[dict[str, object], ...] = (),
+) -> torch.Tensor:
+    """``theta_0 + kernel(chunk)`` in float32, as the driver's reference path computes it (one whole tensor)."""
     spec = METHODS[method]
     full = {**spec.defaults(), **params}
     r, tau = ref.float(), task_vectors(ref, models)
     hist = overlap_histogram(update_mask(tau, float(full.get("epsilon", 1e-5))))
     weights = torch.linspace(0.5, 2.0, models.shape[0])
-    chunk = Chunk("t", 0, r.numel(), r, tau, weights, full, TensorStats(hist, hist))  # type: ignore[arg-type]
+    mp = tuple({**full, **m} for m in model_params)
+    chunk = Chunk("t", 0, r.numel(), r, tau, weights, full, TensorStats(hist, hist), 11, {}, (r.numel(),), mp)  # type: ignore[arg-type]
     return r + spec.kernel(chunk)
 
 
@@ -69,6 +76,15 @@ CASES = [
     ("ram_plus", {"form": "authors", "rescale_factor": 1.2}),
     ("linear", {}),
     ("task_arithmetic", {"lambda": 0.37}),
+    ("ties", {}),
+    ("ties", {"density": 0.55, "lambda": 0.7}),
+    ("ties", {"density": 1.0}),
+    ("ties", {"density": 0.0}),
+    ("dare_ties", {}),
+    ("dare_ties", {"p": 0.3, "density": 0.4, "lambda": 1.3}),
+    ("dare_ties", {"p": 0.75}),
+    ("dare_linear", {}),
+    ("dare_linear", {"p": 0.9, "lambda": 0.8}),
 ]
 
 
@@ -89,11 +105,37 @@ def test_fused_kernel_matches_reference_bit_for_bit(
     tau = task_vectors(ref, models)
     hist = overlap_histogram(update_mask(tau, eps))
     weights = torch.linspace(0.5, 2.0, n)
-    result = kernel(fused.raw_chunk(ref, models), full, weights, TensorStats(hist, hist), eps)
+    call = fused.FusedCall(full, weights, TensorStats(hist, hist), eps, "t", 0, ref.numel(), 11)
+    result = kernel(fused.raw_chunk(ref, models), call)
     expected = _reference(method, ref, models, params)
     assert result.finite and result.merged is not None
     assert torch.equal(result.merged.view(torch.int32), expected.view(torch.int32))  # bits, -0.0 included
     assert torch.equal(histogram_from_patterns(result.patterns), _histogram_by_definition(update_mask(tau, eps)))
+
+
+@needs_numba
+@pytest.mark.parametrize("method", ["ties", "dare_ties", "dare_linear"])
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float32])
+def test_fused_ties_family_with_per_model_params(method: str, dtype: torch.dtype) -> None:
+    """Per-agent densities and drop rates (one agent keeping nothing, one everything) give the reference's bits."""
+    n, e = 4, 2 * fused.BLOCK + 77
+    ref, models = _inputs(n, e, dtype, seed=5)
+    per_model = (
+        {"density": 0.0, "p": 0.1},
+        {"density": 1.0, "p": 0.5},
+        {"density": 0.3, "p": 0.0},
+        {"density": 0.77, "p": 0.6},
+    )
+    spec = METHODS[method]
+    full = spec.defaults()
+    kernel = fused.fused_kernel(spec, n)
+    assert kernel is not None and fused.per_model_params(spec)
+    mp = tuple({**full, **m} for m in per_model)
+    call = fused.FusedCall(full, torch.linspace(0.5, 2.0, n), TensorStats(), 1e-5, "t", 0, e, 11, mp)
+    result = kernel(fused.raw_chunk(ref, models), call)
+    expected = _reference(method, ref, models, {}, per_model)
+    assert result.finite and result.merged is not None
+    assert torch.equal(result.merged.view(torch.int32), expected.view(torch.int32))
 
 
 @needs_numba
@@ -105,7 +147,7 @@ def test_fused_edges_and_counts(e: int) -> None:
     mask = update_mask(task_vectors(ref, models), 1e-5)
     assert counted.finite and counted.patterns.sum() == e
     assert torch.equal(counted.patterns, pattern_counts(mask))
-    merged = fused.fused_ram(raw, {"epsilon": 1e-5}, torch.ones(3), TensorStats(), 1e-5).merged
+    merged = fused.fused_ram(raw, fused.FusedCall({"epsilon": 1e-5}, torch.ones(3))).merged
     assert merged is not None and torch.equal(merged, _reference("ram", ref, models, {}))
 
 
@@ -119,7 +161,7 @@ def test_fused_flags_non_finite(bad: float, row: int) -> None:
     else:
         models[1, 17] = bad
     raw = fused.raw_chunk(ref, models)
-    assert not fused.fused_ram(raw, {"epsilon": 1e-5}, torch.ones(2), TensorStats(), 1e-5).finite
+    assert not fused.fused_ram(raw, fused.FusedCall({"epsilon": 1e-5}, torch.ones(2))).finite
     assert not fused.fused_counts(raw, 1e-5).finite
 
 
@@ -170,6 +212,11 @@ def _family(root: Path, dtype: torch.dtype) -> tuple[Path, list[Path]]:
         ("ram_plus", {"scope": "tensor"}, None),
         ("linear", {}, [1.0, 2.0, 0.5]),
         ("task_arithmetic", {"lambda": 0.6}, [1.0, 0.3, 0.2]),
+        ("ties", {}, None),
+        ("ties", {"density": 0.6, "lambda": 0.9}, [1.0, 2.0, 0.5]),
+        ("dare_ties", {}, None),
+        ("dare_ties", {"density": 0.3, "p": 0.2}, [1.0, 0.3, 0.2]),
+        ("dare_linear", {"p": 0.6}, None),
     ],
 )
 def test_merge_output_identical_with_and_without_fused(
@@ -192,16 +239,38 @@ def test_merge_output_identical_with_and_without_fused(
 
 
 @needs_numba
-def test_fused_merge_names_a_non_finite_input(tmp_path: Path) -> None:
+@pytest.mark.parametrize("method", ["ram", "ties", "dare_ties"])
+@pytest.mark.parametrize("chunk_size", [None, 1000])
+def test_fused_merge_names_a_non_finite_input(tmp_path: Path, method: str, chunk_size: int | None) -> None:
     base, agents = _family(tmp_path / "fam", torch.bfloat16)
     from safetensors.torch import load_file
 
     tensors = load_file(str(agents[1] / "model.safetensors"))
     tensors["layer.weight"][3, 3] = float("nan")
     save_file(tensors, str(agents[1] / "model.safetensors"))
-    cfg = MergeConfig(method="ram", base=str(base), models=[ModelSpec(path=str(a)) for a in agents])
+    models = [ModelSpec(path=str(a)) for a in agents]
+    cfg = MergeConfig(method=method, base=str(base), models=models, chunk_size=chunk_size)
     with pytest.raises(MergeError, match="a1"):
         merge(cfg, tmp_path / "out", quiet=True)
+    assert not (tmp_path / "out").exists()
+
+
+@needs_numba
+@pytest.mark.parametrize("method", ["ties", "dare_ties", "dare_linear"])
+def test_fused_per_model_params_merge_identical(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, method: str) -> None:
+    """Per-model densities and drop rates on multi-chunk tensors: fused and reference merges agree byte for byte."""
+    base, agents = _family(tmp_path / "fam", torch.bfloat16)
+    takes = {p.name for p in METHODS[method].params}
+    own = [{"density": 0.1, "p": 0.3}, {"density": 0.9, "p": 0.5}, {"density": 1.0, "p": 0.0}]
+    own = [{k: v for k, v in o.items() if k in takes} for o in own]
+    specs = [ModelSpec(path=str(a), weight=w, params=o) for a, w, o in zip(agents, [1.0, 0.5, 2.0], own, strict=True)]
+    cfg = MergeConfig(method=method, base=str(base), models=specs, chunk_size=1000, threads=2, seed=3)
+    outputs = []
+    for flag in ("1", "0"):
+        monkeypatch.setenv("AGENTMERGE_FUSED", flag)
+        merge(cfg, tmp_path / f"out{flag}", quiet=True)
+        outputs.append((tmp_path / f"out{flag}" / "model.safetensors").read_bytes())
+    assert outputs[0] == outputs[1]
 
 
 # --------------------------------------------------------------------------- memory bound
@@ -277,3 +346,43 @@ def test_peak_memory_is_bounded_by_the_budget_not_the_model(tmp_path: Path, fast
     bound = 2 * budget + 48 * 1024 * 1024  # the budget, allocator slack, per-thread kernel blocks
     assert grew["anon"] < bound, grew
     assert grew["hwm"] < bound, grew
+
+
+@needs_numba
+def test_fused_ties_takes_the_compiled_passes(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The TIES merge really runs the fused statistics pass: one first-pass count per chunk of every tensor."""
+    base, agents = _family(tmp_path / "fam", torch.bfloat16)
+    seen: list[int] = []
+    upper = fused.upper_counts
+
+    def spy(raw: fused.RawChunk, drop: fused.Drop) -> tuple[torch.Tensor, bool]:
+        seen.append(raw.models.shape[1])
+        return upper(raw, drop)
+
+    monkeypatch.setattr(fused, "upper_counts", spy)
+    cfg = MergeConfig(method="ties", base=str(base), models=[ModelSpec(path=str(a)) for a in agents], chunk_size=1000)
+    merge(cfg, tmp_path / "out", quiet=True)
+    # 301x40 and 64x64 in chunks of 1000 (13 + 5), the two 64-element tensors whole
+    assert sorted(seen) == sorted([1000] * 12 + [40] + [1000] * 4 + [96] + [64, 64])
+
+
+@needs_numba
+@pytest.mark.parametrize(
+    ("start", "stop", "rows"),
+    [
+        (0, 1 << 20, 3),
+        (0, 5, 1),
+        (1000, 1 << 20, 2),
+        ((1 << 20) - 7, (1 << 20) + 9, 4),
+        (3 << 20, (3 << 20) + 1, 1),
+        (9, 9, 2),
+    ],
+)
+def test_compiled_draws_are_torch_rand_bit_for_bit(start: int, stop: int, rows: int) -> None:
+    """The compiled MT19937 stream gives exactly ``deltas.seeded_uniform`` (torch.rand per seeded block)."""
+    from agentmerge.deltas import seeded_uniform
+
+    for seed, name in [(0, "model.embed_tokens.weight"), (12345, "w")]:
+        expected = seeded_uniform(seed, name, start, stop, rows)
+        got = torch.from_numpy(fused.seeded_uniform(seed, name, start, stop, rows))
+        assert got.shape == expected.shape and torch.equal(got, expected)

@@ -58,6 +58,7 @@ from __future__ import annotations
 import math
 import sys
 from collections.abc import Callable, Iterator, Mapping, Sequence
+from dataclasses import dataclass
 
 import torch
 
@@ -149,35 +150,63 @@ def kth_streamed(batches: Callable[[], Iterator[torch.Tensor]], rank_fn: RankFn)
     hist: torch.Tensor | None = None
     d = 0
     for v in batches():
-        n = v.shape[0]
-        if hist is None:
-            hist = torch.zeros(n * _HI, dtype=torch.int64)
-        hist += _upper_histogram(v).view(-1)
+        hist = _upper_histogram(v) if hist is None else hist.add_(_upper_histogram(v))
         d += v.shape[1]
     if hist is None:
         raise ValueError("kth_streamed: no batches")
-    n = hist.numel() // _HI
-    ranks = rank_fn(d, n)
-    low, high = _special(ranks, d)
-    out = torch.where(low, 0.0, math.inf).float()
-    valid = ~(low | high)
-    if not bool(valid.any()):
-        return out
-    cum = hist.view(n, _HI).cumsum(1)
-    r = ranks.clamp(1, d)
-    bins = torch.searchsorted(cum, r)  # [N, R] first bin whose cumulative count reaches the rank
-    below = torch.where(bins > 0, cum.gather(1, (bins - 1).clamp(min=0)), 0)
-    lo_hist = torch.zeros(*ranks.shape, _HI, dtype=torch.int64)
-    wanted = [(i, j, int(bins[i, j])) for i, j in valid.nonzero().tolist()]
-    for v in batches():
+    plan = radix_plan(hist, rank_fn(d, hist.shape[0]))
+    lo_hist = plan.lower_histogram()
+    for v in batches() if plan.wanted else ():
         bits = _bits(v)
         hi = _upper_bits(bits)
-        for i, j, b in wanted:
+        for i, j, b in plan.wanted:
             in_bin = bits[i][hi[i] == b]  # the few values whose upper bits match: select, then mask
             lo_hist[i, j] += torch.bincount(in_bin & (_HI - 1), minlength=_HI)
-    lo_bin = torch.searchsorted(lo_hist.cumsum(2), (r - below)[..., None]).squeeze(-1)
-    found = ((bins << 16) | lo_bin).to(torch.int32).view(torch.float32)
-    return torch.where(valid, found, out)
+    return plan.found(lo_hist)
+
+
+@dataclass(frozen=True)
+class RadixPlan:
+    """Where each wanted rank lies after the first radix pass: its upper-16-bit bin and the count below it."""
+
+    ranks: torch.Tensor  # [N, R] int64, 1-based (<= 0: 0.0, > d: +inf)
+    bins: torch.Tensor  # [N, R] int64 upper-16-bit bin holding each rank
+    below: torch.Tensor  # [N, R] int64 values in lower bins
+    low: torch.Tensor  # [N, R] bool: rank <= 0, the value is 0.0 (keep everything)
+    valid: torch.Tensor  # [N, R] bool: a rank inside 1..d (the others need no second pass)
+
+    @property
+    def wanted(self) -> list[tuple[int, int, int]]:
+        """``(agent, rank index, bin)`` of every rank the second pass must resolve."""
+        return [(i, j, int(self.bins[i, j])) for i, j in self.valid.nonzero().tolist()]
+
+    def bin_table(self) -> torch.Tensor:
+        """``[N, R]`` int32 bins to look into, -1 where no second pass is needed."""
+        return torch.where(self.valid, self.bins, -1).to(torch.int32)
+
+    def lower_histogram(self) -> torch.Tensor:
+        """A zeroed ``[N, R, 2**16]`` int64 histogram of the lower 16 bits, for the second pass."""
+        return torch.zeros(*self.ranks.shape, _HI, dtype=torch.int64)
+
+    def found(self, lo_hist: torch.Tensor) -> torch.Tensor:
+        """``[N, R]`` float32 values, given the second pass's lower-bit histogram inside each wanted bin."""
+        out = torch.where(self.low, 0.0, math.inf).float()
+        if not bool(self.valid.any()):
+            return out
+        lo_bin = torch.searchsorted(lo_hist.cumsum(2), (self.ranks - self.below)[..., None]).squeeze(-1)
+        value = ((self.bins << 16) | lo_bin.clamp(max=_HI - 1)).to(torch.int32).view(torch.float32)
+        return torch.where(self.valid, value, out)
+
+
+def radix_plan(hist: torch.Tensor, ranks: torch.Tensor) -> RadixPlan:
+    """``[N, 2**16]`` counts of the upper 16 bits of ``d`` values per agent, ``[N, R]`` ranks -> ``RadixPlan``."""
+    d = int(hist[0].sum())
+    low, high = _special(ranks, d)
+    cum = hist.cumsum(1)
+    r = ranks.clamp(1, max(d, 1))
+    bins = torch.searchsorted(cum, r)  # [N, R] first bin whose cumulative count reaches the rank
+    below = torch.where(bins > 0, cum.gather(1, (bins - 1).clamp(min=0)), 0)
+    return RadixPlan(ranks, bins, below, low, ~(low | high))
 
 
 def _upper_histogram(v: torch.Tensor) -> torch.Tensor:
@@ -352,7 +381,7 @@ def dare_drop(c: Chunk) -> torch.Tensor:
     out = torch.empty_like(c.tau)
     for i, p in enumerate(chunk_values(c, "p").tolist()):
         _rescale(c.tau[i], 1.0 - p, out[i])
-        _zero_unless(out[i], u[i] >= _f32_at_least(p))  # kept where u_i >= p_i
+        _zero_unless(out[i], u[i] >= f32_at_least(p))  # kept where u_i >= p_i
     return out
 
 
@@ -369,15 +398,15 @@ def _rescale(tau: torch.Tensor, q: float, out: torch.Tensor) -> None:
         out[s : s + SLICE] = tau[s : s + SLICE].double().div_(q)
 
 
-def _f32_at_least(p: float) -> torch.Tensor:
-    """The smallest float32 ``>= p`` (0-d): for float32 draws ``u``, ``u >= p`` iff ``u >= _f32_at_least(p)``."""
+def f32_at_least(p: float) -> torch.Tensor:
+    """The smallest float32 ``>= p`` (0-d): for float32 draws ``u``, ``u >= p`` iff ``u >= f32_at_least(p)``."""
     f = torch.tensor(p, dtype=torch.float32)
     if float(f) < p:
         f = torch.nextafter(f, torch.tensor(math.inf))
     return f
 
 
-def _top_rank(params: Params, model_params: Sequence[Params]) -> RankFn:
+def top_ranks(params: Params, model_params: Sequence[Params]) -> RankFn:
     """Ranks of the TIES threshold: the ``floor(density_i d)``-th largest = ``(d - k_i + 1)``-th smallest."""
 
     def ranks(d: int, n: int) -> torch.Tensor:
@@ -401,7 +430,7 @@ def _trim(tau: torch.Tensor, thresholds: torch.Tensor, magnitudes: torch.Tensor 
     return _zero_unless(tau.clone(), magnitudes >= thresholds)
 
 
-def _all_dense(params: Params, model_params: Sequence[Params]) -> bool:
+def all_dense(params: Params, model_params: Sequence[Params]) -> bool:
     return all(float(mp["density"]) >= 1.0 for mp in (model_params or [params]))
 
 
@@ -410,9 +439,9 @@ def _all_dense(params: Params, model_params: Sequence[Params]) -> bool:
 
 def _ties_core(c: Chunk, tau: Callable[[Chunk], torch.Tensor]) -> torch.Tensor:
     values = tau(c)
-    if not _all_dense(c.params, c.model_params):
+    if not all_dense(c.params, c.model_params):
         mag = values.abs()
-        t = tensor_thresholds(c, lambda ch: tau(ch).abs(), _top_rank(c.params, c.model_params), mag)
+        t = tensor_thresholds(c, lambda ch: tau(ch).abs(), top_ranks(c.params, c.model_params), mag)
         values = _trim(values, t, mag)
     return float(c.params["lambda"]) * disjoint_merge(values, c.weights)
 
@@ -420,9 +449,9 @@ def _ties_core(c: Chunk, tau: Callable[[Chunk], torch.Tensor]) -> torch.Tensor:
 def _ties_prepare(tau: Callable[[Chunk], torch.Tensor]) -> Callable[[ChunkSource, Params], torch.Tensor | None]:
     def prepare(source: ChunkSource, params: Params) -> torch.Tensor | None:
         p, mp = _chunk_params(source, params)
-        if _all_dense(p, mp):
+        if all_dense(p, mp):
             return None
-        return magnitude_thresholds(source, lambda ch: tau(ch).abs(), _top_rank(p, mp))
+        return magnitude_thresholds(source, lambda ch: tau(ch).abs(), top_ranks(p, mp))
 
     return prepare
 

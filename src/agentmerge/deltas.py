@@ -100,13 +100,14 @@ def seeded_uniform(seed: int, name: str, start: int, stop: int, rows: int) -> to
     first, last = start // RNG_BLOCK, (stop - 1) // RNG_BLOCK
     for block in range(first, last + 1) if stop > start else ():
         b0 = block * RNG_BLOCK
-        gen = torch.Generator().manual_seed(_block_seed(seed, name, block))
+        gen = torch.Generator().manual_seed(block_seed(seed, name, block))
         draws = torch.rand(rows, RNG_BLOCK, generator=gen)
         lo, hi = max(start, b0), min(stop, b0 + RNG_BLOCK)
         out[:, lo - start : hi - start] = draws[:, lo - b0 : hi - b0]
     return out
 
 
-def _block_seed(seed: int, name: str, block: int) -> int:
+def block_seed(seed: int, name: str, block: int) -> int:
+    """The generator seed of block ``block`` of tensor ``name`` (63 bits of a keyed hash)."""
     digest = hashlib.blake2b(f"{seed}\0{name}\0{block}".encode(), digest_size=8).digest()
     return int.from_bytes(digest, "little") & ((1 << 63) - 1)

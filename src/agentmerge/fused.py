@@ -1,12 +1,19 @@
 """Optional fused chunk kernels (numba): one pass over the raw input bits per chunk.
 
-The reference kernels in ``methods.py`` are written as readable torch expressions; each makes several
-passes over ``[N, E]`` float32 temporaries. For the methods whose rule is a per-element loop over
-agents (RAM, RAM+, linear, task arithmetic) this module runs the same float32 arithmetic in one
-compiled loop per chunk: it widens the stored bits (bf16 or float32) itself, computes the update
-mask, the overlap count, the merged value ``theta_0 + tau*`` and the chunk's overlap *pattern*
-counts (how many elements each set of updating agents has; the ``[N, N]`` histogram follows from
-them), and flags non-finite inputs, all without temporaries larger than a cache-sized block.
+The reference kernels in ``methods.py`` and ``baselines.py`` are written as readable torch expressions;
+each makes several passes over ``[N, E]`` float32 temporaries. For the methods whose rule is a
+per-element loop over agents this module runs the same float32 arithmetic in one compiled loop per
+chunk: it widens the stored bits (bf16 or float32) itself, computes the merged value ``theta_0 + tau*``
+and the chunk's overlap *pattern* counts (how many elements each set of updating agents has; the
+``[N, N]`` histogram follows from them), and flags non-finite inputs, all without temporaries larger
+than a cache-sized block.
+
+- RAM, RAM+, linear, task arithmetic: mask, overlap count and (weighted) sums in one loop.
+- TIES, DARE-TIES, DARE-linear: DARE's drop (the very draws of ``deltas.seeded_uniform``: torch's
+  CPU generator is MT19937, reproduced here, about 4x faster), the magnitude trim, sign election and
+  disjoint mean in one loop. The exact per-tensor thresholds come from two radix-count passes over
+  the tensor (``upper_counts``, ``lower_counts``) that the driver runs chunk-parallel before merging,
+  the same values as ``baselines.kth_streamed``.
 
 Results are bit-identical to the reference kernels (tests/test_speed_paths.py checks this): the same
 float32 operations in the same order (agents summed 0..N-1 from zero, as ``deltas.sum_agents`` does), no
@@ -19,16 +26,17 @@ environment sets ``AGENTMERGE_FUSED=0``; everything works without it, only slowe
 
 from __future__ import annotations
 
+import math
 import os
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
 import torch
 
-from agentmerge import methods
-from agentmerge.deltas import MAX_PATTERN_AGENTS
+from agentmerge import baselines, methods
+from agentmerge.deltas import MAX_PATTERN_AGENTS, RNG_BLOCK, block_seed
 from agentmerge.methods import Chunk, Method, ParamValue, TensorStats
 
 MAX_AGENTS = MAX_PATTERN_AGENTS  # pattern counts need 2**N bins
@@ -191,6 +199,191 @@ if _HAVE_NUMBA:
         patterns += tally.sum(axis=0)
         return bad
 
+    # ----------------------------------------------------------------------- TIES / DARE loops
+
+    @_jit
+    def _dropped(t: Any, u: Any, f: Any, inv: Any, q: Any, pow2: Any) -> Any:
+        """DARE on one float32 ``t``: 0 unless ``u >= f``; survivors ``t * inv`` (q a power of two) or ``t / q``."""
+        if u < f:
+            return np.float32(0.0)
+        if pow2:
+            return t * inv
+        return np.float32(np.float64(t) / q)
+
+    @_jit
+    def _magnitudes(vals: Any, i: int, m: int, lo: int, drop: Any, mag: Any) -> bool:
+        """``mag[:m] = |tau_i|`` (after DARE's drop when ``drop.u`` has columns); True if any is Inf/NaN."""
+        u, f, inv, q, pow2 = drop
+        dropping = u.shape[1] > 0
+        bad = False
+        for j in range(m):
+            t = vals[i + 1, j] - vals[0, j]
+            if dropping:
+                t = _dropped(t, u[i, lo + j], f[i], inv[i], q[i], pow2[i])
+            mag[j] = abs(t)
+        bits = mag.view(np.uint32)
+        for j in range(m):
+            bad |= bits[j] >= np.uint32(_FINITE_BITS)
+        return bad
+
+    @_jit
+    def _upper_loop(ref: Any, models: Any, shift: int, drop: Any, hist: Any) -> bool:
+        """First radix pass: ``hist[i, bits(|tau_i|) >> 16] += 1`` over the chunk; True if non-finite."""
+        n, e = models.shape
+        bits = np.empty((n + 1, BLOCK), np.uint32)
+        vals = bits.view(np.float32)
+        mag = np.empty(BLOCK, np.float32)
+        mbits = mag.view(np.uint32)
+        bad = False
+        for lo in range(0, e, BLOCK):
+            hi = min(lo + BLOCK, e)
+            bad |= _load_block(ref, models, lo, hi, shift, bits)
+            for i in range(n):
+                bad |= _magnitudes(vals, i, hi - lo, lo, drop, mag)
+                for j in range(hi - lo):
+                    hist[i, mbits[j] >> 16] += 1
+        return bad
+
+    @_jit
+    def _lower_loop(ref: Any, models: Any, shift: int, drop: Any, bins: Any, hist: Any) -> bool:
+        """Second radix pass: ``hist[i, r, low 16 bits] += 1`` for magnitudes whose upper bits are ``bins[i, r]``."""
+        n, e = models.shape
+        bits = np.empty((n + 1, BLOCK), np.uint32)
+        vals = bits.view(np.float32)
+        mag = np.empty(BLOCK, np.float32)
+        mbits = mag.view(np.uint32)
+        bad = False
+        for lo in range(0, e, BLOCK):
+            hi = min(lo + BLOCK, e)
+            bad |= _load_block(ref, models, lo, hi, shift, bits)
+            for i in range(n):
+                if bins[i].max() < 0:
+                    continue
+                bad |= _magnitudes(vals, i, hi - lo, lo, drop, mag)
+                for j in range(hi - lo):
+                    up = np.int32(mbits[j] >> 16)
+                    for r in range(bins.shape[1]):
+                        if up == bins[i, r]:
+                            hist[i, r, mbits[j] & np.uint32(0xFFFF)] += 1
+        return bad
+
+    @_jit
+    def _ties_loop(
+        ref: Any,
+        models: Any,
+        shift: int,
+        eps: float,
+        drop: Any,
+        thr: Any,
+        w: Any,
+        lam: Any,
+        elect: bool,
+        out: Any,
+        patterns: Any,
+    ) -> bool:
+        """TIES / DARE over one chunk: ``out = ref + lam * tau*``; pattern counts too; True if non-finite.
+
+        Per element: ``x_i = w_i * trim_i(drop_i(tau_i))`` (trimmed where ``|.| < thr_i``); with ``elect``,
+        ``s = sgn(sum_i x_i)`` and ``tau* = sum_{i: s x_i > 0} s x_i * s / sum_{i: s x_i > 0} w_i`` (0 when no
+        agent agrees), else ``tau* = sum_i x_i``. Agents are summed in order 0..N-1 from +0, as the
+        reference's ``sum_agents`` and ``_agreeing_weight`` do.
+        """
+        n, e = models.shape
+        eps32 = np.float32(eps)
+        u, f, inv, q, pow2 = drop
+        dropping = u.shape[1] > 0
+        bits = np.empty((n + 1, BLOCK), np.uint32)
+        vals = bits.view(np.float32)
+        x = np.empty((n, BLOCK), np.float32)
+        acc, num, den = np.empty(BLOCK, np.float32), np.empty(BLOCK, np.float32), np.empty(BLOCK, np.float32)
+        code = np.empty(BLOCK, np.int32)
+        tally = np.zeros((4, patterns.shape[0]), np.int64)
+        bad = False
+        for lo in range(0, e, BLOCK):
+            hi = min(lo + BLOCK, e)
+            m = hi - lo
+            bad |= _load_block(ref, models, lo, hi, shift, bits)
+            acc[:] = 0.0
+            code[:] = 0
+            for i in range(n):
+                wi, ti = w[i], thr[i]
+                for j in range(m):
+                    t = vals[i + 1, j] - vals[0, j]
+                    code[j] |= np.int32(abs(t) > eps32) << i
+                    if dropping:
+                        t = _dropped(t, u[i, lo + j], f[i], inv[i], q[i], pow2[i])
+                    t = t if abs(t) >= ti else np.float32(0.0)
+                    x[i, j] = t * wi
+                    acc[j] += x[i, j]
+            for j in range(m):
+                bad |= not np.isfinite(acc[j])
+            if elect:
+                num[:] = 0.0
+                den[:] = 0.0
+                for i in range(n):
+                    wi = w[i]
+                    for j in range(m):
+                        s = np.float32(1.0) if acc[j] > 0 else (np.float32(-1.0) if acc[j] < 0 else np.float32(0.0))
+                        y = x[i, j] * s
+                        if y > 0:
+                            num[j] += y
+                            den[j] += wi
+                for j in range(m):
+                    s = np.float32(1.0) if acc[j] > 0 else (np.float32(-1.0) if acc[j] < 0 else np.float32(0.0))
+                    r = (num[j] * s) / den[j] if den[j] != 0 else np.float32(0.0)
+                    out[lo + j] = vals[0, j] + lam * r
+            else:
+                for j in range(m):
+                    out[lo + j] = vals[0, j] + lam * acc[j]
+            _add_patterns(code, m, tally)
+        patterns += tally.sum(axis=0)
+        return bad
+
+    # ----------------------------------------------------------------------- torch.rand's stream (MT19937)
+
+    _MT_N, _MT_M = 624, 397
+
+    @_jit
+    def _mt_mix(a: Any, b: Any, c: Any) -> Any:
+        """One MT19937 recurrence step: ``c ^ twist(upper bit of a, lower bits of b)``."""
+        y = (a & np.uint32(0x80000000)) | (b & np.uint32(0x7FFFFFFF))
+        return np.uint32(c ^ (y >> np.uint32(1)) ^ (np.uint32(0x9908B0DF) * (b & np.uint32(1))))
+
+    @_jit
+    def _mt_twist(mt: Any) -> None:
+        """The MT19937 state update of the 624-word state ``mt`` (uint32), in place, in three branch-free loops."""
+        for k in range(_MT_N - _MT_M):
+            mt[k] = _mt_mix(mt[k], mt[k + 1], mt[k + _MT_M])
+        for k in range(_MT_N - _MT_M, _MT_N - 1):
+            mt[k] = _mt_mix(mt[k], mt[k + 1], mt[k + _MT_M - _MT_N])
+        mt[_MT_N - 1] = _mt_mix(mt[_MT_N - 1], mt[0], mt[_MT_M - 1])
+
+    @_jit
+    def _mt_uniform(seed: int, out: Any) -> None:
+        """``out[:]`` = the first ``out.size`` draws of ``torch.rand`` (float32, CPU) after ``manual_seed(seed)``.
+
+        torch's CPU generator is MT19937 initialised from the low 32 bits of the seed (``init_genrand``);
+        a float32 draw is the low 24 bits of one tempered 32-bit output times 2**-24.
+        """
+        mt = np.empty(_MT_N, np.uint32)
+        mt[0] = np.uint32(seed & 0xFFFFFFFF)
+        for j in range(1, _MT_N):
+            prev = np.uint64(mt[j - 1])
+            word = np.uint64(1812433253) * (prev ^ (prev >> np.uint64(30))) + np.uint64(j)
+            mt[j] = np.uint32(word & np.uint64(0xFFFFFFFF))
+        scale = np.float32(1.0 / 16777216.0)
+        pos = 0
+        while pos < out.shape[0]:
+            _mt_twist(mt)
+            count = min(_MT_N, out.shape[0] - pos)
+            for j in range(count):
+                y = mt[j]
+                y ^= y >> np.uint32(11)
+                y ^= (y << np.uint32(7)) & np.uint32(0x9D2C5680)
+                y ^= (y << np.uint32(15)) & np.uint32(0xEFC60000)
+                y ^= y >> np.uint32(18)
+                out[pos + j] = np.float32(y & np.uint32(0xFFFFFF)) * scale
+            pos += count
 
 # --------------------------------------------------------------------------- chunk inputs
 
@@ -237,8 +430,22 @@ class FusedResult:
     finite: bool
 
 
-# (chunk, the tensor's params, model weights, statistics, mask threshold of the pattern counts)
-FusedKernel = Callable[[RawChunk, Mapping[str, ParamValue], torch.Tensor, TensorStats, float], FusedResult]
+@dataclass(frozen=True)
+class FusedCall:
+    """Everything but the values that a fused kernel needs for one chunk (elements ``start:stop`` of ``name``)."""
+
+    params: Mapping[str, ParamValue]  # the method's params resolved for this tensor
+    weights: torch.Tensor  # [N] float32
+    stats: TensorStats = field(default_factory=TensorStats)
+    eps: float = 1e-5  # the update threshold of the pattern counts
+    name: str = ""
+    start: int = 0
+    stop: int = 0
+    seed: int = 0
+    model_params: tuple[Mapping[str, ParamValue], ...] = ()  # per model, when any model sets params
+
+
+FusedKernel = Callable[[RawChunk, FusedCall], FusedResult]
 
 
 def _out(raw: RawChunk) -> tuple[torch.Tensor, np.ndarray[Any, Any], np.ndarray[Any, Any]]:
@@ -254,21 +461,17 @@ def _ram(raw: RawChunk, eps: float, lam: torch.Tensor | None) -> FusedResult:
     return FusedResult(merged, torch.from_numpy(patterns), not bad)
 
 
-def fused_ram(
-    raw: RawChunk, params: Mapping[str, ParamValue], weights: torch.Tensor, stats: TensorStats, eps: float
-) -> FusedResult:
+def fused_ram(raw: RawChunk, call: FusedCall) -> FusedResult:
     """RAM over one chunk (``methods.ram``)."""
-    return _ram(raw, eps, None)
+    return _ram(raw, call.eps, None)
 
 
-def fused_ram_plus(
-    raw: RawChunk, params: Mapping[str, ParamValue], weights: torch.Tensor, stats: TensorStats, eps: float
-) -> FusedResult:
+def fused_ram_plus(raw: RawChunk, call: FusedCall) -> FusedResult:
     """RAM+ over one chunk (``methods.ram_plus``): lambda from the tensor's or the model's histogram."""
-    hist = stats.tensor_hist if params["scope"] == "tensor" else stats.model_hist
+    hist = call.stats.tensor_hist if call.params["scope"] == "tensor" else call.stats.model_hist
     if hist is None:
         raise RuntimeError("ram_plus needs overlap statistics; the driver did not provide them")
-    return _ram(raw, eps, methods.ram_lambdas(hist, params))
+    return _ram(raw, call.eps, methods.ram_lambdas(hist, call.params))
 
 
 def _weighted(raw: RawChunk, weights: torch.Tensor, eps: float, scale: float, divide: bool) -> FusedResult:
@@ -278,18 +481,19 @@ def _weighted(raw: RawChunk, weights: torch.Tensor, eps: float, scale: float, di
     return FusedResult(merged, torch.from_numpy(patterns), not bad)
 
 
-def fused_linear(
-    raw: RawChunk, params: Mapping[str, ParamValue], weights: torch.Tensor, stats: TensorStats, eps: float
-) -> FusedResult:
+def fused_linear(raw: RawChunk, call: FusedCall) -> FusedResult:
     """Weighted average (``methods.linear``): ``theta_0 + sum_i w_i tau_i / sum_i w_i``."""
-    return _weighted(raw, weights, eps, float(weights.float().sum()), True)
+    return _weighted(raw, call.weights, call.eps, float(call.weights.float().sum()), True)
 
 
-def fused_task_arithmetic(
-    raw: RawChunk, params: Mapping[str, ParamValue], weights: torch.Tensor, stats: TensorStats, eps: float
-) -> FusedResult:
+def fused_task_arithmetic(raw: RawChunk, call: FusedCall) -> FusedResult:
     """Task arithmetic (``methods.task_arithmetic``): ``theta_0 + lambda * sum_i w_i tau_i``."""
-    return _weighted(raw, weights, eps, float(torch.tensor(float(params["lambda"]), dtype=torch.float32)), False)
+    return _weighted(raw, call.weights, call.eps, float(_f32(call.params["lambda"])), False)
+
+
+def _f32(value: ParamValue) -> np.float32:
+    """A parameter as the float32 scalar torch multiplies a float32 tensor by."""
+    return np.float32(float(value))
 
 
 def fused_counts(raw: RawChunk, eps: float) -> FusedResult:
@@ -299,20 +503,153 @@ def fused_counts(raw: RawChunk, eps: float) -> FusedResult:
     return FusedResult(None, torch.from_numpy(patterns), not bad)
 
 
+# --------------------------------------------------------------------------- TIES and DARE
+
+# DARE's drop as the loops take it: (u [N, E] f32 draws, f [N] f32, inv [N] f32, q [N] f64, pow2 [N] bool)
+Drop = tuple[Any, Any, Any, Any, Any]
+
+
+def seeded_uniform(seed: int, name: str, start: int, stop: int, rows: int) -> np.ndarray[Any, Any]:
+    """``deltas.seeded_uniform`` as a ``[rows, stop - start]`` float32 array: the same values, by ``_mt_uniform``."""
+    out = np.empty((rows, stop - start), np.float32)
+    first, last = start // RNG_BLOCK, (stop - 1) // RNG_BLOCK
+    for block in range(first, last + 1) if stop > start else ():
+        b0 = block * RNG_BLOCK
+        lo, hi = max(start, b0), min(stop, b0 + RNG_BLOCK)
+        whole = lo == b0 and hi == b0 + RNG_BLOCK and first == last
+        draws = out if whole else np.empty((rows, RNG_BLOCK), np.float32)
+        _mt_uniform(block_seed(seed, name, block), draws.reshape(-1))
+        if not whole:
+            out[:, lo - start : hi - start] = draws[:, lo - b0 : hi - b0]
+    return out
+
+
+def dare_drop_arrays(call: FusedCall, n: int) -> Drop:
+    """DARE's drop of ``baselines.dare_drop`` for one chunk: the same draws and the same float32 arithmetic.
+
+    Element ``p`` of agent ``i`` survives iff ``u_i[p] >= f_i`` (``f_i`` the smallest float32 ``>= p_i``) and
+    becomes ``tau * (1 / q_i)`` when ``q_i = 1 - p_i`` is a power of two, else ``float32(tau / q_i)`` in float64.
+    """
+    u = seeded_uniform(call.seed, call.name, call.start, call.stop, n)
+    p = baselines.agent_values(call.params, call.model_params, "p", n).tolist()
+    f = np.array([float(baselines.f32_at_least(x)) for x in p], np.float32)
+    q = np.array([1.0 - x for x in p], np.float64)
+    pow2 = np.array([math.frexp(x)[0] == 0.5 and x >= 2.0**-100 for x in q], np.bool_)
+    inv = np.array([1.0 / x if ok else 0.0 for x, ok in zip(q, pow2, strict=True)], np.float32)
+    return u, f, inv, q, pow2
+
+
+def no_drop(n: int) -> Drop:
+    """The ``Drop`` of a method without DARE (the loops skip the drop when ``u`` has no columns)."""
+    return (
+        np.zeros((n, 0), np.float32),
+        np.zeros(n, np.float32),
+        np.zeros(n, np.float32),
+        np.ones(n, np.float64),
+        np.zeros(n, np.bool_),
+    )
+
+
+def upper_counts(raw: RawChunk, drop: Drop) -> tuple[torch.Tensor, bool]:
+    """First radix pass over one chunk: ``[N, 2**16]`` counts of the upper 16 bits of ``|tau_i|``; finite?"""
+    hist = np.zeros((raw.models.shape[0], 1 << 16), np.int64)
+    bad = _upper_loop(raw.ref, raw.models, raw.shift, drop, hist)
+    return torch.from_numpy(hist), not bad
+
+
+def lower_counts(raw: RawChunk, drop: Drop, bins: torch.Tensor) -> tuple[torch.Tensor, bool]:
+    """Second radix pass: ``[N, R, 2**16]`` counts of the lower 16 bits of ``|tau_i|`` inside ``bins[i, r]``."""
+    hist = np.zeros((*bins.shape, 1 << 16), np.int64)
+    bad = _lower_loop(raw.ref, raw.models, raw.shift, drop, bins.numpy(), hist)
+    return torch.from_numpy(hist), not bad
+
+
+@dataclass(frozen=True)
+class TiesForm:
+    """Which steps of the TIES/DARE family a method takes."""
+
+    drop: bool  # DARE's random drop and rescale
+    elect: bool  # sign election and disjoint mean (else the weighted sum)
+    trim: bool  # magnitude trim to ``density`` (when some agent's density is below 1)
+
+
+TIES_FORMS: dict[Callable[[Chunk], torch.Tensor], TiesForm] = {
+    baselines.ties: TiesForm(drop=False, elect=True, trim=True),
+    baselines.dare_ties: TiesForm(drop=True, elect=True, trim=True),
+    baselines.dare_linear: TiesForm(drop=True, elect=False, trim=False),
+}
+
+
+def ties_form(method: Method) -> TiesForm | None:
+    """The TIES/DARE steps of ``method``'s kernel, or None if it is not one of that family."""
+    return TIES_FORMS.get(method.kernel)
+
+
+def chunk_drop(form: TiesForm, call: FusedCall, n: int) -> Drop:
+    return dare_drop_arrays(call, n) if form.drop else no_drop(n)
+
+
+def trims(form: TiesForm, call: FusedCall) -> bool:
+    """Whether this tensor is trimmed (some agent keeps less than all of its magnitudes)."""
+    return form.trim and not baselines.all_dense(call.params, call.model_params)
+
+
+def chunk_thresholds(raw: RawChunk, drop: Drop, call: FusedCall) -> torch.Tensor | None:
+    """``[N, 1]`` TIES thresholds of a tensor that is this one chunk (two radix passes over it); None if not finite."""
+    hist, ok = upper_counts(raw, drop)
+    if not ok:
+        return None
+    n = raw.models.shape[0]
+    plan = baselines.radix_plan(hist, baselines.top_ranks(call.params, call.model_params)(raw.models.shape[1], n))
+    lo_hist, ok = lower_counts(raw, drop, plan.bin_table()) if plan.wanted else (plan.lower_histogram(), True)
+    return plan.found(lo_hist) if ok else None
+
+
+def _ties_family(form: TiesForm) -> FusedKernel:
+    def kernel(raw: RawChunk, call: FusedCall) -> FusedResult:
+        n = raw.models.shape[0]
+        drop = chunk_drop(form, call, n)
+        thr: torch.Tensor | None = torch.zeros(n, 1)
+        if trims(form, call):
+            thr = call.stats.prepared if call.stats.prepared is not None else chunk_thresholds(raw, drop, call)
+        merged, out, patterns = _out(raw)
+        if thr is None:
+            return FusedResult(merged, torch.from_numpy(patterns), False)
+        w = call.weights.float().numpy()
+        lam = _f32(call.params["lambda"])
+        t = torch.as_tensor(thr).float()[:, 0].contiguous().numpy()
+        bad = _ties_loop(raw.ref, raw.models, raw.shift, call.eps, drop, t, w, lam, form.elect, out, patterns)
+        return FusedResult(merged, torch.from_numpy(patterns), not bad)
+
+    return kernel
+
+
 # the reference kernel each fused kernel reproduces bit for bit
 FUSED: dict[Callable[[Chunk], torch.Tensor], FusedKernel] = {
     methods.ram: fused_ram,
     methods.ram_plus: fused_ram_plus,
     methods.linear: fused_linear,
     methods.task_arithmetic: fused_task_arithmetic,
+    **{kernel: _ties_family(form) for kernel, form in TIES_FORMS.items()},
 }
 
 
 def fused_kernel(method: Method, n_models: int) -> FusedKernel | None:
-    """The fused kernel that reproduces ``method``'s kernel for ``n_models`` agents, or None (use the reference)."""
-    if not available() or n_models > MAX_AGENTS or method.prepare is not None or method.model_inputs:
+    """The fused kernel that reproduces ``method``'s kernel for ``n_models`` agents, or None (use the reference).
+
+    Methods with a ``prepare`` pass are fused only when this module computes the same statistics
+    (the TIES family's exact thresholds).
+    """
+    if not available() or n_models > MAX_AGENTS or method.model_inputs:
+        return None
+    if method.prepare is not None and ties_form(method) is None:
         return None
     return FUSED.get(method.kernel)
+
+
+def per_model_params(method: Method) -> bool:
+    """Whether the fused kernel of ``method`` honours per-model parameters (the TIES family does)."""
+    return ties_form(method) is not None
 
 
 def counts_available(n_models: int) -> bool:

@@ -10,6 +10,7 @@ output is bit-identical whatever the chunk size, shard size or thread count.
 from __future__ import annotations
 
 import contextlib
+import functools
 import json
 import math
 import os
@@ -25,6 +26,7 @@ import torch
 from tqdm import tqdm
 
 from agentmerge import fused
+from agentmerge.baselines import RadixPlan, radix_plan, top_ranks
 from agentmerge.checkpoint import (
     MODEL_FILES,
     TOKENIZER_FILES,
@@ -341,6 +343,79 @@ def _hist_task(
     return task
 
 
+def ties_thresholds(
+    inputs: Inputs,
+    work: Sequence[tuple[TensorJob, Callable[[int, int], fused.FusedCall]]],
+    form: fused.TiesForm,
+    threads: int,
+    quiet: bool = True,
+) -> dict[str, torch.Tensor]:
+    """The fused TIES/DARE statistics pass: ``{name: [N, 1]}`` exact magnitude thresholds of multi-chunk tensors.
+
+    Two chunk-parallel passes of radix counts (``fused.upper_counts`` then ``fused.lower_counts`` inside the
+    bin that holds each rank), the same values as ``baselines.kth_streamed``. Counts are summed per tensor
+    as chunks finish, so memory holds only the tensors in flight. A tensor with a non-finite input or
+    magnitude is left out (its chunks then take the reference path, which names the file).
+    """
+    scratch = Scratch()
+    plans = _radix_pass(inputs, work, form, None, threads, quiet, scratch)
+    ranked = {name: p for name, p in plans.items() if isinstance(p, RadixPlan)}
+    second = [(job, make) for job, make in work if job.name in ranked and ranked[job.name].wanted]
+    lows = _radix_pass(inputs, second, form, ranked, threads, quiet, scratch)
+    out = {}
+    for job, _ in work:
+        plan = ranked.get(job.name)
+        if plan is not None and (not plan.wanted or job.name in lows):
+            out[job.name] = plan.found(lows.get(job.name, plan.lower_histogram()))
+    return out
+
+
+def _radix_pass(
+    inputs: Inputs,
+    work: Sequence[tuple[TensorJob, Callable[[int, int], fused.FusedCall]]],
+    form: fused.TiesForm,
+    plans: Mapping[str, RadixPlan] | None,
+    threads: int,
+    quiet: bool,
+    scratch: Scratch,
+) -> dict[str, Any]:
+    """One radix pass over ``work``: ``{name: RadixPlan}`` (first pass) or ``{name: lower counts}`` (second)."""
+    lock = threading.Lock()
+    totals: dict[str, torch.Tensor] = {}
+    left = {job.name: len(job.chunks) for job, _ in work}
+    broken: set[str] = set()
+    done: dict[str, Any] = {}
+
+    def task(job: TensorJob, call: fused.FusedCall) -> Callable[[], None]:
+        def run() -> None:
+            raw = fused.raw_chunk(*inputs.read_stored(job.name, call.start, call.stop, scratch))
+            drop = fused.chunk_drop(form, call, len(inputs.models))
+            if plans is None:
+                counts, ok = fused.upper_counts(raw, drop)
+            else:
+                counts, ok = fused.lower_counts(raw, drop, plans[job.name].bin_table())
+            with lock:
+                total = totals[job.name] = counts if job.name not in totals else totals[job.name].add_(counts)
+                broken.update([job.name] if not ok else [])
+                left[job.name] -= 1
+                if left[job.name] == 0 and job.name not in broken:
+                    del totals[job.name]
+                    done[job.name] = total if plans is not None else _plan(total, job, call)
+
+        return run
+
+    tasks = [task(job, make(s, e)) for job, make in work for s, e in job.chunks]
+    label = "thresholds" if plans is None else "thresholds (2nd pass)"
+    with tqdm(total=len(tasks), desc=label, unit="chunk", disable=quiet, leave=False) as bar:
+        run_parallel(tasks, threads, bar)
+    return done
+
+
+def _plan(hist: torch.Tensor, job: TensorJob, call: fused.FusedCall) -> RadixPlan:
+    ranks = top_ranks(call.params, call.model_params)(job.numel, hist.shape[0])
+    return radix_plan(hist, ranks)
+
+
 # --------------------------------------------------------------------------- results
 
 
@@ -382,6 +457,7 @@ class _Merger:
         self.cfg, self.inputs, self.threads, self.quiet = cfg, inputs, threads, quiet
         self.method: Method = cfg.spec
         self.fused = fused.fused_kernel(self.method, len(inputs.models))  # None: the reference kernel
+        self.form = fused.ties_form(self.method) if self.fused else None  # the fused TIES/DARE family
         self.scratch = Scratch()  # each worker's chunk buffers, freed with the run
         self.chunk = chunk_elements(cfg, len(inputs.models), threads)
         self.jobs = plan_jobs(cfg, inputs.reference, self.chunk)
@@ -401,6 +477,27 @@ class _Merger:
         merged = [j.name for j in self.jobs if j.merged]
         self.tensor_hists = overlap_stats(self.inputs, merged, self.eps, self.threads, self.chunk, self.quiet)
         self._sum_hists()
+
+    def thresholds_pass(self) -> None:
+        """Fused TIES/DARE: the exact magnitude thresholds of every trimmed multi-chunk tensor, chunk-parallel."""
+        if self.form is None:
+            return
+        work = [(j, functools.partial(self._call, j)) for j in self.jobs if self._needs_thresholds(j)]
+        self._prepared.update(ties_thresholds(self.inputs, work, self.form, self.threads, self.quiet))
+
+    def _needs_thresholds(self, job: TensorJob) -> bool:
+        """Whether the fused kernel needs thresholds for ``job`` from the statistics pass (multi-chunk, trimmed)."""
+        return (
+            self.form is not None
+            and job.merged
+            and len(job.chunks) > 1
+            and fused.trims(self.form, self._call(job, 0, 0))
+        )
+
+    def _call(self, job: TensorJob, start: int, stop: int) -> fused.FusedCall:
+        stats = TensorStats(self.tensor_hists.get(job.name), self.model_hist, self._prepared.get(job.name))
+        params, mp = self.params[job.name], tuple(self.model_params[job.name])
+        return fused.FusedCall(params, self.weights, stats, self.eps, job.name, start, stop, self.cfg.seed, mp)
 
     def _sum_hists(self) -> None:
         n = len(self.inputs.models)
@@ -439,13 +536,16 @@ class _Merger:
     def _fused_chunk(self, job: TensorJob, start: int, stop: int) -> bool:
         """Merge and write one chunk with the fused kernel; False when it does not apply (or an input is not finite)."""
         params = self.params[job.name]
-        if self.fused is None or self.model_params[job.name] or float(params.get("epsilon", self.eps)) != self.eps:
+        if self.fused is None or float(params.get("epsilon", self.eps)) != self.eps:
             return False
+        if self.model_params[job.name] and not fused.per_model_params(self.method):
+            return False
+        if self._needs_thresholds(job) and job.name not in self._prepared:
+            return False  # an input was not finite in the statistics pass: the reference path names it
         assert self.writer is not None
-        stats = TensorStats(self.tensor_hists.get(job.name), self.model_hist)
         raw = fused.raw_chunk(*self.inputs.read_stored(job.name, start, stop, self.scratch))
         raw.out = self.scratch.get("merged", stop - start, torch.float32)
-        result = self.fused(raw, params, self.weights, stats, self.eps)
+        result = self.fused(raw, self._call(job, start, stop))
         if not result.finite or result.merged is None:
             return False  # the reference path reads again and names the broken checkpoint
         if not self.method.needs_model_stats:
@@ -514,6 +614,7 @@ def merge(cfg: MergeConfig, out_dir: str | Path, *, force: bool = False, quiet: 
             with torch_threads(1), atomic_output_dir(out, force=force) as tmp:
                 if run.method.needs_model_stats:
                     run.stats_pass()
+                run.thresholds_pass()
                 run.write(tmp)
                 _finish_folder(cfg, inputs, run, tmp, time.perf_counter() - t0, hashes)
         except BaseException:
