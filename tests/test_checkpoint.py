@@ -3,12 +3,14 @@
 from __future__ import annotations
 
 import json
+import sys
 from pathlib import Path
 
 import pytest
 import torch
 from safetensors.torch import load_file, save_file
 
+from agentmerge import checkpoint
 from agentmerge.checkpoint import (
     Checkpoint,
     PlannedTensor,
@@ -100,9 +102,20 @@ def test_plan_shards_respects_limit_and_order(limit: int) -> None:
         assert plans[-1].file_name == f"model-{len(plans):05d}-of-{len(plans):05d}.safetensors"
 
 
-def test_writer_chunks_in_any_order_load_with_safetensors(tmp_path: Path) -> None:
+@pytest.mark.parametrize("early_writeback", [False, True])
+def test_writer_chunks_in_any_order_load_with_safetensors(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, early_writeback: bool
+) -> None:
     want = {t.name: torch.randn(t.shape).to(t.dtype) for t in planned()}
     plans = plan_shards(planned(), 120)
+    started: list[int] = []
+    if early_writeback:  # writeback asked for every 20 bytes written (Linux: sync_file_range)
+        monkeypatch.setattr(checkpoint, "WRITEBACK_BYTES", 20)
+        real = checkpoint._writeback_starter()
+        assert real is not None or sys.platform != "linux"
+        monkeypatch.setattr(
+            checkpoint, "_writeback_starter", lambda: lambda fd: (started.append(fd), real and real(fd))
+        )
     writer = ShardWriter(tmp_path, plans, planned())
     for name, v in reversed(list(want.items())):
         flat = v.reshape(-1)
@@ -115,6 +128,7 @@ def test_writer_chunks_in_any_order_load_with_safetensors(tmp_path: Path) -> Non
     assert all(torch.equal(got[n], v) for n, v in want.items())
     index = json.loads((tmp_path / "model.safetensors.index.json").read_text())
     assert set(index["weight_map"]) == set(want)
+    assert len(set(started)) == (len(plans) if early_writeback else 0)
 
 
 def test_atomic_output_dir_cleans_up_on_failure(tmp_path: Path) -> None:
