@@ -189,7 +189,7 @@ def io_floor(inputs: Sequence[Path], out_bytes: int, scratch: Path) -> float:
 
 
 def agentmerge_cmd(method: str, base: Path, agents: Sequence[Path], out: Path, max_memory: str) -> list[str]:
-    cmd = [sys.executable, "-m", "agentmerge.cli", "merge", "--method", method, "--base", str(base)]
+    cmd = [sys.executable, "-m", "agentmerge", "merge", "--method", method, "--base", str(base)]
     for a in agents:
         cmd += ["--model", str(a)]
     return [*cmd, "-o", str(out), "--force", "--quiet", "--max-memory", max_memory]

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import json
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -64,3 +66,14 @@ def test_probe_command(
     assert "| agent0 |" in capsys.readouterr().out
     data = json.loads((tmp_path / "p.json").read_text())
     assert len(data["agents"]) == 3 and "per_layer" in data and (tmp_path / "p.md").exists()
+
+
+def test_the_installed_command_runs_with_the_collector_back_on() -> None:
+    """``python -m agentmerge`` (the ``agentmerge`` script) pauses the collector only while importing."""
+    code = "import gc, sys; from agentmerge.__main__ import main; sys.argv = ['agentmerge', 'methods', '--json']; "
+    code += "rc = main(); print(rc, gc.isenabled(), file=sys.stderr)"
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert done.stderr.strip().endswith("0 True")
+    assert "ram_plus" in json.loads(done.stdout)
+    again = subprocess.run([sys.executable, "-m", "agentmerge", "methods"], capture_output=True, text=True)
+    assert again.returncode == 0 and "ram_plus" in again.stdout
