@@ -336,6 +336,14 @@ def main(argv: Sequence[str] | None = None) -> int:
     return 0
 
 
+STARTUP = "import gc; gc.disable(); import agentmerge.cli, agentmerge.merge, agentmerge.fused; gc.freeze()"
+
+
+def startup_seconds(repeats: int) -> float:
+    """Median wall time of a process that only imports what a merge imports (Python, torch, numba, agentmerge)."""
+    return statistics.median(run_process([sys.executable, "-c", STARTUP]).seconds for _ in range(max(repeats, 1)))
+
+
 def warm(folders: Sequence[Path], scratch: Path) -> None:
     """Read every weight file once (untimed), so each tool and the floor start from the same page cache."""
     io_floor(folders, 0, scratch)
@@ -353,6 +361,8 @@ def run_benchmark(args: argparse.Namespace, mk: bool) -> dict[str, object]:
     diffs: dict[str, dict[str, float]] = {}
     first = args.shapes[0]
     most = max([3, *args.scale_agents]) if args.scale_agents else 3
+    startup = startup_seconds(args.repeats)
+    print(f"start-up (imports only): {startup:.2f} s", file=sys.stderr)
     for shape in args.shapes:
         base, agents = family(args.work, shape, most if shape == first else 3)
         three = agents[:3]
@@ -397,6 +407,7 @@ def run_benchmark(args: argparse.Namespace, mk: bool) -> dict[str, object]:
         "cpus": os.cpu_count(),
         "fused": _fused_available(),
         "floors": floors,
+        "startup_seconds": startup,
         "rows": [asdict(r) for r in rows],
         "differences": diffs,
     }
@@ -415,12 +426,14 @@ def print_report(results: dict[str, object]) -> None:
     floors: dict[str, dict[str, float]] = results["floors"]  # type: ignore[assignment]
     rows = [Row(**r) for r in results["rows"]]  # type: ignore[attr-defined]
     diffs: dict[str, dict[str, float]] = results["differences"]  # type: ignore[assignment]
-    print(f"# {results['command']}  ({results['when']}, {results['cpus']} CPUs, fused kernels: {results['fused']})\n")
+    print(f"# {results['command']}  ({results['when']}, {results['cpus']} CPUs, fused kernels: {results['fused']})")
+    print(f"# start-up of a merge process (imports only): {results.get('startup_seconds', float('nan')):.2f} s\n")
     print(
-        "| shape | method | agentmerge s (first run) | x floor | mergekit s | mergekit / agentmerge "
-        "| am anon MB | am RSS MB | mk anon MB | mk RSS MB | max abs diff |"
+        "| shape | method | agentmerge s (first run) | x floor | x floor after start-up | mergekit s "
+        "| mergekit / agentmerge | am anon MB | am RSS MB | mk anon MB | mk RSS MB | max abs diff |"
     )
-    print("|---|---|---|---|---|---|---|---|---|---|---|")
+    print("|---|---|---|---|---|---|---|---|---|---|---|---|")
+    startup = float(results.get("startup_seconds", 0.0))  # type: ignore[arg-type]
     for r in rows:
         if r.tool != "agentmerge" or r.agents != 3:
             continue
@@ -433,7 +446,8 @@ def print_report(results: dict[str, object]) -> None:
         diff = f"{d['max_abs']:.2g} ({d['fraction_differing']:.2%} differ)" if d else "-"
         am = "failed" if r.failed else f"{r.seconds:.1f} ({r.runs[0]:.1f})"
         print(
-            f"| {r.shape} | {r.method} | {am} | {r.seconds / floor:.2f} | {mk_s} | {ratio} | "
+            f"| {r.shape} | {r.method} | {am} | {r.seconds / floor:.2f} | {(r.seconds - startup) / floor:.2f} "
+            f"| {mk_s} | {ratio} | "
             f"{r.peak_anon_mb:.0f} | {r.peak_rss_mb:.0f} | {mk_mem} | {diff} |"
         )
     print("\n| shape | input GB | output GB | I/O floor s | floor s per GB in |")
