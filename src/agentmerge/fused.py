@@ -260,10 +260,10 @@ if _HAVE_NUMBA:
                 if bins[i].max() < 0:
                     continue
                 bad |= _magnitudes(vals, i, hi - lo, lo, drop, mag)
-                for j in range(hi - lo):
-                    up = np.int32(mbits[j] >> 16)
-                    for r in range(bins.shape[1]):
-                        if up == bins[i, r]:
+                for r in range(bins.shape[1]):
+                    want = np.uint32(bins[i, r]) if bins[i, r] >= 0 else np.uint32(0xFFFFFFFF)
+                    for j in range(hi - lo):
+                        if mbits[j] >> 16 == want:
                             hist[i, r, mbits[j] & np.uint32(0xFFFF)] += 1
         return bad
 
