@@ -359,15 +359,10 @@ def ties_thresholds(
     """
     scratch = Scratch()
     plans = _radix_pass(inputs, work, form, None, threads, quiet, scratch)
-    ranked = {name: p for name, p in plans.items() if isinstance(p, RadixPlan)}
-    second = [(job, make) for job, make in work if job.name in ranked and ranked[job.name].wanted]
-    lows = _radix_pass(inputs, second, form, ranked, threads, quiet, scratch)
-    out = {}
-    for job, _ in work:
-        plan = ranked.get(job.name)
-        if plan is not None and (not plan.wanted or job.name in lows):
-            out[job.name] = plan.found(lows.get(job.name, plan.lower_histogram()))
-    return out
+    second = [(job, make) for job, make in work if job.name in plans and plans[job.name].wanted]
+    found = _radix_pass(inputs, second, form, plans, threads, quiet, scratch)
+    settled = {name: plan.found(plan.lower_histogram()) for name, plan in plans.items() if not plan.wanted}
+    return {**settled, **found}
 
 
 def _radix_pass(
@@ -379,7 +374,10 @@ def _radix_pass(
     quiet: bool,
     scratch: Scratch,
 ) -> dict[str, Any]:
-    """One radix pass over ``work``: ``{name: RadixPlan}`` (first pass) or ``{name: lower counts}`` (second)."""
+    """One radix pass over ``work``: ``{name: RadixPlan}`` (first pass) or ``{name: [N, 1] thresholds}`` (second).
+
+    Each tensor's counts are turned into its (small) result as soon as its last chunk is counted.
+    """
     lock = threading.Lock()
     totals: dict[str, torch.Tensor] = {}
     left = {job.name: len(job.chunks) for job, _ in work}
@@ -398,9 +396,10 @@ def _radix_pass(
                 total = totals[job.name] = counts if job.name not in totals else totals[job.name].add_(counts)
                 broken.update([job.name] if not ok else [])
                 left[job.name] -= 1
-                if left[job.name] == 0 and job.name not in broken:
+                if left[job.name] == 0:
                     del totals[job.name]
-                    done[job.name] = total if plans is not None else _plan(total, job, call)
+                    if job.name not in broken:
+                        done[job.name] = plans[job.name].found(total) if plans else _plan(total, job, call)
 
         return run
 
