@@ -217,6 +217,8 @@ def _family(root: Path, dtype: torch.dtype) -> tuple[Path, list[Path]]:
         ("dare_ties", {}, None),
         ("dare_ties", {"density": 0.3, "p": 0.2}, [1.0, 0.3, 0.2]),
         ("dare_linear", {"p": 0.6}, None),
+        ("ties", {"_overrides": [{"pattern": "layer.*", "params": {"density": 1.0}}]}, None),
+        ("dare_ties", {"_overrides": [{"pattern": "embed*", "params": {"density": 0.05, "p": 0.9}}]}, None),
     ],
 )
 def test_merge_output_identical_with_and_without_fused(
@@ -229,7 +231,11 @@ def test_merge_output_identical_with_and_without_fused(
 ) -> None:
     base, agents = _family(tmp_path / "fam", dtype)
     specs = [ModelSpec(path=str(a), weight=w) for a, w in zip(agents, weights or [1.0] * 3, strict=True)]
-    cfg = MergeConfig(method=method, base=str(base), models=specs, params=params, chunk_size=1000, threads=2)
+    params = dict(params)
+    overrides = params.pop("_overrides", [])  # per-tensor parameters (one tensor dense, one trimmed harder)
+    cfg = MergeConfig(
+        method=method, base=str(base), models=specs, params=params, overrides=overrides, chunk_size=1000, threads=2
+    )
     outputs = {}
     for flag in ("1", "0"):
         monkeypatch.setenv("AGENTMERGE_FUSED", flag)
