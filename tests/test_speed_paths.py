@@ -85,6 +85,10 @@ CASES = [
     ("dare_ties", {"p": 0.75}),
     ("dare_linear", {}),
     ("dare_linear", {"p": 0.9, "lambda": 0.8}),
+    ("breadcrumbs", {}),
+    ("breadcrumbs", {"density": 0.3, "gamma": 0.1, "lambda": 0.6}),
+    ("breadcrumbs", {"density": 1.0, "gamma": 0.0}),
+    ("breadcrumbs", {"density": 0.0}),
 ]
 
 
@@ -114,17 +118,17 @@ def test_fused_kernel_matches_reference_bit_for_bit(
 
 
 @needs_numba
-@pytest.mark.parametrize("method", ["ties", "dare_ties", "dare_linear"])
+@pytest.mark.parametrize("method", ["ties", "dare_ties", "dare_linear", "breadcrumbs"])
 @pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float32])
 def test_fused_ties_family_with_per_model_params(method: str, dtype: torch.dtype) -> None:
     """Per-agent densities and drop rates (one agent keeping nothing, one everything) give the reference's bits."""
     n, e = 4, 2 * fused.BLOCK + 77
     ref, models = _inputs(n, e, dtype, seed=5)
     per_model = (
-        {"density": 0.0, "p": 0.1},
-        {"density": 1.0, "p": 0.5},
-        {"density": 0.3, "p": 0.0},
-        {"density": 0.77, "p": 0.6},
+        {"density": 0.0, "p": 0.1, "gamma": 0.05},
+        {"density": 1.0, "p": 0.5, "gamma": 0.0},
+        {"density": 0.3, "p": 0.0, "gamma": 0.2},
+        {"density": 0.77, "p": 0.6, "gamma": 0.01},
     )
     spec = METHODS[method]
     full = spec.defaults()
@@ -219,6 +223,8 @@ def _family(root: Path, dtype: torch.dtype) -> tuple[Path, list[Path]]:
         ("dare_linear", {"p": 0.6}, None),
         ("ties", {"_overrides": [{"pattern": "layer.*", "params": {"density": 1.0}}]}, None),
         ("dare_ties", {"_overrides": [{"pattern": "embed*", "params": {"density": 0.05, "p": 0.9}}]}, None),
+        ("breadcrumbs", {}, [1.0, 2.0, 0.5]),
+        ("breadcrumbs", {"density": 0.5, "gamma": 0.2}, None),
     ],
 )
 def test_merge_output_identical_with_and_without_fused(
@@ -262,12 +268,16 @@ def test_fused_merge_names_a_non_finite_input(tmp_path: Path, method: str, chunk
 
 
 @needs_numba
-@pytest.mark.parametrize("method", ["ties", "dare_ties", "dare_linear"])
+@pytest.mark.parametrize("method", ["ties", "dare_ties", "dare_linear", "breadcrumbs"])
 def test_fused_per_model_params_merge_identical(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, method: str) -> None:
     """Per-model densities and drop rates on multi-chunk tensors: fused and reference merges agree byte for byte."""
     base, agents = _family(tmp_path / "fam", torch.bfloat16)
     takes = {p.name for p in METHODS[method].params}
-    own = [{"density": 0.1, "p": 0.3}, {"density": 0.9, "p": 0.5}, {"density": 1.0, "p": 0.0}]
+    own = [
+        {"density": 0.1, "p": 0.3, "gamma": 0.0},
+        {"density": 0.9, "p": 0.5, "gamma": 0.05},
+        {"density": 1.0, "p": 0.0, "gamma": 0.0},
+    ]
     own = [{k: v for k, v in o.items() if k in takes} for o in own]
     specs = [ModelSpec(path=str(a), weight=w, params=o) for a, w, o in zip(agents, [1.0, 0.5, 2.0], own, strict=True)]
     cfg = MergeConfig(method=method, base=str(base), models=specs, chunk_size=1000, threads=2, seed=3)

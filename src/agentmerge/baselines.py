@@ -475,7 +475,7 @@ def dare_linear(c: Chunk) -> torch.Tensor:
 # --------------------------------------------------------------------------- Breadcrumbs
 
 
-def _crumb_ranks(params: Params, model_params: Sequence[Params]) -> RankFn:
+def crumb_ranks(params: Params, model_params: Sequence[Params]) -> RankFn:
     """``[N, 2]`` ranks (lower, upper bound) of the kept magnitude band."""
 
     def ranks(d: int, n: int) -> torch.Tensor:
@@ -496,7 +496,7 @@ def _abs_tau(c: Chunk) -> torch.Tensor:
 
 def breadcrumbs(c: Chunk) -> torch.Tensor:
     mag = c.tau.abs()
-    bounds = tensor_thresholds(c, _abs_tau, _crumb_ranks(c.params, c.model_params), mag)
+    bounds = tensor_thresholds(c, _abs_tau, crumb_ranks(c.params, c.model_params), mag)
     keep = (mag >= bounds[:, :1]) & (mag <= bounds[:, 1:])
     return float(c.params["lambda"]) * sum_agents(_zero_unless(c.tau.clone(), keep).mul_(c.weights[:, None]))
 
@@ -505,7 +505,7 @@ def _breadcrumbs_prepare(source: ChunkSource, params: Params) -> torch.Tensor | 
     p, mp = _chunk_params(source, params)
     if isinstance(source, TensorSource) and source.n_chunks <= 1:
         return None
-    return magnitude_thresholds(source, _abs_tau, _crumb_ranks(p, mp))
+    return magnitude_thresholds(source, _abs_tau, crumb_ranks(p, mp))
 
 
 # --------------------------------------------------------------------------- DELLA

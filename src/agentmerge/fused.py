@@ -9,9 +9,10 @@ and the chunk's overlap *pattern* counts (how many elements each set of updating
 than a cache-sized block.
 
 - RAM, RAM+, linear, task arithmetic: mask, overlap count and (weighted) sums in one loop.
-- TIES, DARE-TIES, DARE-linear: DARE's drop (the very draws of ``deltas.seeded_uniform``: torch's
+- TIES, DARE-TIES, DARE-linear, Breadcrumbs: DARE's drop (the very draws of ``deltas.seeded_uniform``: torch's
   CPU generator is MT19937, reproduced here, about 4x faster), the magnitude trim, sign election and
-  disjoint mean in one loop. The exact per-tensor thresholds come from two radix-count passes over
+  disjoint mean (or the weighted sum) in one loop; the trim keeps a band ``low_i <= |tau_i| <= high_i``
+  (TIES: ``high`` = inf). The exact per-tensor bounds come from two radix-count passes over
   the tensor (``upper_counts``, ``lower_counts``) that the driver runs chunk-parallel before merging,
   the same values as ``baselines.kth_streamed``.
 
@@ -28,7 +29,7 @@ from __future__ import annotations
 
 import math
 import os
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -274,16 +275,17 @@ if _HAVE_NUMBA:
         shift: int,
         eps: float,
         drop: Any,
-        thr: Any,
+        low: Any,
+        high: Any,
         w: Any,
         lam: Any,
         elect: bool,
         out: Any,
         patterns: Any,
     ) -> bool:
-        """TIES / DARE over one chunk: ``out = ref + lam * tau*``; pattern counts too; True if non-finite.
+        """TIES / DARE / Breadcrumbs over one chunk: ``out = ref + lam * tau*``; pattern counts; True if non-finite.
 
-        Per element: ``x_i = w_i * trim_i(drop_i(tau_i))`` (trimmed where ``|.| < thr_i``); with ``elect``,
+        Per element: ``x_i = w_i * trim_i(drop_i(tau_i))`` (zero unless ``low_i <= |.| <= high_i``); with ``elect``,
         ``s = sgn(sum_i x_i)`` and ``tau* = sum_{i: s x_i > 0} s x_i * s / sum_{i: s x_i > 0} w_i`` (0 when no
         agent agrees), else ``tau* = sum_i x_i``. Agents are summed in order 0..N-1 from +0, as the
         reference's ``sum_agents`` and ``_agreeing_weight`` do.
@@ -306,13 +308,13 @@ if _HAVE_NUMBA:
             acc[:] = 0.0
             code[:] = 0
             for i in range(n):
-                wi, ti = w[i], thr[i]
+                wi, bottom, top = w[i], low[i], high[i]
                 for j in range(m):
                     t = vals[i + 1, j] - vals[0, j]
                     code[j] |= np.int32(abs(t) > eps32) << i
                     if dropping:
                         t = _dropped(t, u[i, lo + j], f[i], inv[i], q[i], pow2[i])
-                    t = t if abs(t) >= ti else np.float32(0.0)
+                    t = t if bottom <= abs(t) <= top else np.float32(0.0)
                     x[i, j] = t * wi
                     acc[j] += x[i, j]
             for j in range(m):
@@ -564,19 +566,25 @@ def lower_counts(raw: RawChunk, drop: Drop, bins: torch.Tensor) -> tuple[torch.T
     return torch.from_numpy(hist), not bad
 
 
+RankRule = Callable[[Mapping[str, ParamValue], Sequence[Mapping[str, ParamValue]]], baselines.RankFn]
+
+
 @dataclass(frozen=True)
 class TiesForm:
-    """Which steps of the TIES/DARE family a method takes."""
+    """Which steps of the TIES/DARE/Breadcrumbs family a method takes."""
 
     drop: bool  # DARE's random drop and rescale
     elect: bool  # sign election and disjoint mean (else the weighted sum)
-    trim: bool  # magnitude trim to ``density`` (when some agent's density is below 1)
+    trim: bool  # keep a band of magnitudes per agent and tensor (TIES: when some density is below 1)
+    ranks: RankRule = baselines.top_ranks  # the ranks of the band's bounds: [N, 1] lower, or [N, 2] lower, upper
+    always: bool = False  # trim even when every density is 1 (Breadcrumbs also drops the largest)
 
 
 TIES_FORMS: dict[Callable[[Chunk], torch.Tensor], TiesForm] = {
     baselines.ties: TiesForm(drop=False, elect=True, trim=True),
     baselines.dare_ties: TiesForm(drop=True, elect=True, trim=True),
     baselines.dare_linear: TiesForm(drop=True, elect=False, trim=False),
+    baselines.breadcrumbs: TiesForm(drop=False, elect=False, trim=True, ranks=baselines.crumb_ranks, always=True),
 }
 
 
@@ -590,19 +598,33 @@ def chunk_drop(form: TiesForm, call: FusedCall, n: int) -> Drop:
 
 
 def trims(form: TiesForm, call: FusedCall) -> bool:
-    """Whether this tensor is trimmed (some agent keeps less than all of its magnitudes)."""
-    return form.trim and not baselines.all_dense(call.params, call.model_params)
+    """Whether this tensor is trimmed (Breadcrumbs always; TIES when some agent keeps less than all)."""
+    return form.trim and (form.always or not baselines.all_dense(call.params, call.model_params))
 
 
-def chunk_thresholds(raw: RawChunk, drop: Drop, call: FusedCall) -> torch.Tensor | None:
-    """``[N, 1]`` TIES thresholds of a tensor that is this one chunk (two radix passes over it); None if not finite."""
+def band_ranks(form: TiesForm, call: FusedCall, d: int, n: int) -> torch.Tensor:
+    """``[N, R]`` ranks of the kept band's bounds for a tensor of ``d`` elements."""
+    return form.ranks(call.params, call.model_params)(d, n)
+
+
+def chunk_thresholds(raw: RawChunk, drop: Drop, call: FusedCall, form: TiesForm) -> torch.Tensor | None:
+    """``[N, R]`` band bounds of a tensor that is this one chunk (two radix passes over it); None if not finite."""
     hist, ok = upper_counts(raw, drop)
     if not ok:
         return None
-    n = raw.models.shape[0]
-    plan = baselines.radix_plan(hist, baselines.top_ranks(call.params, call.model_params)(raw.models.shape[1], n))
+    n, d = raw.models.shape
+    plan = baselines.radix_plan(hist, band_ranks(form, call, d, n))
     lo_hist, ok = lower_counts(raw, drop, plan.bin_table()) if plan.wanted else (plan.lower_histogram(), True)
     return plan.found(lo_hist) if ok else None
+
+
+def _band(thr: torch.Tensor | None, n: int) -> tuple[np.ndarray[Any, Any], np.ndarray[Any, Any]] | None:
+    """``[N, 1]`` (lower bound only) or ``[N, 2]`` bounds -> float32 ``(low [N], high [N])``; +inf when unbounded."""
+    if thr is None:
+        return None
+    t = torch.as_tensor(thr).float()
+    high = t[:, 1] if t.shape[1] > 1 else torch.full((n,), math.inf)
+    return t[:, 0].contiguous().numpy(), high.contiguous().numpy()
 
 
 def _ties_family(form: TiesForm) -> FusedKernel:
@@ -611,14 +633,16 @@ def _ties_family(form: TiesForm) -> FusedKernel:
         drop = chunk_drop(form, call, n)
         thr: torch.Tensor | None = torch.zeros(n, 1)
         if trims(form, call):
-            thr = call.stats.prepared if call.stats.prepared is not None else chunk_thresholds(raw, drop, call)
+            prepared = call.stats.prepared
+            thr = prepared if prepared is not None else chunk_thresholds(raw, drop, call, form)
+        band = _band(thr, n)
         merged, out, patterns = _out(raw)
-        if thr is None:
+        if band is None:
             return FusedResult(merged, torch.from_numpy(patterns), False)
         w = call.weights.float().numpy()
         lam = _f32(call.params["lambda"])
-        t = torch.as_tensor(thr).float()[:, 0].contiguous().numpy()
-        bad = _ties_loop(raw.ref, raw.models, raw.shift, call.eps, drop, t, w, lam, form.elect, out, patterns)
+        low, high = band
+        bad = _ties_loop(raw.ref, raw.models, raw.shift, call.eps, drop, low, high, w, lam, form.elect, out, patterns)
         return FusedResult(merged, torch.from_numpy(patterns), not bad)
 
     return kernel

@@ -26,7 +26,7 @@ import torch
 from tqdm import tqdm
 
 from agentmerge import fused
-from agentmerge.baselines import RadixPlan, radix_plan, top_ranks
+from agentmerge.baselines import RadixPlan, radix_plan
 from agentmerge.checkpoint import (
     MODEL_FILES,
     TOKENIZER_FILES,
@@ -350,7 +350,7 @@ def ties_thresholds(
     threads: int,
     quiet: bool = True,
 ) -> dict[str, torch.Tensor]:
-    """The fused TIES/DARE statistics pass: ``{name: [N, 1]}`` exact magnitude thresholds of multi-chunk tensors.
+    """The fused TIES/DARE/Breadcrumbs statistics pass: ``{name: [N, R]}`` exact magnitude bounds, multi-chunk tensors.
 
     Two chunk-parallel passes of radix counts (``fused.upper_counts`` then ``fused.lower_counts`` inside the
     bin that holds each rank), the same values as ``baselines.kth_streamed``. Counts are summed per tensor
@@ -399,7 +399,7 @@ def _radix_pass(
                 if left[job.name] == 0:
                     del totals[job.name]
                     if job.name not in broken:
-                        done[job.name] = plans[job.name].found(total) if plans else _plan(total, job, call)
+                        done[job.name] = plans[job.name].found(total) if plans else _plan(total, job, call, form)
 
         return run
 
@@ -410,9 +410,8 @@ def _radix_pass(
     return done
 
 
-def _plan(hist: torch.Tensor, job: TensorJob, call: fused.FusedCall) -> RadixPlan:
-    ranks = top_ranks(call.params, call.model_params)(job.numel, hist.shape[0])
-    return radix_plan(hist, ranks)
+def _plan(hist: torch.Tensor, job: TensorJob, call: fused.FusedCall, form: fused.TiesForm) -> RadixPlan:
+    return radix_plan(hist, fused.band_ranks(form, call, job.numel, hist.shape[0]))
 
 
 # --------------------------------------------------------------------------- results
