@@ -89,6 +89,10 @@ CASES = [
     ("breadcrumbs", {"density": 0.3, "gamma": 0.1, "lambda": 0.6}),
     ("breadcrumbs", {"density": 1.0, "gamma": 0.0}),
     ("breadcrumbs", {"density": 0.0}),
+    ("ram_ties", {}),
+    ("ram_ties", {"keep": 0.35, "epsilon": 1e-3}),
+    ("ram_ties", {"keep": 1.0}),
+    ("ram_ties", {"keep": 0.0}),
 ]
 
 
@@ -118,17 +122,17 @@ def test_fused_kernel_matches_reference_bit_for_bit(
 
 
 @needs_numba
-@pytest.mark.parametrize("method", ["ties", "dare_ties", "dare_linear", "breadcrumbs"])
+@pytest.mark.parametrize("method", ["ties", "dare_ties", "dare_linear", "breadcrumbs", "ram_ties"])
 @pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float32])
 def test_fused_ties_family_with_per_model_params(method: str, dtype: torch.dtype) -> None:
     """Per-agent densities and drop rates (one agent keeping nothing, one everything) give the reference's bits."""
     n, e = 4, 2 * fused.BLOCK + 77
     ref, models = _inputs(n, e, dtype, seed=5)
     per_model = (
-        {"density": 0.0, "p": 0.1, "gamma": 0.05},
-        {"density": 1.0, "p": 0.5, "gamma": 0.0},
-        {"density": 0.3, "p": 0.0, "gamma": 0.2},
-        {"density": 0.77, "p": 0.6, "gamma": 0.01},
+        {"density": 0.0, "p": 0.1, "gamma": 0.05, "keep": 0.0},
+        {"density": 1.0, "p": 0.5, "gamma": 0.0, "keep": 1.0},
+        {"density": 0.3, "p": 0.0, "gamma": 0.2, "keep": 0.3},
+        {"density": 0.77, "p": 0.6, "gamma": 0.01, "keep": 0.8},
     )
     spec = METHODS[method]
     full = spec.defaults()
@@ -225,6 +229,8 @@ def _family(root: Path, dtype: torch.dtype) -> tuple[Path, list[Path]]:
         ("dare_ties", {"_overrides": [{"pattern": "embed*", "params": {"density": 0.05, "p": 0.9}}]}, None),
         ("breadcrumbs", {}, [1.0, 2.0, 0.5]),
         ("breadcrumbs", {"density": 0.5, "gamma": 0.2}, None),
+        ("ram_ties", {}, None),
+        ("ram_ties", {"keep": 0.5, "epsilon": 1e-4}, None),
     ],
 )
 def test_merge_output_identical_with_and_without_fused(
@@ -268,18 +274,19 @@ def test_fused_merge_names_a_non_finite_input(tmp_path: Path, method: str, chunk
 
 
 @needs_numba
-@pytest.mark.parametrize("method", ["ties", "dare_ties", "dare_linear", "breadcrumbs"])
+@pytest.mark.parametrize("method", ["ties", "dare_ties", "dare_linear", "breadcrumbs", "ram_ties"])
 def test_fused_per_model_params_merge_identical(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, method: str) -> None:
     """Per-model densities and drop rates on multi-chunk tensors: fused and reference merges agree byte for byte."""
     base, agents = _family(tmp_path / "fam", torch.bfloat16)
     takes = {p.name for p in METHODS[method].params}
     own = [
-        {"density": 0.1, "p": 0.3, "gamma": 0.0},
-        {"density": 0.9, "p": 0.5, "gamma": 0.05},
-        {"density": 1.0, "p": 0.0, "gamma": 0.0},
+        {"density": 0.1, "p": 0.3, "gamma": 0.0, "keep": 0.2},
+        {"density": 0.9, "p": 0.5, "gamma": 0.05, "keep": 0.9},
+        {"density": 1.0, "p": 0.0, "gamma": 0.0, "keep": 0.05},
     ]
     own = [{k: v for k, v in o.items() if k in takes} for o in own]
-    specs = [ModelSpec(path=str(a), weight=w, params=o) for a, w, o in zip(agents, [1.0, 0.5, 2.0], own, strict=True)]
+    weights = [1.0, 0.5, 2.0] if METHODS[method].uses_weights else [1.0] * 3
+    specs = [ModelSpec(path=str(a), weight=w, params=o) for a, w, o in zip(agents, weights, own, strict=True)]
     cfg = MergeConfig(method=method, base=str(base), models=specs, chunk_size=1000, threads=2, seed=3)
     outputs = []
     for flag in ("1", "0"):
@@ -371,9 +378,9 @@ def test_fused_ties_takes_the_compiled_passes(tmp_path: Path, monkeypatch: pytes
     seen: list[int] = []
     upper = fused.upper_counts
 
-    def spy(raw: fused.RawChunk, drop: fused.Drop) -> tuple[torch.Tensor, bool]:
+    def spy(raw: fused.RawChunk, drop: fused.Drop, eps: float = -1.0) -> tuple[torch.Tensor, bool]:
         seen.append(raw.models.shape[1])
-        return upper(raw, drop)
+        return upper(raw, drop, eps)
 
     monkeypatch.setattr(fused, "upper_counts", spy)
     cfg = MergeConfig(method="ties", base=str(base), models=[ModelSpec(path=str(a)) for a in agents], chunk_size=1000)

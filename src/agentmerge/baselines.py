@@ -600,7 +600,7 @@ def _shared(c: Chunk, eps: float) -> tuple[torch.Tensor, torch.Tensor, torch.Ten
     return mask, count, torch.where(mask, c.tau.abs(), 0.0)[:, count >= 2]
 
 
-def _keep_rank(params: Params, model_params: Sequence[Params]) -> RankFn:
+def keep_ranks(params: Params, model_params: Sequence[Params]) -> RankFn:
     """Ranks of the RAM-TIES threshold: the ``floor(D (1 - keep_i))``-th smallest (0: keep all)."""
 
     def ranks(d: int, n: int) -> torch.Tensor:
@@ -614,7 +614,7 @@ def ram_ties(c: Chunk) -> torch.Tensor:
     eps = float(c.params["epsilon"])
     mask, count, shared_values = _shared(c, eps)
     active = _zero_unless(c.tau.clone(), mask)
-    rank_fn = _keep_rank(c.params, c.model_params)
+    rank_fn = keep_ranks(c.params, c.model_params)
     t = tensor_thresholds(c, lambda ch: _shared(ch, eps)[2], rank_fn, shared_values)
     shared = count >= 2
     trimmed = _trim(active, t)
@@ -627,7 +627,7 @@ def _ram_ties_prepare(source: ChunkSource, params: Params) -> torch.Tensor | Non
     if isinstance(source, TensorSource) and source.n_chunks <= 1:
         return None
     eps = float(p["epsilon"])
-    return magnitude_thresholds(source, lambda ch: _shared(ch, eps)[2], _keep_rank(p, mp))
+    return magnitude_thresholds(source, lambda ch: _shared(ch, eps)[2], keep_ranks(p, mp))
 
 
 # --------------------------------------------------------------------------- Fisher

@@ -9,10 +9,11 @@ and the chunk's overlap *pattern* counts (how many elements each set of updating
 than a cache-sized block.
 
 - RAM, RAM+, linear, task arithmetic: mask, overlap count and (weighted) sums in one loop.
-- TIES, DARE-TIES, DARE-linear, Breadcrumbs: DARE's drop (the very draws of ``deltas.seeded_uniform``: torch's
+- TIES, DARE-TIES, DARE-linear, Breadcrumbs, RAM-TIES: DARE's drop (the very draws of ``deltas.seeded_uniform``: torch's
   CPU generator is MT19937, reproduced here, about 4x faster), the magnitude trim, sign election and
   disjoint mean (or the weighted sum) in one loop; the trim keeps a band ``low_i <= |tau_i| <= high_i``
-  (TIES: ``high`` = inf). The exact per-tensor bounds come from two radix-count passes over
+  (TIES: ``high`` = inf; RAM-TIES counts and trims only RAM's shared region and keeps unique updates
+  whole). The exact per-tensor bounds come from two radix-count passes over
   the tensor (``upper_counts``, ``lower_counts``) that the driver runs chunk-parallel before merging,
   the same values as ``baselines.kth_streamed``.
 
@@ -212,59 +213,88 @@ if _HAVE_NUMBA:
         return np.float32(np.float64(t) / q)
 
     @_jit
-    def _magnitudes(vals: Any, i: int, m: int, lo: int, drop: Any, mag: Any) -> bool:
-        """``mag[:m] = |tau_i|`` (after DARE's drop when ``drop.u`` has columns); True if any is Inf/NaN."""
+    def _magnitudes(vals: Any, i: int, m: int, lo: int, drop: Any, eps: float, mag: Any) -> bool:
+        """``mag[:m] = |tau_i|`` (after DARE's drop when ``drop.u`` has columns; 0 where ``|tau_i| <= eps`` when
+        ``eps >= 0``, RAM's update mask); True if any is Inf/NaN."""
         u, f, inv, q, pow2 = drop
         dropping = u.shape[1] > 0
+        masking = eps >= 0
+        eps32 = np.float32(eps)
         bad = False
         for j in range(m):
             t = vals[i + 1, j] - vals[0, j]
             if dropping:
                 t = _dropped(t, u[i, lo + j], f[i], inv[i], q[i], pow2[i])
-            mag[j] = abs(t)
+            a = abs(t)
+            mag[j] = a if not masking or a > eps32 else np.float32(0.0)
         bits = mag.view(np.uint32)
         for j in range(m):
             bad |= bits[j] >= np.uint32(_FINITE_BITS)
         return bad
 
     @_jit
-    def _upper_loop(ref: Any, models: Any, shift: int, drop: Any, hist: Any) -> bool:
-        """First radix pass: ``hist[i, bits(|tau_i|) >> 16] += 1`` over the chunk; True if non-finite."""
+    def _shared(vals: Any, n: int, m: int, eps: float, shared: Any) -> None:
+        """``shared[:m]`` = whether 2+ agents moved the element (``|tau_i| > eps``): RAM's shared region."""
+        eps32 = np.float32(eps)
+        count = np.zeros(m, np.int32)
+        for i in range(n):
+            for j in range(m):
+                count[j] += abs(vals[i + 1, j] - vals[0, j]) > eps32
+        for j in range(m):
+            shared[j] = count[j] >= 2
+
+    @_jit
+    def _upper_loop(ref: Any, models: Any, shift: int, drop: Any, eps: float, hist: Any) -> bool:
+        """First radix pass: ``hist[i, bits(|tau_i|) >> 16] += 1`` over the chunk; True if non-finite.
+
+        With ``eps >= 0`` (RAM-TIES) only the shared region counts, with the masked magnitudes.
+        """
         n, e = models.shape
         bits = np.empty((n + 1, BLOCK), np.uint32)
         vals = bits.view(np.float32)
         mag = np.empty(BLOCK, np.float32)
         mbits = mag.view(np.uint32)
+        shared = np.ones(BLOCK, np.bool_)
         bad = False
         for lo in range(0, e, BLOCK):
             hi = min(lo + BLOCK, e)
             bad |= _load_block(ref, models, lo, hi, shift, bits)
+            if eps >= 0:
+                _shared(vals, n, hi - lo, eps, shared)
             for i in range(n):
-                bad |= _magnitudes(vals, i, hi - lo, lo, drop, mag)
-                for j in range(hi - lo):
-                    hist[i, mbits[j] >> 16] += 1
+                bad |= _magnitudes(vals, i, hi - lo, lo, drop, eps, mag)
+                if eps >= 0:
+                    for j in range(hi - lo):
+                        if shared[j]:
+                            hist[i, mbits[j] >> 16] += 1
+                else:
+                    for j in range(hi - lo):
+                        hist[i, mbits[j] >> 16] += 1
         return bad
 
     @_jit
-    def _lower_loop(ref: Any, models: Any, shift: int, drop: Any, bins: Any, hist: Any) -> bool:
+    def _lower_loop(ref: Any, models: Any, shift: int, drop: Any, eps: float, bins: Any, hist: Any) -> bool:
         """Second radix pass: ``hist[i, r, low 16 bits] += 1`` for magnitudes whose upper bits are ``bins[i, r]``."""
         n, e = models.shape
         bits = np.empty((n + 1, BLOCK), np.uint32)
         vals = bits.view(np.float32)
         mag = np.empty(BLOCK, np.float32)
         mbits = mag.view(np.uint32)
+        shared = np.ones(BLOCK, np.bool_)
         bad = False
         for lo in range(0, e, BLOCK):
             hi = min(lo + BLOCK, e)
             bad |= _load_block(ref, models, lo, hi, shift, bits)
+            if eps >= 0:
+                _shared(vals, n, hi - lo, eps, shared)
             for i in range(n):
                 if bins[i].max() < 0:
                     continue
-                bad |= _magnitudes(vals, i, hi - lo, lo, drop, mag)
+                bad |= _magnitudes(vals, i, hi - lo, lo, drop, eps, mag)
                 for r in range(bins.shape[1]):
                     want = np.uint32(bins[i, r]) if bins[i, r] >= 0 else np.uint32(0xFFFFFFFF)
                     for j in range(hi - lo):
-                        if mbits[j] >> 16 == want:
+                        if mbits[j] >> 16 == want and shared[j]:
                             hist[i, r, mbits[j] & np.uint32(0xFFFF)] += 1
         return bad
 
@@ -280,6 +310,7 @@ if _HAVE_NUMBA:
         w: Any,
         lam: Any,
         elect: bool,
+        region: bool,
         out: Any,
         patterns: Any,
     ) -> bool:
@@ -287,8 +318,10 @@ if _HAVE_NUMBA:
 
         Per element: ``x_i = w_i * trim_i(drop_i(tau_i))`` (zero unless ``low_i <= |.| <= high_i``); with ``elect``,
         ``s = sgn(sum_i x_i)`` and ``tau* = sum_{i: s x_i > 0} s x_i * s / sum_{i: s x_i > 0} w_i`` (0 when no
-        agent agrees), else ``tau* = sum_i x_i``. Agents are summed in order 0..N-1 from +0, as the
-        reference's ``sum_agents`` and ``_agreeing_weight`` do.
+        agent agrees), else ``tau* = sum_i x_i``. With ``region`` (RAM-TIES) ``tau_i`` is first masked to
+        ``|tau_i| > eps`` and elements moved by fewer than two agents get ``sum_i tau_i`` (the unique update or
+        0) instead. Agents are summed in order 0..N-1 from +0, as the reference's ``sum_agents`` and
+        ``_agreeing_weight`` do.
         """
         n, e = models.shape
         eps32 = np.float32(eps)
@@ -298,6 +331,7 @@ if _HAVE_NUMBA:
         vals = bits.view(np.float32)
         x = np.empty((n, BLOCK), np.float32)
         acc, num, den = np.empty(BLOCK, np.float32), np.empty(BLOCK, np.float32), np.empty(BLOCK, np.float32)
+        active, count = np.empty(BLOCK, np.float32), np.empty(BLOCK, np.int32)
         code = np.empty(BLOCK, np.int32)
         tally = np.zeros((4, patterns.shape[0]), np.int64)
         bad = False
@@ -306,12 +340,19 @@ if _HAVE_NUMBA:
             m = hi - lo
             bad |= _load_block(ref, models, lo, hi, shift, bits)
             acc[:] = 0.0
+            active[:] = 0.0
+            count[:] = 0
             code[:] = 0
             for i in range(n):
                 wi, bottom, top = w[i], low[i], high[i]
                 for j in range(m):
                     t = vals[i + 1, j] - vals[0, j]
-                    code[j] |= np.int32(abs(t) > eps32) << i
+                    on = abs(t) > eps32
+                    code[j] |= np.int32(on) << i
+                    if region:
+                        t = t if on else np.float32(0.0)
+                        count[j] += on
+                        active[j] += t
                     if dropping:
                         t = _dropped(t, u[i, lo + j], f[i], inv[i], q[i], pow2[i])
                     t = t if bottom <= abs(t) <= top else np.float32(0.0)
@@ -333,7 +374,7 @@ if _HAVE_NUMBA:
                 for j in range(m):
                     s = np.float32(1.0) if acc[j] > 0 else (np.float32(-1.0) if acc[j] < 0 else np.float32(0.0))
                     r = (num[j] * s) / den[j] if den[j] != 0 else np.float32(0.0)
-                    out[lo + j] = vals[0, j] + lam * r
+                    out[lo + j] = vals[0, j] + (active[j] if region and count[j] < 2 else lam * r)
             else:
                 for j in range(m):
                     out[lo + j] = vals[0, j] + lam * acc[j]
@@ -552,17 +593,20 @@ def no_drop(n: int) -> Drop:
     )
 
 
-def upper_counts(raw: RawChunk, drop: Drop) -> tuple[torch.Tensor, bool]:
-    """First radix pass over one chunk: ``[N, 2**16]`` counts of the upper 16 bits of ``|tau_i|``; finite?"""
+def upper_counts(raw: RawChunk, drop: Drop, eps: float = -1.0) -> tuple[torch.Tensor, bool]:
+    """First radix pass over one chunk: ``[N, 2**16]`` counts of the upper 16 bits of ``|tau_i|``; finite?
+
+    ``eps >= 0``: only RAM's shared region (2+ agents with ``|tau| > eps``) counts, masked magnitudes.
+    """
     hist = np.zeros((raw.models.shape[0], 1 << 16), np.int64)
-    bad = _upper_loop(raw.ref, raw.models, raw.shift, drop, hist)
+    bad = _upper_loop(raw.ref, raw.models, raw.shift, drop, eps, hist)
     return torch.from_numpy(hist), not bad
 
 
-def lower_counts(raw: RawChunk, drop: Drop, bins: torch.Tensor) -> tuple[torch.Tensor, bool]:
+def lower_counts(raw: RawChunk, drop: Drop, bins: torch.Tensor, eps: float = -1.0) -> tuple[torch.Tensor, bool]:
     """Second radix pass: ``[N, R, 2**16]`` counts of the lower 16 bits of ``|tau_i|`` inside ``bins[i, r]``."""
     hist = np.zeros((*bins.shape, 1 << 16), np.int64)
-    bad = _lower_loop(raw.ref, raw.models, raw.shift, drop, bins.numpy(), hist)
+    bad = _lower_loop(raw.ref, raw.models, raw.shift, drop, eps, bins.numpy(), hist)
     return torch.from_numpy(hist), not bad
 
 
@@ -578,6 +622,7 @@ class TiesForm:
     trim: bool  # keep a band of magnitudes per agent and tensor (TIES: when some density is below 1)
     ranks: RankRule = baselines.top_ranks  # the ranks of the band's bounds: [N, 1] lower, or [N, 2] lower, upper
     always: bool = False  # trim even when every density is 1 (Breadcrumbs also drops the largest)
+    region: bool = False  # RAM-TIES: masks |tau| > epsilon; TIES (unweighted) on the shared region only
 
 
 TIES_FORMS: dict[Callable[[Chunk], torch.Tensor], TiesForm] = {
@@ -585,6 +630,9 @@ TIES_FORMS: dict[Callable[[Chunk], torch.Tensor], TiesForm] = {
     baselines.dare_ties: TiesForm(drop=True, elect=True, trim=True),
     baselines.dare_linear: TiesForm(drop=True, elect=False, trim=False),
     baselines.breadcrumbs: TiesForm(drop=False, elect=False, trim=True, ranks=baselines.crumb_ranks, always=True),
+    baselines.ram_ties: TiesForm(
+        drop=False, elect=True, trim=True, ranks=baselines.keep_ranks, always=True, region=True
+    ),
 }
 
 
@@ -602,19 +650,25 @@ def trims(form: TiesForm, call: FusedCall) -> bool:
     return form.trim and (form.always or not baselines.all_dense(call.params, call.model_params))
 
 
-def band_ranks(form: TiesForm, call: FusedCall, d: int, n: int) -> torch.Tensor:
-    """``[N, R]`` ranks of the kept band's bounds for a tensor of ``d`` elements."""
-    return form.ranks(call.params, call.model_params)(d, n)
+def region_eps(form: TiesForm, call: FusedCall) -> float:
+    """The update threshold of RAM-TIES's shared region, or -1 (no region) for the other methods."""
+    return float(call.params["epsilon"]) if form.region else -1.0
+
+
+def band_plan(hist: torch.Tensor, form: TiesForm, call: FusedCall) -> baselines.RadixPlan:
+    """The radix plan of the band's bounds from a tensor's first-pass counts (``d`` = the values counted)."""
+    ranks = form.ranks(call.params, call.model_params)(int(hist[0].sum()), hist.shape[0])
+    return baselines.radix_plan(hist, ranks)
 
 
 def chunk_thresholds(raw: RawChunk, drop: Drop, call: FusedCall, form: TiesForm) -> torch.Tensor | None:
     """``[N, R]`` band bounds of a tensor that is this one chunk (two radix passes over it); None if not finite."""
-    hist, ok = upper_counts(raw, drop)
+    eps = region_eps(form, call)
+    hist, ok = upper_counts(raw, drop, eps)
     if not ok:
         return None
-    n, d = raw.models.shape
-    plan = baselines.radix_plan(hist, band_ranks(form, call, d, n))
-    lo_hist, ok = lower_counts(raw, drop, plan.bin_table()) if plan.wanted else (plan.lower_histogram(), True)
+    plan = band_plan(hist, form, call)
+    lo_hist, ok = lower_counts(raw, drop, plan.bin_table(), eps) if plan.wanted else (plan.lower_histogram(), True)
     return plan.found(lo_hist) if ok else None
 
 
@@ -639,10 +693,12 @@ def _ties_family(form: TiesForm) -> FusedKernel:
         merged, out, patterns = _out(raw)
         if band is None:
             return FusedResult(merged, torch.from_numpy(patterns), False)
-        w = call.weights.float().numpy()
-        lam = _f32(call.params["lambda"])
+        w = (torch.ones(n) if form.region else call.weights).float().numpy()  # RAM-TIES: no weights, no lambda
+        lam = np.float32(1.0) if form.region else _f32(call.params["lambda"])
         low, high = band
-        bad = _ties_loop(raw.ref, raw.models, raw.shift, call.eps, drop, low, high, w, lam, form.elect, out, patterns)
+        bad = _ties_loop(
+            raw.ref, raw.models, raw.shift, call.eps, drop, low, high, w, lam, form.elect, form.region, out, patterns
+        )
         return FusedResult(merged, torch.from_numpy(patterns), not bad)
 
     return kernel

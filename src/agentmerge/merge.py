@@ -26,7 +26,7 @@ import torch
 from tqdm import tqdm
 
 from agentmerge import fused
-from agentmerge.baselines import RadixPlan, radix_plan
+from agentmerge.baselines import RadixPlan
 from agentmerge.checkpoint import (
     MODEL_FILES,
     TOKENIZER_FILES,
@@ -388,10 +388,11 @@ def _radix_pass(
         def run() -> None:
             raw = fused.raw_chunk(*inputs.read_stored(job.name, call.start, call.stop, scratch))
             drop = fused.chunk_drop(form, call, len(inputs.models))
+            eps = fused.region_eps(form, call)
             if plans is None:
-                counts, ok = fused.upper_counts(raw, drop)
+                counts, ok = fused.upper_counts(raw, drop, eps)
             else:
-                counts, ok = fused.lower_counts(raw, drop, plans[job.name].bin_table())
+                counts, ok = fused.lower_counts(raw, drop, plans[job.name].bin_table(), eps)
             with lock:
                 total = totals[job.name] = counts if job.name not in totals else totals[job.name].add_(counts)
                 broken.update([job.name] if not ok else [])
@@ -399,7 +400,7 @@ def _radix_pass(
                 if left[job.name] == 0:
                     del totals[job.name]
                     if job.name not in broken:
-                        done[job.name] = plans[job.name].found(total) if plans else _plan(total, job, call, form)
+                        done[job.name] = plans[job.name].found(total) if plans else fused.band_plan(total, form, call)
 
         return run
 
@@ -408,10 +409,6 @@ def _radix_pass(
     with tqdm(total=len(tasks), desc=label, unit="chunk", disable=quiet, leave=False) as bar:
         run_parallel(tasks, threads, bar)
     return done
-
-
-def _plan(hist: torch.Tensor, job: TensorJob, call: fused.FusedCall, form: fused.TiesForm) -> RadixPlan:
-    return radix_plan(hist, fused.band_ranks(form, call, job.numel, hist.shape[0]))
 
 
 # --------------------------------------------------------------------------- results
