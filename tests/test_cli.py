@@ -77,3 +77,7 @@ def test_the_installed_command_runs_with_the_collector_back_on() -> None:
     assert "ram_plus" in json.loads(done.stdout)
     again = subprocess.run([sys.executable, "-m", "agentmerge", "methods"], capture_output=True, text=True)
     assert again.returncode == 0 and "ram_plus" in again.stdout
+    piped = subprocess.run(
+        f"'{sys.executable}' -m agentmerge methods | head -n 1", shell=True, capture_output=True, text=True
+    )
+    assert piped.stdout.count("\n") == 1 and "Traceback" not in piped.stderr

@@ -9,6 +9,7 @@ collections stay cheap too. Nothing else changes: the collector is on while the 
 from __future__ import annotations
 
 import gc
+import os
 import sys
 
 
@@ -19,7 +20,11 @@ def main() -> int:
     finally:
         gc.freeze()
         gc.enable()
-    return cli.main()
+    try:
+        return cli.main()
+    except BrokenPipeError:  # the reader went away (``agentmerge methods | head``): stop quietly
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return 1
 
 
 if __name__ == "__main__":
