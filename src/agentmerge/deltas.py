@@ -14,6 +14,7 @@ From ``H``: agent i's updated elements ``sum_k H[i, k]``, unique ``H[i, 0]``, sh
 from __future__ import annotations
 
 import hashlib
+from collections.abc import Iterator
 
 import torch
 
@@ -97,14 +98,18 @@ def seeded_uniform(seed: int, name: str, start: int, stop: int, rows: int) -> to
     draws for an element do not depend on how the tensor is chunked, on thread count or on tensor order.
     """
     out = torch.empty(rows, stop - start)
-    first, last = start // RNG_BLOCK, (stop - 1) // RNG_BLOCK
-    for block in range(first, last + 1) if stop > start else ():
-        b0 = block * RNG_BLOCK
+    for block, b0, lo, hi in rng_blocks(start, stop):
         gen = torch.Generator().manual_seed(block_seed(seed, name, block))
         draws = torch.rand(rows, RNG_BLOCK, generator=gen)
-        lo, hi = max(start, b0), min(stop, b0 + RNG_BLOCK)
         out[:, lo - start : hi - start] = draws[:, lo - b0 : hi - b0]
     return out
+
+
+def rng_blocks(start: int, stop: int) -> Iterator[tuple[int, int, int, int]]:
+    """``(block, block start, lo, hi)`` per random block that elements ``start:stop`` touch (``lo:hi`` inside it)."""
+    for block in range(start // RNG_BLOCK, (stop - 1) // RNG_BLOCK + 1) if stop > start else ():
+        b0 = block * RNG_BLOCK
+        yield block, b0, max(start, b0), min(stop, b0 + RNG_BLOCK)
 
 
 def block_seed(seed: int, name: str, block: int) -> int:

@@ -38,7 +38,7 @@ import numpy as np
 import torch
 
 from agentmerge import baselines, methods
-from agentmerge.deltas import MAX_PATTERN_AGENTS, RNG_BLOCK, block_seed
+from agentmerge.deltas import MAX_PATTERN_AGENTS, RNG_BLOCK, block_seed, rng_blocks
 from agentmerge.methods import Chunk, Method, ParamValue, TensorStats
 
 MAX_AGENTS = MAX_PATTERN_AGENTS  # pattern counts need 2**N bins
@@ -332,7 +332,7 @@ if _HAVE_NUMBA:
         x = np.empty((n, BLOCK), np.float32)
         acc, num, den = np.empty(BLOCK, np.float32), np.empty(BLOCK, np.float32), np.empty(BLOCK, np.float32)
         active, count = np.empty(BLOCK, np.float32), np.empty(BLOCK, np.int32)
-        code = np.empty(BLOCK, np.int32)
+        sign, code = np.empty(BLOCK, np.float32), np.empty(BLOCK, np.int32)
         tally = np.zeros((4, patterns.shape[0]), np.int64)
         bad = False
         for lo in range(0, e, BLOCK):
@@ -363,17 +363,17 @@ if _HAVE_NUMBA:
             if elect:
                 num[:] = 0.0
                 den[:] = 0.0
+                for j in range(m):  # the elected sign
+                    sign[j] = np.float32(1.0) if acc[j] > 0 else (np.float32(-1.0) if acc[j] < 0 else np.float32(0.0))
                 for i in range(n):
                     wi = w[i]
                     for j in range(m):
-                        s = np.float32(1.0) if acc[j] > 0 else (np.float32(-1.0) if acc[j] < 0 else np.float32(0.0))
-                        y = x[i, j] * s
+                        y = x[i, j] * sign[j]
                         if y > 0:
                             num[j] += y
                             den[j] += wi
                 for j in range(m):
-                    s = np.float32(1.0) if acc[j] > 0 else (np.float32(-1.0) if acc[j] < 0 else np.float32(0.0))
-                    r = (num[j] * s) / den[j] if den[j] != 0 else np.float32(0.0)
+                    r = (num[j] * sign[j]) / den[j] if den[j] != 0 else np.float32(0.0)
                     out[lo + j] = vals[0, j] + (active[j] if region and count[j] < 2 else lam * r)
             else:
                 for j in range(m):
@@ -555,11 +555,8 @@ Drop = tuple[Any, Any, Any, Any, Any]
 def seeded_uniform(seed: int, name: str, start: int, stop: int, rows: int) -> np.ndarray[Any, Any]:
     """``deltas.seeded_uniform`` as a ``[rows, stop - start]`` float32 array: the same values, by ``_mt_uniform``."""
     out = np.empty((rows, stop - start), np.float32)
-    first, last = start // RNG_BLOCK, (stop - 1) // RNG_BLOCK
-    for block in range(first, last + 1) if stop > start else ():
-        b0 = block * RNG_BLOCK
-        lo, hi = max(start, b0), min(stop, b0 + RNG_BLOCK)
-        whole = lo == b0 and hi == b0 + RNG_BLOCK and first == last
+    for block, b0, lo, hi in rng_blocks(start, stop):
+        whole = lo == start and hi == stop and hi - lo == RNG_BLOCK  # the chunk is exactly this block
         draws = out if whole else np.empty((rows, RNG_BLOCK), np.float32)
         _mt_uniform(block_seed(seed, name, block), draws.reshape(-1))
         if not whole:

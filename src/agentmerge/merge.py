@@ -374,7 +374,7 @@ def _radix_pass(
     quiet: bool,
     scratch: Scratch,
 ) -> dict[str, Any]:
-    """One radix pass over ``work``: ``{name: RadixPlan}`` (first pass) or ``{name: [N, 1] thresholds}`` (second).
+    """One radix pass over ``work``: ``{name: RadixPlan}`` (first pass) or ``{name: [N, R] bounds}`` (second).
 
     Each tensor's counts are turned into its (small) result as soon as its last chunk is counted.
     """
@@ -395,7 +395,8 @@ def _radix_pass(
                 counts, ok = fused.lower_counts(raw, drop, plans[job.name].bin_table(), eps)
             with lock:
                 total = totals[job.name] = counts if job.name not in totals else totals[job.name].add_(counts)
-                broken.update([job.name] if not ok else [])
+                if not ok:
+                    broken.add(job.name)
                 left[job.name] -= 1
                 if left[job.name] == 0:
                     del totals[job.name]
@@ -464,6 +465,7 @@ class _Merger:
         self.tensor_hists: dict[str, torch.Tensor] = {}
         self.model_hist: torch.Tensor | None = None
         self._prepared: dict[str, Any] = {}
+        self._thresholded: set[str] = set()  # tensors whose fused bounds come from thresholds_pass
         self._locks = {j.name: threading.Lock() for j in self.jobs}
         self._hist_lock = threading.Lock()
         self.writer: ShardWriter | None = None
@@ -477,17 +479,11 @@ class _Merger:
         """Fused TIES/DARE: the exact magnitude thresholds of every trimmed multi-chunk tensor, chunk-parallel."""
         if self.form is None:
             return
-        work = [(j, functools.partial(self._call, j)) for j in self.jobs if self._needs_thresholds(j)]
-        self._prepared.update(ties_thresholds(self.inputs, work, self.form, self.threads, self.quiet))
-
-    def _needs_thresholds(self, job: TensorJob) -> bool:
-        """Whether the fused kernel needs thresholds for ``job`` from the statistics pass (multi-chunk, trimmed)."""
-        return (
-            self.form is not None
-            and job.merged
-            and len(job.chunks) > 1
-            and fused.trims(self.form, self._call(job, 0, 0))
-        )
+        form = self.form
+        jobs = [j for j in self.jobs if j.merged and len(j.chunks) > 1 and fused.trims(form, self._call(j, 0, 0))]
+        self._thresholded = {j.name for j in jobs}
+        work = [(j, functools.partial(self._call, j)) for j in jobs]
+        self._prepared.update(ties_thresholds(self.inputs, work, form, self.threads, self.quiet))
 
     def _call(self, job: TensorJob, start: int, stop: int) -> fused.FusedCall:
         stats = TensorStats(self.tensor_hists.get(job.name), self.model_hist, self._prepared.get(job.name))
@@ -535,7 +531,7 @@ class _Merger:
             return False
         if self.model_params[job.name] and not fused.per_model_params(self.method):
             return False
-        if self._needs_thresholds(job) and job.name not in self._prepared:
+        if job.name in self._thresholded and job.name not in self._prepared:
             return False  # an input was not finite in the statistics pass: the reference path names it
         assert self.writer is not None
         raw = fused.raw_chunk(*self.inputs.read_stored(job.name, start, stop, self.scratch))
