@@ -336,7 +336,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     return 0
 
 
-STARTUP = "import gc; gc.disable(); import agentmerge.cli, agentmerge.merge, agentmerge.fused; gc.freeze()"
+STARTUP = "import gc; gc.disable(); import agentmerge.cli, agentmerge.merge, agentmerge.registry; gc.freeze()"
 
 
 def startup_seconds(repeats: int) -> float:
@@ -420,9 +420,9 @@ def run_benchmark(args: argparse.Namespace, mk: bool) -> dict[str, object]:
 
 
 def _fused_available() -> bool:
-    from agentmerge import fused
+    from agentmerge.fused.jit import available
 
-    return fused.available()
+    return available()
 
 
 # --------------------------------------------------------------------------- report

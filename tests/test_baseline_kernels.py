@@ -8,6 +8,7 @@ import pytest
 import torch
 
 from agentmerge import baselines as B
+from agentmerge import stats
 from agentmerge.deltas import sum_agents
 
 SPECIALS = [0.0, -0.0, math.inf, -math.inf, math.nan, 3e38, -3e38, 1e-45, -1e-45, 1.17e-38]
@@ -72,5 +73,5 @@ def test_upper_histogram_matches_shift() -> None:
     v = tau_with_specials(3, 6000, 7).abs()
     hi = v.view(torch.int32) >> 16
     expected = torch.stack([torch.bincount(row, minlength=1 << 16) for row in hi])
-    assert torch.equal(B._upper_histogram(v), expected)
-    assert torch.equal(B._upper_bits(v.view(torch.int32)).to(torch.int32), hi)
+    assert torch.equal(stats._upper_histogram(v), expected)
+    assert torch.equal(stats._upper_bits(v.view(torch.int32)).to(torch.int32), hi)

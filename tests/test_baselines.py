@@ -15,12 +15,14 @@ from hypothesis import strategies as st
 from safetensors.torch import load_file
 
 from agentmerge import MergeConfig, ModelSpec, merge
-from agentmerge.baselines import STAT_BLOCK, kth_direct, kth_streamed, kth_value, row_length
+from agentmerge.baselines import row_length
 from agentmerge.cli import main
 from agentmerge.config import config_from_dict
 from agentmerge.deltas import seeded_uniform
 from agentmerge.errors import ConfigError
-from agentmerge.methods import METHODS, Chunk, TensorSource, TensorStats
+from agentmerge.registry import METHODS
+from agentmerge.spec import Chunk, TensorSource, TensorStats
+from agentmerge.stats import STAT_BLOCK, kth_direct, kth_streamed, kth_value
 from agentmerge.synthetic import write_family
 
 NAME = "model.layers.0.mlp.up_proj.weight"
@@ -48,15 +50,15 @@ def make_chunk(
     full = {**METHODS[method].defaults(), **(params or {})}
     mps = tuple({**full, **mp} for mp in model_params)
     return Chunk(
-        NAME,
-        start,
-        start + e,
-        torch.zeros(e) if base is None else base,
-        tau,
-        torch.tensor(weights if weights is not None else [1.0] * n),
-        full,
-        TensorStats(prepared=prepared),
-        seed,
+        name=NAME,
+        start=start,
+        stop=start + e,
+        base=torch.zeros(e) if base is None else base,
+        tau=tau,
+        weights=torch.tensor(weights if weights is not None else [1.0] * n),
+        params=full,
+        stats=TensorStats(prepared=prepared),
+        seed=seed,
         shape=shape if shape is not None else (e,),
         model_params=mps,
     )
@@ -73,16 +75,16 @@ def run_chunked(method: str, c: Chunk, size: int) -> torch.Tensor:
 
     def piece(s: int, t: int, prepared: Any = None) -> Chunk:
         return Chunk(
-            c.name, s, t, c.base[s:t], c.tau[:, s:t], c.weights, c.params, TensorStats(prepared=prepared),
-            c.seed, shape=c.shape, model_params=c.model_params,
+            name=c.name, start=s, stop=t, base=c.base[s:t], tau=c.tau[:, s:t], weights=c.weights, params=c.params,
+            stats=TensorStats(prepared=prepared), seed=c.seed, shape=c.shape, model_params=c.model_params,
         )  # fmt: skip
 
     def read() -> Iterator[Chunk]:
         return (piece(s, t) for s, t in ranges)
 
     prepared = None
-    if spec.prepare is not None:
-        prepared = spec.prepare(TensorSource(c.name, c.shape, len(ranges), c.model_params, read), c.params)
+    if spec.prepare is not None and len(ranges) > 1:  # as the driver: one-chunk tensors need no prepare pass
+        prepared = spec.prepare(TensorSource(c.name, c.shape, len(ranges), c.params, c.model_params, read))
     return torch.cat([spec.kernel(piece(s, t, prepared)) for s, t in ranges])
 
 

@@ -329,7 +329,7 @@ def test_remote_code_is_never_trusted() -> None:
 def test_bit_identical_across_threads_shards_and_chunks(
     tiny_family: tuple[Path, list[Path]], tmp_path: Path, method: str
 ) -> None:
-    from agentmerge.methods import METHODS
+    from agentmerge.registry import METHODS
 
     if method not in METHODS:
         pytest.skip(f"{method} not available")

@@ -9,10 +9,14 @@ import pytest
 import torch
 from safetensors.torch import load_file, save_file
 
-from agentmerge import MergeConfig, ModelSpec, merge
+from agentmerge import MergeConfig, ModelSpec, Override, merge
+from agentmerge.checkpoint import Checkpoint
 from agentmerge.deltas import overlap_histogram, update_mask
 from agentmerge.errors import CheckpointError
-from agentmerge.methods import METHODS, Chunk, TensorStats
+from agentmerge.fused import kernels as fk
+from agentmerge.fused.jit import available
+from agentmerge.registry import METHODS
+from agentmerge.spec import Chunk, TensorStats, update_threshold
 
 
 def load_folder(folder: Path) -> dict[str, torch.Tensor]:
@@ -26,16 +30,19 @@ def in_memory_merge(cfg: MergeConfig) -> dict[str, torch.Tensor]:
     """Whole tensors in memory, one kernel call per tensor: the reference the streamed engine must equal."""
     base = load_folder(Path(cfg.base or cfg.models[0].path))
     models = [load_folder(Path(m.path)) for m in cfg.models]
-    eps = float(cfg.params.get("epsilon", 1e-5))
+    eps = {n: update_threshold(cfg.tensor_params(n)) for n in base}  # each tensor's own threshold
     taus = {n: torch.stack([m[n].float() for m in models]) - base[n].float() for n in base}
-    hists = {n: overlap_histogram(update_mask(t.reshape(len(models), -1), eps)) for n, t in taus.items()}
+    hists = {n: overlap_histogram(update_mask(t.reshape(len(models), -1), eps[n])) for n, t in taus.items()}
     model_hist = torch.stack(list(hists.values())).sum(0)
     out = {}
     for name, b in base.items():
         tau = taus[name].reshape(len(models), -1)
         stats = TensorStats(hists[name], model_hist)
         weights = torch.tensor([m.weight for m in cfg.models])
-        c = Chunk(name, 0, b.numel(), b.float().reshape(-1), tau, weights, cfg.tensor_params(name), stats, cfg.seed)
+        c = Chunk(
+            name=name, start=0, stop=b.numel(), base=b.float().reshape(-1), tau=tau, weights=weights,
+            params=cfg.tensor_params(name), stats=stats, seed=cfg.seed,
+        )  # fmt: skip
         out[name] = (b.float().reshape(-1) + METHODS[cfg.method].kernel(c)).to(b.dtype).reshape(b.shape)
     return out
 
@@ -64,6 +71,34 @@ def test_output_bytes_identical_across_runs(tiny_family: tuple[Path, list[Path]]
         merge(family_config(tiny_family, "ram_plus", chunk_size=64, threads=threads), tmp_path / f"o{i}", quiet=True)
     a, b = (tmp_path / "o0" / "model.safetensors").read_bytes(), (tmp_path / "o1" / "model.safetensors").read_bytes()
     assert a == b
+
+
+@pytest.mark.parametrize("scope", ["global", "tensor"])
+@pytest.mark.parametrize("fast", ["1", "0"])
+def test_epsilon_override_reaches_statistics_and_mask(
+    tiny_family: tuple[Path, list[Path]], tmp_path: Path, monkeypatch: pytest.MonkeyPatch, scope: str, fast: str
+) -> None:
+    """A per-tensor epsilon counts RAM+'s rho at the threshold it masks with, and keeps the compiled kernels on.
+
+    (Once, an override ``*mlp*: {epsilon: 1e-3}`` took lambda from counts at 1e-5 while masking at 1e-3, and
+    silently sent those tensors to the reference kernels.)
+    """
+    monkeypatch.setenv("AGENTMERGE_FUSED", fast)
+    calls: list[int] = []
+    ram_loop = fk.ram_loop
+    monkeypatch.setattr(fk, "ram_loop", lambda *a: calls.append(a[1].shape[1]) or ram_loop(*a))
+    overrides = [Override(pattern="*mlp*", params={"epsilon": 1e-3})]
+    params = {"scope": scope, "r": 0.5}
+    cfg = family_config(tiny_family, "ram_plus", params=params, overrides=overrides, chunk_size=100)
+    reference = in_memory_merge(cfg)
+    merge(cfg, tmp_path / "out", quiet=True)
+    got = load_folder(tmp_path / "out")
+    for name, t in reference.items():
+        assert torch.equal(got[name], t), name
+    if fast == "1" and available():
+        with Checkpoint(str(tiny_family[0])) as base:
+            chunks = sum(-(-info.numel // 100) for info in base.tensors.values())
+        assert len(calls) == chunks  # every chunk, the overridden ones too, took the compiled kernel
 
 
 def write_model(folder: Path, tensors: dict[str, torch.Tensor]) -> Path:

@@ -12,8 +12,8 @@ from safetensors.torch import load_file
 from agentmerge.cli import main
 from agentmerge.config import config_from_dict, load_config
 from agentmerge.errors import ConfigError
-from agentmerge.mergekit_compat import METHOD_MAP, from_mergekit
-from agentmerge.methods import METHODS
+from agentmerge.mergekit_compat import from_mergekit
+from agentmerge.registry import MERGEKIT, METHODS
 
 # mergekit's own documentation example (examples/linear.yml), keys and structure unchanged; only the three
 # model names are replaced by local folders in the test.
@@ -192,7 +192,7 @@ def test_refused_with_a_clear_message(doc: dict[str, object], needle: str) -> No
 
 
 def test_every_mapping_targets_an_existing_method_or_says_so() -> None:
-    for name, mmap in METHOD_MAP.items():
+    for name, mmap in MERGEKIT.items():
         doc = {"merge_method": name, "base_model": "B", "models": [{"model": "a"}, {"model": "b"}, {"model": "c"}]}
         if mmap.target not in METHODS:
             with pytest.raises(ConfigError, match="does not implement"):

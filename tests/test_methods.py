@@ -8,7 +8,9 @@ import pytest
 import torch
 
 from agentmerge.deltas import overlap_histogram, update_mask
-from agentmerge.methods import METHODS, Chunk, TensorStats, ram_lambdas
+from agentmerge.methods import ram_lambdas
+from agentmerge.registry import METHODS
+from agentmerge.spec import Chunk, TensorStats
 
 
 def naive_ram(tau: list[list[float]], eps: float, lam: list[float]) -> list[float]:
@@ -57,14 +59,14 @@ def chunk(tau: torch.Tensor, params: dict[str, object], hist: torch.Tensor | Non
     n, e = tau.shape
     method_params = {**METHODS["ram_plus"].defaults()} if "r" in params else {}
     return Chunk(
-        "t",
-        0,
-        e,
-        torch.zeros(e),
-        tau,
-        torch.ones(n),
-        {**method_params, **params},  # type: ignore[dict-item]
-        TensorStats(hist, hist),
+        name="t",
+        start=0,
+        stop=e,
+        base=torch.zeros(e),
+        tau=tau,
+        weights=torch.ones(n),
+        params={**method_params, **params},  # type: ignore[dict-item]
+        stats=TensorStats(hist, hist),
     )
 
 
@@ -162,7 +164,9 @@ def test_linear_and_task_arithmetic_match_naive() -> None:
     g = torch.Generator().manual_seed(5)
     tau = torch.randn(3, 40, generator=g)
     w = [0.5, 1.0, 2.0]
-    c = Chunk("t", 0, 40, torch.zeros(40), tau, torch.tensor(w), {"lambda": 0.7})
+    c = Chunk(
+        name="t", start=0, stop=40, base=torch.zeros(40), tau=tau, weights=torch.tensor(w), params={"lambda": 0.7}
+    )
     t = tau.tolist()
     lin = [sum(w[i] * t[i][p] for i in range(3)) / sum(w) for p in range(40)]
     ta = [0.7 * sum(w[i] * t[i][p] for i in range(3)) for p in range(40)]

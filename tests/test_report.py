@@ -9,11 +9,11 @@ from pathlib import Path
 import pytest
 import yaml
 
-from agentmerge import MergeConfig, ModelSpec, merge
-from agentmerge import report as report_mod
+from agentmerge import MergeConfig, ModelSpec, merge, provenance
 from agentmerge.checkpoint import read_safetensors_header
 from agentmerge.cli import main
-from agentmerge.report import InputHashes, model_card
+from agentmerge.provenance import InputHashes
+from agentmerge.report import model_card
 
 
 @pytest.fixture(autouse=True)
@@ -47,7 +47,7 @@ def test_hashes_are_cached_between_runs(
     files = [base / "model.safetensors", *[a / "model.safetensors" for a in agents]]
     first = InputHashes(files).result()
     calls: list[Path] = []
-    monkeypatch.setattr(report_mod, "sha256_file", lambda p: calls.append(p) or "0" * 64)
+    monkeypatch.setattr(provenance, "sha256_file", lambda p: calls.append(p) or "0" * 64)
     assert InputHashes(files, background=True).result() == first and calls == []
     (tmp_path / "cache" / "sha256.json").write_text("not json")  # a broken cache is ignored, then rewritten
     assert InputHashes(files[:1]).result() == {str(files[0]): "0" * 64} and len(calls) == 1
@@ -126,7 +126,7 @@ def test_hub_cache_files_are_named_by_their_sha256(tmp_path: Path, monkeypatch: 
     (tmp_path / "blobs" / digest).write_bytes(data)
     (tmp_path / "snap").mkdir()
     (tmp_path / "snap" / "model.safetensors").symlink_to(tmp_path / "blobs" / digest)
-    monkeypatch.setattr(report_mod, "sha256_file", lambda p: pytest.fail("hashed a file the hub already named"))
+    monkeypatch.setattr(provenance, "sha256_file", lambda p: pytest.fail("hashed a file the hub already named"))
     assert InputHashes([tmp_path / "snap" / "model.safetensors"]).result() == {
         str(tmp_path / "snap" / "model.safetensors"): digest
     }
@@ -140,7 +140,7 @@ def test_cancelled_hashing_reads_nothing_more(
     base, agents = tiny_family
     files = [base / "model.safetensors", *[a / "model.safetensors" for a in agents]]
     monkeypatch.setenv("AGENTMERGE_CACHE", str(base.parent / "fresh-cache"))
-    monkeypatch.setattr(report_mod, "sha256_file", lambda p: pytest.fail("hashed after cancel"))
+    monkeypatch.setattr(provenance, "sha256_file", lambda p: pytest.fail("hashed after cancel"))
     hashes = InputHashes(files)
     hashes.cancel()
     assert hashes.result() == {}

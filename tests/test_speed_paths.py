@@ -12,7 +12,6 @@ import pytest
 import torch
 from safetensors.torch import save_file
 
-from agentmerge import fused
 from agentmerge.config import MergeConfig, ModelSpec
 from agentmerge.deltas import (
     histogram_from_patterns,
@@ -23,10 +22,22 @@ from agentmerge.deltas import (
     update_mask,
 )
 from agentmerge.errors import MergeError
-from agentmerge.merge import merge, run_parallel
-from agentmerge.methods import METHODS, Chunk, TensorStats
+from agentmerge.fused import kernels as fk
+from agentmerge.fused import rng as frng
+from agentmerge.fused import ties as ft
+from agentmerge.fused.jit import BLOCK, available
+from agentmerge.merge import merge
+from agentmerge.registry import METHODS
+from agentmerge.spec import Chunk, ChunkSpec, CompiledKernel, TensorStats
+from agentmerge.stream import run_parallel
 
-needs_numba = pytest.mark.skipif(not fused.available(), reason="numba not installed (pip install agentmerge[fast])")
+needs_numba = pytest.mark.skipif(not available(), reason="numba not installed")
+
+
+def _compiled(method: str) -> CompiledKernel:
+    compiled = METHODS[method].compiled
+    assert compiled is not None
+    return compiled.kernel
 
 
 def _histogram_by_definition(mask: torch.Tensor) -> torch.Tensor:
@@ -64,7 +75,10 @@ def _reference(
     hist = overlap_histogram(update_mask(tau, float(full.get("epsilon", 1e-5))))
     weights = torch.linspace(0.5, 2.0, models.shape[0])
     mp = tuple({**full, **m} for m in model_params)
-    chunk = Chunk("t", 0, r.numel(), r, tau, weights, full, TensorStats(hist, hist), 11, {}, (r.numel(),), mp)  # type: ignore[arg-type]
+    chunk = Chunk(
+        name="t", start=0, stop=r.numel(), base=r, tau=tau, weights=weights, params=full,  # type: ignore[arg-type]
+        stats=TensorStats(hist, hist), seed=11, shape=(r.numel(),), model_params=mp,  # type: ignore[arg-type]
+    )  # fmt: skip
     return r + spec.kernel(chunk)
 
 
@@ -103,18 +117,18 @@ CASES = [
 def test_fused_kernel_matches_reference_bit_for_bit(
     method: str, params: dict[str, object], n: int, dtype: torch.dtype
 ) -> None:
-    e = 3 * fused.BLOCK + 123  # not a multiple of the block
+    e = 3 * BLOCK + 123  # not a multiple of the block
     ref, models = _inputs(n, e, dtype, seed=n)
     spec = METHODS[method]
     full = {**spec.defaults(), **params}
     eps = float(full.get("epsilon", 1e-5))
-    kernel = fused.fused_kernel(spec, n)
-    assert kernel is not None
     tau = task_vectors(ref, models)
     hist = overlap_histogram(update_mask(tau, eps))
     weights = torch.linspace(0.5, 2.0, n)
-    call = fused.FusedCall(full, weights, TensorStats(hist, hist), eps, "t", 0, ref.numel(), 11)
-    result = kernel(fused.raw_chunk(ref, models), call)
+    call = ChunkSpec(
+        name="t", start=0, stop=ref.numel(), params=full, weights=weights, stats=TensorStats(hist, hist), seed=11
+    )
+    result = _compiled(method)(ref, models, call)
     expected = _reference(method, ref, models, params)
     assert result.finite and result.merged is not None
     assert torch.equal(result.merged.view(torch.int32), expected.view(torch.int32))  # bits, -0.0 included
@@ -126,7 +140,7 @@ def test_fused_kernel_matches_reference_bit_for_bit(
 @pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float32])
 def test_fused_ties_family_with_per_model_params(method: str, dtype: torch.dtype) -> None:
     """Per-agent densities and drop rates (one agent keeping nothing, one everything) give the reference's bits."""
-    n, e = 4, 2 * fused.BLOCK + 77
+    n, e = 4, 2 * BLOCK + 77
     ref, models = _inputs(n, e, dtype, seed=5)
     per_model = (
         {"density": 0.0, "p": 0.1, "gamma": 0.05, "keep": 0.0},
@@ -134,28 +148,28 @@ def test_fused_ties_family_with_per_model_params(method: str, dtype: torch.dtype
         {"density": 0.3, "p": 0.0, "gamma": 0.2, "keep": 0.3},
         {"density": 0.77, "p": 0.6, "gamma": 0.01, "keep": 0.8},
     )
-    spec = METHODS[method]
-    full = spec.defaults()
-    kernel = fused.fused_kernel(spec, n)
-    assert kernel is not None and fused.per_model_params(spec)
+    full = METHODS[method].defaults()
     mp = tuple({**full, **m} for m in per_model)
-    call = fused.FusedCall(full, torch.linspace(0.5, 2.0, n), TensorStats(), 1e-5, "t", 0, e, 11, mp)
-    result = kernel(fused.raw_chunk(ref, models), call)
+    call = ChunkSpec(
+        name="t", start=0, stop=e, params=full, weights=torch.linspace(0.5, 2.0, n), seed=11, model_params=mp
+    )
+    result = _compiled(method)(ref, models, call)
     expected = _reference(method, ref, models, {}, per_model)
     assert result.finite and result.merged is not None
     assert torch.equal(result.merged.view(torch.int32), expected.view(torch.int32))
 
 
 @needs_numba
-@pytest.mark.parametrize("e", [0, 1, 7, fused.BLOCK, fused.BLOCK + 1])
+@pytest.mark.parametrize("e", [0, 1, 7, BLOCK, BLOCK + 1])
 def test_fused_edges_and_counts(e: int) -> None:
     ref, models = _inputs(3, e, torch.bfloat16, seed=e)
-    raw = fused.raw_chunk(ref, models)
-    counted = fused.fused_counts(raw, 1e-5)
+    counted = fk.counts(ref, models, 1e-5)
     mask = update_mask(task_vectors(ref, models), 1e-5)
     assert counted.finite and counted.patterns.sum() == e
     assert torch.equal(counted.patterns, pattern_counts(mask))
-    merged = fused.fused_ram(raw, fused.FusedCall({"epsilon": 1e-5}, torch.ones(3))).merged
+    merged = fk.ram(
+        ref, models, ChunkSpec(name="t", start=0, stop=e, params={"epsilon": 1e-5}, weights=torch.ones(3))
+    ).merged
     assert merged is not None and torch.equal(merged, _reference("ram", ref, models, {}))
 
 
@@ -168,9 +182,9 @@ def test_fused_flags_non_finite(bad: float, row: int) -> None:
         ref[4321] = bad
     else:
         models[1, 17] = bad
-    raw = fused.raw_chunk(ref, models)
-    assert not fused.fused_ram(raw, fused.FusedCall({"epsilon": 1e-5}, torch.ones(2))).finite
-    assert not fused.fused_counts(raw, 1e-5).finite
+    spec = ChunkSpec(name="t", start=0, stop=5000, params={"epsilon": 1e-5}, weights=torch.ones(2))
+    assert not fk.ram(ref, models, spec).finite
+    assert not fk.counts(ref, models, 1e-5).finite
 
 
 @pytest.mark.parametrize("n", [1, 2, 3, 4, 7, 16, 17])
@@ -354,7 +368,7 @@ def test_peak_memory_is_bounded_by_the_budget_not_the_model(tmp_path: Path, fast
 
     Unchunked, the merge would hold >= 4 x 64 MB of raw reads plus their float32 copies (~1 GB).
     """
-    if fast == "1" and not fused.available():
+    if fast == "1" and not available():
         pytest.skip("numba not installed")
     budget = 24 * 1024 * 1024
     small = _big_family(tmp_path / "small", 64, 64)
@@ -376,13 +390,13 @@ def test_fused_ties_takes_the_compiled_passes(tmp_path: Path, monkeypatch: pytes
     """The TIES merge really runs the fused statistics pass: one first-pass count per chunk of every tensor."""
     base, agents = _family(tmp_path / "fam", torch.bfloat16)
     seen: list[int] = []
-    upper = fused.upper_counts
+    upper = ft.upper_counts
 
-    def spy(raw: fused.RawChunk, drop: fused.Drop, eps: float = -1.0) -> tuple[torch.Tensor, bool]:
+    def spy(raw: fk.RawChunk, drop: ft.Drop, eps: float = -1.0) -> tuple[torch.Tensor, bool]:
         seen.append(raw.models.shape[1])
         return upper(raw, drop, eps)
 
-    monkeypatch.setattr(fused, "upper_counts", spy)
+    monkeypatch.setattr(ft, "upper_counts", spy)
     cfg = MergeConfig(method="ties", base=str(base), models=[ModelSpec(path=str(a)) for a in agents], chunk_size=1000)
     merge(cfg, tmp_path / "out", quiet=True)
     # 301x40 and 64x64 in chunks of 1000 (13 + 5), the two 64-element tensors whole
@@ -407,5 +421,5 @@ def test_compiled_draws_are_torch_rand_bit_for_bit(start: int, stop: int, rows: 
 
     for seed, name in [(0, "model.embed_tokens.weight"), (12345, "w")]:
         expected = seeded_uniform(seed, name, start, stop, rows)
-        got = torch.from_numpy(fused.seeded_uniform(seed, name, start, stop, rows))
+        got = torch.from_numpy(frng.seeded_uniform(seed, name, start, stop, rows))
         assert got.shape == expected.shape and torch.equal(got, expected)

@@ -11,8 +11,8 @@ __version__ = "0.1.0"
 from agentmerge.config import MergeConfig, ModelSpec, Override, config_from_dict, load_config
 from agentmerge.errors import AgentMergeError, CheckpointError, ConfigError, MergeError
 from agentmerge.merge import MergeResult, merge
-from agentmerge.methods import METHODS
 from agentmerge.probe import ProbeResult, probe
+from agentmerge.registry import METHODS
 
 __all__ = [
     "METHODS",

@@ -16,7 +16,7 @@ import sys
 def main() -> int:
     gc.disable()
     try:
-        from agentmerge import cli, fused, merge  # noqa: F401  (the heavy imports of a merge, loaded up front)
+        from agentmerge import cli, merge, registry  # noqa: F401  (the heavy imports of a merge, loaded up front)
     finally:
         gc.freeze()
         gc.enable()

@@ -1,4 +1,4 @@
-"""Baseline merge methods as chunk kernels, and the exact whole-tensor statistics they need.
+"""Baseline merge methods as chunk kernels (the reference path: readable torch, bit-exact).
 
 Every kernel gets one ``Chunk`` (elements ``start:stop`` of one tensor, the ``[N, E]`` stack of task
 vectors ``tau_i``) and returns the merged task vector ``tau*`` for those elements. Notation: ``w_i``
@@ -46,31 +46,22 @@ all-zero Fisher gives the weighted average), i.e. ``theta = sum_i w_i F_i theta_
 Sums over agents use ``deltas.sum_agents`` (agents added in order), never ``x.sum(0)``, whose order
 depends on an element's position in the chunk for five or more agents.
 
-Whole-tensor statistics when a tensor spans several chunks come from ``Method.prepare``:
-exact k-th magnitudes by a two-pass radix select on the float32 bit patterns (monotone for
-non-negative floats), and dot products as float64 sums over fixed 1024-element blocks added
-pairwise, so that they do not depend on where chunks start. A one-chunk tensor needs no prepare
-pass: its kernel computes the same statistics from the chunk (``torch.kthvalue``, the same sums).
+Whole-tensor statistics (exact k-th magnitudes, dot products) come from ``agentmerge.stats``: the
+driver runs a method's ``prepare`` over a multi-chunk tensor first; a one-chunk tensor's kernel computes
+them from the chunk itself. The registry (``agentmerge.registry``) lists these kernels with their
+parameters.
 """
 
 from __future__ import annotations
 
 import math
-import sys
-from collections.abc import Callable, Iterator, Mapping, Sequence
-from dataclasses import dataclass
+from collections.abc import Callable, Sequence
 
 import torch
 
 from agentmerge.deltas import overlap_count, seeded_uniform, sum_agents, update_mask
-from agentmerge.methods import EPSILON, Chunk, ChunkSource, Method, Param, ParamValue, TensorSource
-
-STAT_BLOCK = 1024  # elements per block of a dot-product sum; chunks of model_stock/slerp start on a block
-_HI = 1 << 16  # radix select: bins of the upper and lower 16 bits of a float32
-
-Params = Mapping[str, ParamValue]
-RankFn = Callable[[int, int], torch.Tensor]  # (count d, agents N) -> [N, R] int64 ascending ranks (1-based)
-
+from agentmerge.spec import Chunk, Params, TensorSource, update_threshold
+from agentmerge.stats import RankFn, gram_prepare, magnitude_thresholds, tensor_gram, tensor_thresholds
 
 # --------------------------------------------------------------------------- per-agent parameters
 
@@ -85,251 +76,6 @@ def agent_values(params: Params, model_params: Sequence[Params], name: str, n: i
 def chunk_values(c: Chunk, name: str) -> torch.Tensor:
     """``[N]`` float64 per-agent values of ``name`` for this chunk."""
     return agent_values(c.params, c.model_params, name, c.tau.shape[0])
-
-
-def _whole(c: Chunk) -> bool:
-    """Whether the chunk holds its whole tensor (a kernel may then compute tensor statistics itself)."""
-    return c.start == 0 and (not c.shape or c.stop == math.prod(c.shape))
-
-
-# --------------------------------------------------------------------------- exact k-th magnitudes
-
-
-def _special(ranks: torch.Tensor, d: int) -> tuple[torch.Tensor, torch.Tensor]:
-    """Rank 0 means 0.0 (keep everything), rank > d means +inf (keep nothing): masks of both."""
-    return ranks <= 0, ranks > d
-
-
-def kth_direct(values: torch.Tensor, ranks: torch.Tensor) -> torch.Tensor:
-    """``[N, d]`` non-negative float32, ``[N, R]`` 1-based ranks -> ``[N, R]`` float32 rank-th smallest values."""
-    d = values.shape[1]
-    out = torch.empty(ranks.shape, dtype=torch.float32)
-    low, high = _special(ranks, d)
-    for i in range(ranks.shape[0]):
-        positive: torch.Tensor | None = None  # sparse task vectors: select among the nonzero values only
-        for j in range(ranks.shape[1]):
-            if low[i, j] or high[i, j]:
-                out[i, j] = 0.0 if low[i, j] else math.inf
-                continue
-            if positive is None:
-                positive = values[i][values[i] > 0]
-            r = int(ranks[i, j]) - (d - positive.numel())  # rank among the positive values
-            out[i, j] = kth_value(positive, r) if r > 0 else 0.0
-    return out
-
-
-def kth_value(x: torch.Tensor, r: int, sample: int = 1 << 14) -> torch.Tensor:
-    """``[d]`` float32, ``1 <= r <= d`` -> the exact r-th smallest value (a 0-d tensor).
-
-    A sorted strided sample of ``x`` brackets the rank; only the elements inside the bracket go to
-    ``torch.kthvalue`` (with the count below it subtracted). If the bracket misses, the whole of ``x`` does.
-    """
-    d = x.numel()
-    if d <= 4 * sample:
-        return torch.kthvalue(x, r).values
-    probe = torch.sort(x[:: d // sample]).values
-    m = probe.numel()
-    centre, width = r / d * m, 4.0 * math.sqrt(m) + 2.0
-    lo_i, hi_i = int(centre - width), int(centre + width)
-    lo = float(probe[lo_i]) if lo_i >= 0 else -math.inf
-    hi = float(probe[hi_i]) if hi_i < m else math.inf
-    below = int(torch.count_nonzero(x < lo))
-    band = x[(x >= lo) & (x <= hi)]
-    if below < r <= below + band.numel():
-        return torch.kthvalue(band, r - below).values
-    return torch.kthvalue(x, r).values
-
-
-def kth_streamed(batches: Callable[[], Iterator[torch.Tensor]], rank_fn: RankFn) -> torch.Tensor:
-    """Exact ``[N, R]`` rank-th smallest values over all ``[N, E]`` batches, holding one batch at a time.
-
-    Two passes: a histogram of the upper 16 bits of each float32 finds the bin holding each rank; a
-    histogram of the lower 16 bits inside that bin finds the value. Non-negative float32 values order
-    like their int32 bit patterns, so the result is the exact value ``torch.kthvalue`` would give.
-    """
-    hist: torch.Tensor | None = None
-    d = 0
-    for v in batches():
-        hist = _upper_histogram(v) if hist is None else hist.add_(_upper_histogram(v))
-        d += v.shape[1]
-    if hist is None:
-        raise ValueError("kth_streamed: no batches")
-    plan = radix_plan(hist, rank_fn(d, hist.shape[0]))
-    lo_hist = plan.lower_histogram()
-    for v in batches() if plan.wanted else ():
-        bits = _bits(v)
-        hi = _upper_bits(bits)
-        for i, j, b in plan.wanted:
-            in_bin = bits[i][hi[i] == b]  # the few values whose upper bits match: select, then mask
-            lo_hist[i, j] += torch.bincount(in_bin & (_HI - 1), minlength=_HI)
-    return plan.found(lo_hist)
-
-
-@dataclass(frozen=True)
-class RadixPlan:
-    """Where each wanted rank lies after the first radix pass: its upper-16-bit bin and the count below it."""
-
-    ranks: torch.Tensor  # [N, R] int64, 1-based (<= 0: 0.0, > d: +inf)
-    bins: torch.Tensor  # [N, R] int64 upper-16-bit bin holding each rank
-    below: torch.Tensor  # [N, R] int64 values in lower bins
-    low: torch.Tensor  # [N, R] bool: rank <= 0, the value is 0.0 (keep everything)
-    valid: torch.Tensor  # [N, R] bool: a rank inside 1..d (the others need no second pass)
-
-    @property
-    def wanted(self) -> list[tuple[int, int, int]]:
-        """``(agent, rank index, bin)`` of every rank the second pass must resolve."""
-        return [(i, j, int(self.bins[i, j])) for i, j in self.valid.nonzero().tolist()]
-
-    def bin_table(self) -> torch.Tensor:
-        """``[N, R]`` int32 bins to look into, -1 where no second pass is needed."""
-        return torch.where(self.valid, self.bins, -1).to(torch.int32)
-
-    def lower_histogram(self) -> torch.Tensor:
-        """A zeroed ``[N, R, 2**16]`` int64 histogram of the lower 16 bits, for the second pass."""
-        return torch.zeros(*self.ranks.shape, _HI, dtype=torch.int64)
-
-    def found(self, lo_hist: torch.Tensor) -> torch.Tensor:
-        """``[N, R]`` float32 values, given the second pass's lower-bit histogram inside each wanted bin."""
-        out = torch.where(self.low, 0.0, math.inf).float()
-        if not bool(self.valid.any()):
-            return out
-        lo_bin = torch.searchsorted(lo_hist.cumsum(2), (self.ranks - self.below)[..., None]).squeeze(-1)
-        value = ((self.bins << 16) | lo_bin.clamp(max=_HI - 1)).to(torch.int32).view(torch.float32)
-        return torch.where(self.valid, value, out)
-
-
-def radix_plan(hist: torch.Tensor, ranks: torch.Tensor) -> RadixPlan:
-    """``[N, 2**16]`` counts of the upper 16 bits of ``d`` values per agent, ``[N, R]`` ranks -> ``RadixPlan``."""
-    d = int(hist[0].sum())
-    low, high = _special(ranks, d)
-    cum = hist.cumsum(1)
-    r = ranks.clamp(1, max(d, 1))
-    bins = torch.searchsorted(cum, r)  # [N, R] first bin whose cumulative count reaches the rank
-    below = torch.where(bins > 0, cum.gather(1, (bins - 1).clamp(min=0)), 0)
-    return RadixPlan(ranks, bins, below, low, ~(low | high))
-
-
-def _upper_histogram(v: torch.Tensor) -> torch.Tensor:
-    """``[N, E]`` non-negative float32 -> ``[N, 2**16]`` int64 counts of the upper 16 bits, one row per agent.
-
-    One ``bincount`` per agent on the upper halves (no int64 offset copy of the whole batch).
-    """
-    return torch.stack([torch.bincount(row, minlength=_HI) for row in _upper_bits(_bits(v))])
-
-
-def _upper_bits(bits: torch.Tensor) -> torch.Tensor:
-    """``[N, E]`` int32 patterns of non-negative floats -> their upper 16 bits ``[N, E]`` (values in [0, 2**15]).
-
-    On little-endian machines a strided int16 view of the high halves (no shift pass, half the bytes).
-    """
-    if sys.byteorder == "little":
-        return bits.view(torch.int16)[..., 1::2]
-    return bits >> 16
-
-
-def _bits(v: torch.Tensor) -> torch.Tensor:
-    """Non-negative float32 -> int32 bit patterns (same order)."""
-    return v.float().contiguous().view(torch.int32)
-
-
-def magnitude_thresholds(
-    source: ChunkSource, magnitudes: Callable[[Chunk], torch.Tensor], rank_fn: RankFn
-) -> torch.Tensor | None:
-    """Prepare pass: ``[N, R]`` thresholds over a multi-chunk tensor; ``None`` for a one-chunk tensor."""
-    if isinstance(source, TensorSource) and source.n_chunks <= 1:
-        return None
-    return kth_streamed(lambda: (magnitudes(c) for c in source()), rank_fn)
-
-
-def tensor_thresholds(
-    c: Chunk, magnitudes: Callable[[Chunk], torch.Tensor], rank_fn: RankFn, values: torch.Tensor | None = None
-) -> torch.Tensor:
-    """``[N, R]`` thresholds: from the prepare pass, or computed on the chunk when it is the whole tensor.
-
-    ``values`` is ``magnitudes(c)`` when the caller has it already.
-    """
-    if c.stats.prepared is not None:
-        return torch.as_tensor(c.stats.prepared)
-    if not _whole(c):
-        raise RuntimeError(f"{c.name}: tensor statistics missing for a partial chunk (prepare was not run)")
-    values = magnitudes(c) if values is None else values
-    return kth_direct(values, rank_fn(values.shape[1], values.shape[0]))
-
-
-# --------------------------------------------------------------------------- exact dot products
-
-
-def block_sums(x: torch.Tensor, start: int) -> torch.Tensor:
-    """``[E]`` float64 starting at element ``start`` (a multiple of STAT_BLOCK) -> ``[ceil(E/B)]`` block sums.
-
-    Each block is summed by pairwise halving, so a block's sum depends only on its values.
-    """
-    if start % STAT_BLOCK:
-        raise ValueError(f"block_sums: chunk start {start} is not a multiple of {STAT_BLOCK}")
-    v = torch.nn.functional.pad(x, (0, -x.numel() % STAT_BLOCK)).view(-1, STAT_BLOCK)
-    while v.shape[1] > 1:
-        h = v.shape[1] // 2
-        v = v[:, :h] + v[:, h:]
-    return v[:, 0]
-
-
-def pairwise_total(x: torch.Tensor) -> float:
-    """``[M]`` float64 -> its sum by pairwise halving (zero-padded to a power of two)."""
-    size = 1 << max(0, (x.numel() - 1).bit_length())
-    v = torch.nn.functional.pad(x, (0, size - x.numel()))
-    while v.numel() > 1:
-        h = v.numel() // 2
-        v = v[:h] + v[h:]
-    return float(v.sum())
-
-
-def _dot_blocks(vectors: torch.Tensor, start: int) -> torch.Tensor:
-    """``[K, E]`` float32 -> ``[K, K, nb]`` float64 block sums of every product ``v_a * v_b``."""
-    k = vectors.shape[0]
-    nb = -(-vectors.shape[1] // STAT_BLOCK)
-    out = torch.zeros(k, k, nb, dtype=torch.float64)
-    v64 = vectors.double()
-    for a in range(k):
-        for b in range(a, k):
-            out[a, b] = out[b, a] = block_sums(v64[a] * v64[b], start)
-    return out
-
-
-def gram(batches: Iterator[tuple[torch.Tensor, int]]) -> torch.Tensor:
-    """``[K, K]`` float64 exact-order Gram matrix of the vectors over all ``([K, E], start)`` batches."""
-    parts = [_dot_blocks(v, s) for v, s in batches]
-    blocks = torch.cat(parts, dim=2)
-    k = blocks.shape[0]
-    g = torch.empty(k, k, dtype=torch.float64)
-    for a in range(k):
-        for b in range(k):
-            g[a, b] = pairwise_total(blocks[a, b])
-    return g
-
-
-def gram_prepare(vectors: Callable[[Chunk], torch.Tensor]) -> Callable[[ChunkSource, Params], torch.Tensor | None]:
-    """A ``prepare`` hook computing the Gram matrix of ``vectors(chunk)`` over a multi-chunk tensor."""
-
-    def prepare(source: ChunkSource, params: Params) -> torch.Tensor | None:
-        if isinstance(source, TensorSource) and source.n_chunks <= 1:
-            return None
-        return gram((vectors(c), c.start) for c in source())
-
-    return prepare
-
-
-def tensor_gram(c: Chunk, vectors: Callable[[Chunk], torch.Tensor]) -> torch.Tensor:
-    """``[K, K]`` Gram matrix: from the prepare pass, or computed on the chunk when it is the whole tensor."""
-    if c.stats.prepared is not None:
-        return torch.as_tensor(c.stats.prepared)
-    if not _whole(c):
-        raise RuntimeError(f"{c.name}: tensor statistics missing for a partial chunk (prepare was not run)")
-    return gram(iter([(vectors(c), c.start)]))
-
-
-def stat_blocks(shape: tuple[int, ...]) -> int:
-    """Chunk multiple for methods with dot-product statistics."""
-    return STAT_BLOCK
 
 
 # --------------------------------------------------------------------------- shared pieces
@@ -417,10 +163,6 @@ def top_ranks(params: Params, model_params: Sequence[Params]) -> RankFn:
     return ranks
 
 
-def _chunk_params(source: ChunkSource, params: Params) -> tuple[Params, Sequence[Params]]:
-    return params, source.model_params if isinstance(source, TensorSource) else ()
-
-
 def _trim(tau: torch.Tensor, thresholds: torch.Tensor, magnitudes: torch.Tensor | None = None) -> torch.Tensor:
     """``[N, E]``, ``[N, 1]`` -> tau where ``|tau| >= threshold``, else 0 (NaN magnitudes are dropped too).
 
@@ -446,9 +188,9 @@ def _ties_core(c: Chunk, tau: Callable[[Chunk], torch.Tensor]) -> torch.Tensor:
     return float(c.params["lambda"]) * disjoint_merge(values, c.weights)
 
 
-def _ties_prepare(tau: Callable[[Chunk], torch.Tensor]) -> Callable[[ChunkSource, Params], torch.Tensor | None]:
-    def prepare(source: ChunkSource, params: Params) -> torch.Tensor | None:
-        p, mp = _chunk_params(source, params)
+def _ties_prepare(tau: Callable[[Chunk], torch.Tensor]) -> Callable[[TensorSource], torch.Tensor | None]:
+    def prepare(source: TensorSource) -> torch.Tensor | None:
+        p, mp = source.params, source.model_params
         if all_dense(p, mp):
             return None
         return magnitude_thresholds(source, lambda ch: tau(ch).abs(), top_ranks(p, mp))
@@ -501,11 +243,8 @@ def breadcrumbs(c: Chunk) -> torch.Tensor:
     return float(c.params["lambda"]) * sum_agents(_zero_unless(c.tau.clone(), keep).mul_(c.weights[:, None]))
 
 
-def _breadcrumbs_prepare(source: ChunkSource, params: Params) -> torch.Tensor | None:
-    p, mp = _chunk_params(source, params)
-    if isinstance(source, TensorSource) and source.n_chunks <= 1:
-        return None
-    return magnitude_thresholds(source, _abs_tau, crumb_ranks(p, mp))
+def breadcrumbs_prepare(source: TensorSource) -> torch.Tensor:
+    return magnitude_thresholds(source, _abs_tau, crumb_ranks(source.params, source.model_params))
 
 
 # --------------------------------------------------------------------------- DELLA
@@ -611,7 +350,7 @@ def keep_ranks(params: Params, model_params: Sequence[Params]) -> RankFn:
 
 
 def ram_ties(c: Chunk) -> torch.Tensor:
-    eps = float(c.params["epsilon"])
+    eps = c.eps
     mask, count, shared_values = _shared(c, eps)
     active = _zero_unless(c.tau.clone(), mask)
     rank_fn = keep_ranks(c.params, c.model_params)
@@ -622,12 +361,9 @@ def ram_ties(c: Chunk) -> torch.Tensor:
     return torch.where(shared, disjoint_merge(trimmed, ones), sum_agents(active))
 
 
-def _ram_ties_prepare(source: ChunkSource, params: Params) -> torch.Tensor | None:
-    p, mp = _chunk_params(source, params)
-    if isinstance(source, TensorSource) and source.n_chunks <= 1:
-        return None
-    eps = float(p["epsilon"])
-    return magnitude_thresholds(source, lambda ch: _shared(ch, eps)[2], keep_ranks(p, mp))
+def ram_ties_prepare(source: TensorSource) -> torch.Tensor:
+    eps = update_threshold(source.params)
+    return magnitude_thresholds(source, lambda ch: _shared(ch, eps)[2], keep_ranks(source.params, source.model_params))
 
 
 # --------------------------------------------------------------------------- Fisher
@@ -644,139 +380,25 @@ def fisher(c: Chunk) -> torch.Tensor:
 # --------------------------------------------------------------------------- parameter checks
 
 
-def _check_dare(params: Params) -> None:
+def check_dare(params: Params) -> None:
     if float(params["p"]) >= 1.0:
         raise ValueError(f"parameter 'p' = {params['p']} must be below 1 (1 drops everything)")
 
 
-def _check_della(params: Params) -> None:
+def check_della(params: Params) -> None:
     p, eps = float(params["p"]), float(params["eps"])
     if p - eps / 2 < 0 or p + eps / 2 >= 1:
         raise ValueError(f"della: drop probabilities p +- eps/2 = [{p - eps / 2}, {p + eps / 2}] must lie in [0, 1)")
 
 
-def _check_crumbs(params: Params) -> None:
+def check_crumbs(params: Params) -> None:
     if float(params["density"]) + float(params["gamma"]) > 1.0:
         raise ValueError("breadcrumbs: density + gamma must not exceed 1")
 
 
-# --------------------------------------------------------------------------- registry entries
+# --------------------------------------------------------------------------- prepare hooks of the multi-chunk tensors
 
-LAMBDA = Param("lambda", 1.0, "scaling coefficient of the merged task vector")
-DENSITY = Param(
-    "density", 0.2, "fraction of each agent's entries kept per tensor, by magnitude", 0.0, 1.0, per_model=True
-)
-DROP = Param(
-    "p", 0.5, "drop probability of each task-vector element (survivors scaled by 1/(1-p))", 0.0, 1.0, per_model=True
-)
-
-BASELINES: tuple[Method, ...] = (
-    Method(
-        "ties",
-        "TIES: trim to top-density magnitudes, elect signs by mass, disjoint mean",
-        ties,
-        (DENSITY, LAMBDA),
-        uses_weights=True,
-        prepare=_ties_prepare(_raw_tau),
-    ),
-    Method(
-        "dare_linear",
-        "DARE + task arithmetic: random drop with rescale, then lambda * weighted sum",
-        dare_linear,
-        (DROP, LAMBDA),
-        uses_weights=True,
-        validate=_check_dare,
-    ),
-    Method(
-        "dare_ties",
-        "DARE + TIES: random drop with rescale, then (optional trim,) sign election and disjoint mean",
-        dare_ties,
-        (DROP, Param("density", 1.0, "TIES trim after the drop (1: none)", 0.0, 1.0, per_model=True), LAMBDA),
-        uses_weights=True,
-        prepare=_ties_prepare(dare_drop),
-        validate=_check_dare,
-    ),
-    Method(
-        "breadcrumbs",
-        "Model Breadcrumbs: drop the largest gamma and smallest magnitudes, keep density; task arithmetic",
-        breadcrumbs,
-        (
-            Param("density", 0.9, "fraction of each agent's entries kept per tensor", 0.0, 1.0, per_model=True),
-            Param("gamma", 0.01, "fraction of largest-magnitude entries dropped", 0.0, 1.0, per_model=True),
-            LAMBDA,
-        ),
-        uses_weights=True,
-        prepare=_breadcrumbs_prepare,
-        validate=_check_crumbs,
-    ),
-    Method(
-        "della",
-        "DELLA: magnitude-ranked random drop per row with rescale, sign election, disjoint mean",
-        della,
-        (
-            Param("p", 0.5, "mean drop probability", 0.0, 1.0, per_model=True),
-            Param(
-                "eps",
-                0.1,
-                "spread of drop probabilities: p - eps/2 (largest) .. p + eps/2 (smallest)",
-                0.0,
-                1.0,
-                per_model=True,
-            ),
-            LAMBDA,
-        ),
-        uses_weights=True,
-        chunk_multiple=row_length,
-        validate=_check_della,
-    ),
-    Method(
-        "model_stock",
-        "Model Stock: average of the models pulled toward the base by their task vectors' mean cosine",
-        model_stock,
-        prepare=gram_prepare(_raw_tau),
-        chunk_multiple=stat_blocks,
-    ),
-    Method(
-        "slerp",
-        "spherical interpolation of two models' weights per tensor (lerp when nearly colinear)",
-        slerp,
-        (
-            Param("t", 0.5, "interpolation: 0 gives the first model, 1 the second", 0.0, 1.0),
-            Param("colinear", 0.9995, "|cos| above which plain linear interpolation is used", 0.0, 1.0),
-        ),
-        min_models=2,
-        max_models=2,
-        needs_base=False,
-        prepare=gram_prepare(_endpoints),
-        chunk_multiple=stat_blocks,
-    ),
-    Method(
-        "ram_ties",
-        "RAM authors' arm-ties: unique updates kept whole, TIES (keep fraction) on the shared region",
-        ram_ties,
-        (
-            EPSILON,
-            Param(
-                "keep", 0.1, "fraction of the shared region each agent keeps, by magnitude", 0.0, 1.0, per_model=True
-            ),
-        ),
-        prepare=_ram_ties_prepare,
-    ),
-    Method(
-        "fisher",
-        "diagonal Fisher merging: sum_i w_i F_i theta_i / sum_i w_i F_i",
-        fisher,
-        (
-            Param(
-                "floor",
-                1e-10,
-                "lower bound of each Fisher value (all-zero Fisher -> plain average)",
-                0.0,
-                low_open=True,
-            ),
-        ),
-        uses_weights=True,
-        needs_base=False,
-        model_inputs=("fisher",),
-    ),
-)
+ties_prepare = _ties_prepare(_raw_tau)
+dare_ties_prepare = _ties_prepare(dare_drop)
+model_stock_prepare = gram_prepare(_raw_tau)
+slerp_prepare = gram_prepare(_endpoints)

@@ -1,4 +1,4 @@
-"""Reading and writing model weights: the only module that touches weight files.
+"""Reading and writing model folders for the merge engine: safetensors headers, chunk reads, shard writes.
 
 Inputs are Hugging Face model folders: ``model.safetensors``, sharded safetensors with
 ``model.safetensors.index.json``, or ``pytorch_model.bin`` (read with ``weights_only=True``).
@@ -670,3 +670,16 @@ def set_config_dtype(folder: Path, dtype: torch.dtype) -> None:
     for k in keys:
         cfg[k] = torch_dtype_name(dtype)
     cfg_path.write_text(json.dumps(cfg, indent=2, sort_keys=True) + "\n")
+
+
+def finish_model_files(folder: Path, model: Path, tokenizer: Path | None, dtype: str | None) -> None:
+    """Give a folder of freshly written shards the rest of a model folder.
+
+    ``config.json`` and ``generation_config.json`` come from ``model``, the tokenizer files from
+    ``tokenizer`` (default: ``model``), and ``config.json`` records ``dtype`` when the weights were
+    written in another dtype than the model's.
+    """
+    copy_aux_files(model, folder, MODEL_FILES)
+    copy_aux_files(tokenizer or model, folder, TOKENIZER_FILES)
+    if dtype:
+        set_config_dtype(folder, dtype_from_name(dtype))

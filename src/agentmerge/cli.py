@@ -21,9 +21,10 @@ from pathlib import Path
 from typing import Any
 
 from agentmerge import __version__
-from agentmerge.config import config_from_dict, load_config
+from agentmerge.config import config_from_dict, read_config
 from agentmerge.errors import AgentMergeError, ConfigError
-from agentmerge.methods import METHODS, ParamValue
+from agentmerge.registry import METHODS
+from agentmerge.spec import EPSILON_DEFAULT, ParamValue
 
 
 def parse_value(text: str) -> ParamValue:
@@ -123,21 +124,11 @@ def merge_config_data(args: argparse.Namespace) -> tuple[dict[str, Any], str]:
 
 
 def _read_config_file(path: str) -> dict[str, Any]:
-    """A native config file as is; a mergekit one (it has ``merge_method``) translated, notes on stderr."""
-    import yaml
-
-    from agentmerge.mergekit_compat import from_mergekit, is_mergekit
-
-    try:
-        raw = yaml.safe_load(Path(path).read_text())
-    except (OSError, yaml.YAMLError):
-        raw = None  # load_config reports it
-    if not is_mergekit(raw):
-        return load_config(path)
-    conv = from_mergekit(raw, path)
-    for note in conv.notes:
+    """A config file (native, or mergekit translated); the translation's notes go to stderr."""
+    data, notes = read_config(path)
+    for note in notes:
         print(f"agentmerge: mergekit config: {note}", file=sys.stderr)
-    return conv.config  # models are already {path: ...} mappings
+    return data
 
 
 def cmd_merge(args: argparse.Namespace) -> int:
@@ -169,7 +160,9 @@ def _probe_parser(sub: Any) -> None:
     p = sub.add_parser("probe", help="density and overlap of task vectors")
     p.add_argument("models", nargs="+", help="fine-tuned model folders")
     p.add_argument("--base", required=True, help="base model folder")
-    p.add_argument("--epsilon", type=float, default=1e-5, help="update threshold (default 1e-5)")
+    p.add_argument(
+        "--epsilon", type=float, default=EPSILON_DEFAULT, help=f"update threshold (default {EPSILON_DEFAULT:g})"
+    )
     p.add_argument("--r", type=float, default=0.1, help="RAM+ r for the reported lambda (default 0.1)")
     p.add_argument("--alpha", type=float, default=2.0, help="RAM+ alpha for the reported lambda (default 2)")
     p.add_argument("--json", dest="json_out", help="write the full result as JSON here")

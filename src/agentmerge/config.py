@@ -23,24 +23,19 @@ Unknown keys, methods and parameters are refused with the closest valid name sug
 
 from __future__ import annotations
 
-import difflib
 import fnmatch
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
 from agentmerge.checkpoint import dtype_from_name, parse_size
 from agentmerge.errors import ConfigError
-from agentmerge.methods import METHODS, Method, ParamValue
-
-
-def did_you_mean(word: str, options: list[str] | tuple[str, ...]) -> str:
-    """``" (did you mean 'ram_plus'?)"`` when a close option exists, else ``""``."""
-    close = difflib.get_close_matches(word, list(options), n=1, cutoff=0.6)
-    return f" (did you mean {close[0]!r}?)" if close else ""
+from agentmerge.mergekit_compat import from_mergekit, is_mergekit
+from agentmerge.registry import METHODS
+from agentmerge.spec import Method, ParamValue
+from agentmerge.userinput import did_you_mean, read_yaml
 
 
 class _Frozen(BaseModel):
@@ -214,29 +209,27 @@ def config_from_dict(data: Mapping[str, Any], source: str = "config") -> MergeCo
         raise ConfigError(f"{source}: {_explain(e)}") from None
 
 
-def read_yaml(path: Path) -> Any:
-    """Parse a YAML file safely (no tags that run code); unreadable or invalid files give a ``ConfigError``."""
-    try:
-        return yaml.safe_load(path.read_text())
-    except OSError as e:
-        raise ConfigError(f"{path}: cannot read ({e.strerror})") from None
-    except yaml.YAMLError as e:
-        raise ConfigError(f"{path}: not valid YAML ({e})") from None
+def read_config(path: str | Path) -> tuple[dict[str, Any], list[str]]:
+    """A YAML config file as a plain dict (validated later, after flags are applied), and notes for the user.
+
+    A mergekit config (it has ``merge_method``) is translated here, the one place that tells the two
+    apart; its notes say what was translated approximately. Native configs have no notes.
+    """
+    p = Path(path)
+    data = read_yaml(p)
+    if is_mergekit(data):
+        conv = from_mergekit(data, str(p))
+        return conv.config, conv.notes  # models are already {path: ...} mappings
+    if not isinstance(data, dict):
+        raise ConfigError(f"{p}: expected a mapping with keys such as method, base, models")
+    if isinstance(data.get("models"), list):
+        data["models"] = [{"path": m} if isinstance(m, str) else m for m in data["models"]]
+    return data, []
 
 
 def load_config(path: str | Path) -> dict[str, Any]:
-    """Read a YAML config file into a plain dict (validated later, after flags are applied)."""
-    p = Path(path)
-    data = read_yaml(p)
-    if not isinstance(data, dict):
-        raise ConfigError(f"{p}: expected a mapping with keys such as method, base, models")
-    if "merge_method" in data:  # a mergekit config: translate it (see agentmerge.mergekit_compat)
-        from agentmerge.mergekit_compat import from_mergekit
-
-        return from_mergekit(data, str(p)).config  # models are already {path: ...} mappings
-    if isinstance(data.get("models"), list):
-        data["models"] = [{"path": m} if isinstance(m, str) else m for m in data["models"]]
-    return data
+    """Read a YAML config file (native or mergekit) into a plain dict; see ``read_config``."""
+    return read_config(path)[0]
 
 
 def _check_keys(data: Mapping[str, Any], model: type[BaseModel], source: str) -> None:

@@ -17,14 +17,15 @@ from typing import Any
 from agentmerge.checkpoint import Checkpoint, plan_shards
 from agentmerge.config import MergeConfig
 from agentmerge.errors import CheckpointError
-from agentmerge.merge import Inputs, _refuse_output_inside_inputs, chunk_elements, plan_jobs, planned_tensors
+from agentmerge.plan import make_plan, planned_tensors, refuse_output_inside_inputs
+from agentmerge.stream import Inputs
 
 PROBE_BYTES = 64 * 1024 * 1024
 _PROBE_BLOCK = 4 * 1024 * 1024
 
 
 @dataclass(frozen=True)
-class MergePlan:
+class DryRunPlan:
     """Everything a merge would do, computed without writing anything."""
 
     method: str
@@ -34,6 +35,7 @@ class MergePlan:
     tensors_copied: int
     shards: list[tuple[str, int]]  # (file name, bytes)
     threads: int
+    kernels: str  # "compiled" (numba) or "reference" (torch)
     memory_budget: int
     chunk_elements: int
     passes: int  # reads of every merged tensor: 1, or 2 with the statistics pass
@@ -54,7 +56,7 @@ class MergePlan:
             f"output: {len(self.shards)} shard(s), {_gb(self.bytes_written)} in all",
             *[f"  {name}  {_gb(size)}" for name, size in self.shards],
             f"memory: budget {_gb(self.memory_budget)}, {self.chunk_elements} elements per chunk, "
-            f"{self.threads} thread(s)",
+            f"{self.threads} thread(s), {self.kernels} kernels",
             f"reads: {_gb(self.bytes_read)} in {self.passes} pass(es) over the merged tensors",
         ]
         if self.disk_free is not None:
@@ -72,44 +74,38 @@ def _gb(n: int) -> str:
     return f"{n / 1e9:.3f} GB" if n >= 10**8 else f"{n / 1e6:.2f} MB"
 
 
-def plan_merge(cfg: MergeConfig, out_dir: str | Path, *, force: bool = False, probe: bool = True) -> MergePlan:
+def plan_merge(cfg: MergeConfig, out_dir: str | Path, *, force: bool = False, probe: bool = True) -> DryRunPlan:
     """Open and check the inputs and plan the merge exactly as ``merge`` would, without writing."""
     out = Path(out_dir)
-    refs = ([cfg.base] if cfg.base else []) + [m.path for m in cfg.models]
-    _refuse_output_inside_inputs(out, refs)
+    refuse_output_inside_inputs(out, ([cfg.base] if cfg.base else []) + [m.path for m in cfg.models])
     if out.exists() and (not out.is_dir() or any(out.iterdir())) and not force:
         raise CheckpointError(f"{out}: output folder exists and is not empty (pass --force to replace it)")
-    threads = cfg.threads or os.cpu_count() or 1
-    extras = {kind: [getattr(m, kind) for m in cfg.models] for kind in cfg.spec.model_inputs}  # e.g. Fisher
-    inputs = Inputs(
-        cfg.base, [m.path for m in cfg.models], allow_dtype_mismatch=cfg.allow_dtype_mismatch, extras=extras
-    )
+    inputs = Inputs.for_merge(cfg)
     try:
         n = len(inputs.models)
-        chunk = chunk_elements(cfg, n, threads)
-        jobs = plan_jobs(cfg, inputs.reference, chunk)
-        tensors = planned_tensors(jobs)
-        shards = plan_shards(tensors, cfg.shard_bytes)
+        plan = make_plan(cfg, inputs.reference, n, cfg.threads or os.cpu_count() or 1)
+        shards = plan_shards(planned_tensors(plan.jobs), cfg.shard_bytes)
         sizes = {name: info.nbytes for name, info in inputs.reference.tensors.items()}
         passes = 2 if cfg.spec.needs_model_stats or cfg.spec.prepare is not None else 1
-        merged = sum(sizes[j.name] for j in jobs if j.merged)
-        copied = sum(sizes[j.name] for j in jobs if not j.merged)
+        merged = sum(sizes[j.name] for j in plan.merged)
+        copied = sum(sizes[j.name] for j in plan.jobs if not j.merged)
         bytes_read = passes * merged * (n + 1) + copied
         speed = _read_speed(inputs.models[0]) if probe else None
     finally:
         inputs.close()
     written = sum(s.size for s in shards)
     est = bytes_read / speed if speed else None
-    return MergePlan(
+    return DryRunPlan(
         cfg.method,
         str(out.resolve()),
         n,
-        sum(j.merged for j in jobs),
-        sum(not j.merged for j in jobs),
+        len(plan.merged),
+        len(plan.jobs) - len(plan.merged),
         [(s.file_name, s.size) for s in shards],
-        threads,
+        plan.threads,
+        plan.kernels,
         cfg.memory_bytes,
-        chunk,
+        plan.chunk,
         passes,
         bytes_read,
         written,

@@ -17,8 +17,8 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from agentmerge.config import did_you_mean
 from agentmerge.errors import CheckpointError, ConfigError
+from agentmerge.userinput import did_you_mean
 
 INSTALL_HINT = "lm-eval is not installed: pip install 'agentmerge[eval]' (or pip install 'lm-eval[hf]>=0.4,<0.5')"
 

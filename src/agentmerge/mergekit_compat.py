@@ -1,7 +1,7 @@
 """Read mergekit YAML configs: translate them into agentmerge's native config, or refuse clearly.
 
 A mergekit config is recognised by its ``merge_method`` key. The translation covers the methods both
-tools have (see ``METHOD_MAP``), top-level and per-model ``parameters`` (plain values, and filtered
+tools have (``registry.MERGEKIT``), top-level and per-model ``parameters`` (plain values, and filtered
 values for global parameters, which become ``overrides``), ``base_model``, ``dtype`` / ``out_dtype``
 and ``tokenizer_source``. Everything else (``slices``, ``modules``, gradients, LoRA references,
 revisions, a ``union`` tokenizer...) is refused with a ``ConfigError`` that names the key, never
@@ -21,71 +21,10 @@ from typing import Any
 
 import yaml
 
-from agentmerge.config import did_you_mean, read_yaml
 from agentmerge.errors import ConfigError
-from agentmerge.methods import METHODS, Method
-
-Scalar = bool | int | float | str
-MERGEKIT_KEY = "merge_method"  # the key that marks a mergekit config
-
-
-@dataclass(frozen=True)
-class MethodMap:
-    """How one mergekit method maps onto ours.
-
-    ``target``: our method name. ``fixed``: parameters implied by the mergekit method itself.
-    ``defaults``: mergekit defaults that differ from ours, applied when the config leaves them out.
-    ``normalize`` / ``rescale``: mergekit's defaults for those flags (None: it has no such flag);
-    ``ours_normalize``: what our method computes (weighted mean: True, weighted sum: False).
-    ``convert``: mergekit name -> (our name, a, b), our value = a + b * mergekit's value.
-    ``endpoints``: the base model becomes the first of two models (SLERP: t = 0 gives the base).
-    """
-
-    target: str
-    fixed: Mapping[str, Scalar] = field(default_factory=dict)
-    defaults: Mapping[str, Scalar] = field(default_factory=dict)
-    normalize: bool | None = None
-    ours_normalize: bool | None = None
-    rescale: bool | None = None
-    convert: Mapping[str, tuple[str, float, float]] = field(default_factory=dict)
-    endpoints: bool = False
-    uses_base: bool = True  # False: mergekit ignores base_model (an entry of models that is the base is averaged)
-
-
-_KEEP_TO_DROP = {"density": ("p", 1.0, -1.0)}  # mergekit keeps a fraction; ours drops one
-
-METHOD_MAP: dict[str, MethodMap] = {
-    "ram": MethodMap("ram"),
-    "ramplus_tl": MethodMap("ram_plus", fixed={"scope": "tensor"}, defaults={"alpha": 0.2}),
-    "linear": MethodMap("linear", normalize=True, ours_normalize=True, uses_base=False),
-    "task_arithmetic": MethodMap("task_arithmetic", normalize=False, ours_normalize=False, rescale=False),
-    "ties": MethodMap("ties", normalize=True, ours_normalize=True, rescale=False),
-    "dare_ties": MethodMap("dare_ties", normalize=False, ours_normalize=True, rescale=True, convert=_KEEP_TO_DROP),
-    "dare_linear": MethodMap("dare_linear", normalize=False, ours_normalize=False, rescale=True, convert=_KEEP_TO_DROP),
-    "breadcrumbs": MethodMap("breadcrumbs", normalize=False, ours_normalize=False, rescale=False),
-    "breadcrumbs_ties": MethodMap("breadcrumbs_ties", normalize=False, rescale=False),
-    "della": MethodMap(
-        "della",
-        normalize=True,
-        ours_normalize=True,
-        rescale=True,
-        convert={**_KEEP_TO_DROP, "epsilon": ("eps", 0.0, 2.0)},  # mergekit: half-width; ours: full spread
-    ),
-    "della_linear": MethodMap("della_linear", normalize=False, rescale=True),
-    "model_stock": MethodMap("model_stock"),
-    "slerp": MethodMap("slerp", endpoints=True),
-}
-
-# mergekit methods we know of but have no counterpart for (a clearer message than "unknown").
-NO_COUNTERPART = (
-    "nuslerp",
-    "multislerp",
-    "karcher",
-    "sce",
-    "nearswap",
-    "arcee_fusion",
-    "passthrough",
-)
+from agentmerge.registry import MERGEKIT, MERGEKIT_WITHOUT_COUNTERPART, METHODS, MethodMap, Scalar
+from agentmerge.spec import Method
+from agentmerge.userinput import did_you_mean, read_yaml
 
 TOP_KEYS = (
     "merge_method",
@@ -194,12 +133,12 @@ def _check_top_keys(data: Mapping[str, Any], source: str) -> None:
 def _method(name: object, source: str) -> tuple[MethodMap, Method]:
     if not isinstance(name, str):
         raise ConfigError(f"{source}: merge_method must be a method name (got {name!r})")
-    if name in NO_COUNTERPART:
+    if name in MERGEKIT_WITHOUT_COUNTERPART:
         raise ConfigError(f"{source}: mergekit method {name!r} has no agentmerge counterpart; see `agentmerge methods`")
-    if name not in METHOD_MAP:
-        known = (*METHOD_MAP, *NO_COUNTERPART)
+    if name not in MERGEKIT:
+        known = (*MERGEKIT, *MERGEKIT_WITHOUT_COUNTERPART)
         raise ConfigError(f"{source}: unknown mergekit merge_method {name!r}{did_you_mean(name, known)}")
-    mmap = METHOD_MAP[name]
+    mmap = MERGEKIT[name]
     if mmap.target not in METHODS:
         raise ConfigError(
             f"{source}: mergekit method {name!r} maps to agentmerge's {mmap.target!r}, which this version does "
@@ -474,9 +413,3 @@ def _tokenizer(data: Mapping[str, Any], base: object, out: dict[str, Any], sourc
     if src == "union":
         raise ConfigError(f"{source}: tokenizer_source: union is not supported; models must share one tokenizer")
     out["tokenizer_source"] = _model_ref(src, f"{source}: tokenizer_source")
-
-
-def describe() -> list[tuple[str, str]]:
-    """(mergekit method, what it maps to here) for the docs and ``convert-config --list``."""
-    rows = [(k, m.target + ("" if m.target in METHODS else " (not implemented)")) for k, m in METHOD_MAP.items()]
-    return rows + [(k, "no counterpart") for k in NO_COUNTERPART]

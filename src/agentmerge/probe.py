@@ -26,7 +26,9 @@ from typing import Any
 import torch
 
 from agentmerge.deltas import rho_from_histogram
-from agentmerge.merge import Inputs, overlap_stats, torch_threads
+from agentmerge.methods import ram_lambda
+from agentmerge.spec import EPSILON_DEFAULT
+from agentmerge.stream import Inputs, overlap_stats, torch_threads
 
 MODULE_PATTERNS: tuple[tuple[str, re.Pattern[str]], ...] = (
     ("embedding", re.compile(r"embed|wte|wpe|lm_head|word_embeddings|tok_embeddings|\boutput\.weight")),
@@ -106,7 +108,7 @@ def agent_stats(
     for i, (row, rho) in enumerate(zip(hist.tolist(), rho_from_histogram(hist), strict=True)):
         updated = sum(row)
         overlap = [c / updated if updated else 0.0 for c in row]
-        lam = 1.0 + r * min(max(rho, 0.0), alpha)
+        lam = ram_lambda(rho, {"r": r, "alpha": alpha})
         out.append(AgentStats(labels[i], numel, updated, updated / numel if numel else 0.0, overlap, rho, lam))
     return out
 
@@ -157,7 +159,7 @@ def probe(
     base: str,
     models: Sequence[str],
     *,
-    epsilon: float = 1e-5,
+    epsilon: float = EPSILON_DEFAULT,
     r: float = 0.1,
     alpha: float = 2.0,
     labels: Sequence[str] | None = None,
@@ -173,7 +175,7 @@ def probe(
         names = [n for n, i in inputs.reference.tensors.items() if i.dtype.is_floating_point and i.numel]
         numels = {n: inputs.reference.tensors[n].numel for n in names}
         with torch_threads(1):
-            hists = overlap_stats(inputs, names, epsilon, n_threads, chunk_size, quiet)
+            hists = overlap_stats(inputs, dict.fromkeys(names, epsilon), n_threads, chunk_size, quiet)
     finally:
         inputs.close()
     return probe_from_histograms(hists, numels, base, list(models), labels, epsilon, r, alpha)

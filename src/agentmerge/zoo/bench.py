@@ -56,7 +56,7 @@ class BenchPlan:
 def available_methods() -> set[str]:
     """Engine methods registered right now (empty if the engine is not importable)."""
     try:
-        from agentmerge.methods import METHODS
+        from agentmerge.registry import METHODS
     except ImportError:
         return set()
     return set(METHODS)

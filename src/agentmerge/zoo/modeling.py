@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import json
 import shutil
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -111,8 +111,3 @@ def read_stage(path: Path) -> dict[str, Any]:
     """The metadata written with a checkpoint."""
     data: dict[str, Any] = json.loads((path / STAGE_FILE).read_text())
     return data
-
-
-def shape_dict(shape: ModelShape) -> dict[str, int]:
-    """Plain dict form of a shape (for recipe / stage files)."""
-    return asdict(shape)

@@ -1,0 +1,150 @@
+"""The merge plan: which tensors are merged or copied, their chunks and parameters; pure, nothing is read.
+
+Every tensor is treated as a flat array and cut into element ranges ("chunks") small enough that
+``threads`` chunks in flight fit the memory budget. The plan is frozen before any weight is read; the
+driver (``merge.py``) and the dry run (``dryrun.py``) both work from it.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import torch
+
+from agentmerge.checkpoint import Checkpoint, PlannedTensor, dtype_from_name
+from agentmerge.config import MergeConfig
+from agentmerge.deltas import RNG_BLOCK
+from agentmerge.errors import MergeError
+from agentmerge.fused.jit import available
+from agentmerge.spec import ChunkSpec, Method, Params, TensorStats, update_threshold
+
+MAX_CHUNK = RNG_BLOCK  # elements per chunk at most (see chunk_elements)
+
+
+@dataclass(frozen=True)
+class TensorJob:
+    """One output tensor: how it is produced, its element ranges and (when merged) its parameters."""
+
+    name: str
+    out_dtype: torch.dtype
+    shape: tuple[int, ...]
+    numel: int
+    merged: bool  # False: copied from the reference unchanged
+    chunks: tuple[tuple[int, int], ...]
+    params: Params = field(default_factory=dict)  # the method's parameters for this tensor (after overrides)
+    model_params: tuple[Params, ...] = ()  # per model, when any model sets params
+
+    @property
+    def eps(self) -> float:
+        """The tensor's update threshold: what its masks and overlap statistics count as an update."""
+        return update_threshold(self.params)
+
+
+@dataclass(frozen=True)
+class MergePlan:
+    """Everything a merge will do, decided before any weight is read."""
+
+    method: Method
+    jobs: tuple[TensorJob, ...]
+    chunk: int  # elements per chunk
+    threads: int
+    weights: torch.Tensor  # [N] float32 model weights
+    seed: int
+    shard_bytes: int
+    compiled: bool  # the method's compiled kernel runs (numba present, at most 16 agents)
+
+    @property
+    def merged(self) -> list[TensorJob]:
+        return [j for j in self.jobs if j.merged]
+
+    @property
+    def kernels(self) -> str:
+        """Which kernels merge: ``compiled`` (numba) or ``reference`` (torch)."""
+        return "compiled" if self.compiled else "reference"
+
+    def thresholds(self) -> dict[str, float]:
+        """Each merged tensor's update threshold (the overlap statistics pass counts with these)."""
+        return {j.name: j.eps for j in self.merged}
+
+    def spec(self, job: TensorJob, start: int, stop: int, stats: TensorStats | None = None) -> ChunkSpec:
+        """The ``ChunkSpec`` of elements ``start:stop`` of ``job``'s tensor."""
+        return ChunkSpec(
+            name=job.name,
+            start=start,
+            stop=stop,
+            params=job.params,
+            weights=self.weights,
+            stats=stats or TensorStats(),
+            seed=self.seed,
+            shape=job.shape,
+            model_params=job.model_params,
+        )
+
+
+def make_plan(cfg: MergeConfig, ref: Checkpoint, n_models: int, threads: int) -> MergePlan:
+    """Plan the merge of ``n_models`` models against the reference checkpoint ``ref``."""
+    chunk = chunk_elements(cfg, n_models, threads)
+    method = cfg.spec
+    return MergePlan(
+        method=method,
+        jobs=tuple(plan_jobs(cfg, ref, chunk)),
+        chunk=chunk,
+        threads=threads,
+        weights=torch.tensor([m.weight for m in cfg.models], dtype=torch.float32),
+        seed=cfg.seed,
+        shard_bytes=cfg.shard_bytes,
+        compiled=method.compiled is not None and available(n_models),
+    )
+
+
+def chunk_elements(cfg: MergeConfig, n_models: int, threads: int) -> int:
+    """Elements per chunk so ``threads`` chunks in flight stay within ``max_memory``.
+
+    Per element in flight: raw reads (<= 8 B x (N+1)), float32 stack (4 B x (N+1)), kernel temporaries
+    (about 4 B x (2N+6)) and the cast output: budget ~ (16 N + 40) bytes. Rounded to the RNG block, and
+    at most ``MAX_CHUNK``: larger chunks are no faster, and their temporaries (over glibc's 32 MB mmap
+    threshold) would be mapped and zero-filled afresh for every chunk (measured: 3x the system time).
+    """
+    if cfg.chunk_size is not None:
+        return cfg.chunk_size
+    per_element = 16 * n_models + 40
+    n = cfg.memory_bytes // (per_element * threads)
+    return min(MAX_CHUNK, max(RNG_BLOCK // 16, (n // RNG_BLOCK) * RNG_BLOCK or n))
+
+
+def plan_jobs(cfg: MergeConfig, ref: Checkpoint, chunk: int) -> list[TensorJob]:
+    """Decide, per tensor of the reference, its output dtype, whether it is merged, its chunks and parameters."""
+    out_dtype = dtype_from_name(cfg.dtype) if cfg.dtype else None
+    multiple = cfg.spec.chunk_multiple
+    jobs = []
+    for name, info in ref.tensors.items():
+        floating = info.dtype.is_floating_point
+        merged = floating and cfg.selected(name)
+        dtype = out_dtype if (out_dtype is not None and floating) else info.dtype
+        step = chunk
+        if multiple is not None and merged:  # round up to the method's unit
+            unit = multiple(info.shape)
+            step = -(-chunk // unit) * unit
+        ranges = tuple((s, min(s + step, info.numel)) for s in range(0, info.numel, step)) or ((0, 0),)
+        params = cfg.tensor_params(name) if merged else {}
+        model_params = cfg.model_params(name) if merged else ()
+        jobs.append(TensorJob(name, dtype, info.shape, info.numel, merged, ranges, params, model_params))
+    return jobs
+
+
+def planned_tensors(jobs: Sequence[TensorJob]) -> list[PlannedTensor]:
+    return [PlannedTensor(j.name, j.out_dtype, j.shape) for j in jobs]
+
+
+def refuse_output_inside_inputs(out: Path, refs: Sequence[str]) -> None:
+    """A ``MergeError`` when the output folder is, contains or lies inside an input folder."""
+    target = out.resolve()
+    for ref in refs:
+        src = Path(ref).expanduser()
+        if not src.exists():
+            continue
+        folder = src.resolve() if src.is_dir() else src.resolve().parent
+        if target == folder or folder in target.parents or target in folder.parents:
+            raise MergeError(f"{out}: the output folder must not be, contain or lie inside input {ref}")

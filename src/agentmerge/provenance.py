@@ -1,0 +1,200 @@
+"""Provenance of a merge: what it did (``MergeResult``), the sha256 of its inputs, and its merge.json record."""
+
+from __future__ import annotations
+
+import contextlib
+import hashlib
+import json
+import os
+import platform
+import threading
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import torch
+
+import agentmerge
+from agentmerge.checkpoint import Checkpoint
+from agentmerge.config import MergeConfig
+from agentmerge.probe import AgentStats, agent_stats
+from agentmerge.spec import ParamValue
+
+
+@dataclass(frozen=True)
+class MergeResult:
+    """What a merge did: where it wrote, how long it took, and the overlap statistics it saw."""
+
+    out_dir: Path
+    method: str
+    params: dict[str, ParamValue]
+    seconds: float
+    tensors: int
+    merged_tensors: int
+    model_hist: list[list[int]] | None = None  # [N][N] overlap histogram over merged tensors
+    model_labels: list[str] = field(default_factory=list)
+    numel: int = 0
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "out_dir": str(self.out_dir),
+            "method": self.method,
+            "params": self.params,
+            "seconds": round(self.seconds, 3),
+            "tensors": self.tensors,
+            "merged_tensors": self.merged_tensors,
+            "model_hist": self.model_hist,
+            "model_labels": self.model_labels,
+            "numel": self.numel,
+        }
+
+    def agents(self) -> list[AgentStats] | None:
+        """Per-agent density, overlap and rho over the merged tensors (None when no statistics were kept)."""
+        if self.model_hist is None:
+            return None
+        return agent_stats(torch.tensor(self.model_hist, dtype=torch.int64), self.numel, self.model_labels)
+
+
+def reproducibility_record(
+    cfg: MergeConfig, checkpoints: Sequence[Checkpoint], result: MergeResult, hashes: InputHashes | None = None
+) -> dict[str, Any]:
+    """merge.json: the resolved configuration, tool versions, input files with sha256, statistics and timing."""
+    sums = (hashes or InputHashes([f for c in checkpoints for f in c.weight_files])).result()
+    files = {}
+    for ckpt in checkpoints:
+        files[str(ckpt.path)] = [
+            {"file": f.name, "bytes": f.stat().st_size, "sha256": sums.get(str(f))} for f in ckpt.weight_files
+        ]
+    return {
+        "agentmerge": agentmerge.__version__,
+        "torch": torch.__version__,
+        "python": platform.python_version(),
+        "created": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+        "config": cfg.model_dump(mode="json"),
+        "resolved_params": result.params,
+        "inputs": files,
+        "probe": [a.__dict__ | {"rho": a.rho if a.rho != float("inf") else "inf"} for a in result.agents() or []],
+        "seconds": round(result.seconds, 3),
+    }
+
+
+# --------------------------------------------------------------------------- input hashes
+
+HASH_BLOCK = 8 * 1024 * 1024
+
+
+class InputHashes:
+    """sha256 of input weight files, computed on a background thread while the merge runs.
+
+    hashlib releases the GIL on large blocks, so hashing overlaps the merge; reads hit the page cache the
+    merge fills. Results are cached by (real path, size, mtime_ns, inode) in ``hash_cache_path()``, so
+    repeated merges of the same inputs (parameter sweeps) hash nothing again; files in a Hugging Face cache
+    are named by their sha256 already. ``AGENTMERGE_NO_HASH=1`` skips hashing (``sha256: null``).
+    """
+
+    def __init__(self, files: Sequence[Path], *, background: bool = False) -> None:
+        self.files = [Path(f) for f in dict.fromkeys(str(f) for f in files)]
+        self._sums: dict[str, str] = {}
+        self._error: BaseException | None = None
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+        if background:
+            self._thread = threading.Thread(target=self._run, name="agentmerge-hash", daemon=True)
+            self._thread.start()
+
+    @classmethod
+    def start(cls, checkpoints: Sequence[Checkpoint]) -> InputHashes:
+        """Start hashing every weight file of ``checkpoints`` in the background."""
+        return cls([f for c in checkpoints for f in c.weight_files], background=True)
+
+    def cancel(self) -> None:
+        """Stop before the next file (a failed merge should not keep reading its inputs)."""
+        self._stop.set()
+
+    def result(self) -> dict[str, str]:
+        """``{str(path): hex digest}``; waits for the background thread (or hashes now)."""
+        if self._thread is None:
+            self._run()
+        else:
+            self._thread.join()
+        if self._error is not None:
+            raise self._error
+        return dict(self._sums)
+
+    def _run(self) -> None:
+        if self._thread is not None:
+            with contextlib.suppress(OSError, AttributeError):  # Linux: lower this thread's priority only
+                os.setpriority(os.PRIO_PROCESS, threading.get_native_id(), 10)
+        try:
+            cache = _load_hash_cache()
+            fresh = {}
+            skip = os.environ.get("AGENTMERGE_NO_HASH") == "1"
+            for f in self.files:
+                if skip or self._stop.is_set():
+                    continue
+                key = _hash_key(f)
+                digest = cache.get(key) or hub_blob_digest(f) or sha256_file(f)
+                fresh[key] = digest
+                self._sums[str(f)] = digest
+            _save_hash_cache(cache | fresh)
+        except BaseException as e:  # re-raised in result(), on the caller's thread
+            self._error = e
+
+
+def hub_blob_digest(path: Path) -> str | None:
+    """The sha256 a Hugging Face cache already names the file by (``blobs/<sha256>``, LFS files), else None."""
+    real = path.resolve()
+    name = real.name
+    if real.parent.name == "blobs" and len(name) == 64 and all(c in "0123456789abcdef" for c in name):
+        return name
+    return None
+
+
+def sha256_file(path: Path) -> str:
+    """Hex sha256 of a file, read in ``HASH_BLOCK`` pieces (bounded memory)."""
+    h = hashlib.sha256()
+    buf = bytearray(HASH_BLOCK)
+    view = memoryview(buf)
+    with open(path, "rb", buffering=0) as f:
+        while n := f.readinto(buf):
+            h.update(view[:n])
+    return h.hexdigest()
+
+
+def hash_cache_path() -> Path:
+    """``$AGENTMERGE_CACHE`` or ``$XDG_CACHE_HOME/agentmerge`` (default ``~/.cache/agentmerge``) / sha256.json."""
+    root = (
+        os.environ.get("AGENTMERGE_CACHE")
+        or Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "agentmerge"
+    )
+    return Path(root) / "sha256.json"
+
+
+def _hash_key(path: Path) -> str:
+    st = path.stat()
+    return f"{path.resolve()}|{st.st_size}|{st.st_mtime_ns}|{st.st_ino}"
+
+
+def _load_hash_cache() -> dict[str, str]:
+    try:
+        data = json.loads(hash_cache_path().read_text())
+    except (OSError, ValueError):
+        return {}
+    if not isinstance(data, dict):
+        return {}
+    return {k: v for k, v in data.items() if isinstance(k, str) and isinstance(v, str) and len(v) == 64}
+
+
+def _save_hash_cache(entries: dict[str, str]) -> None:
+    """Best effort: a read-only home or a full disk must not fail the merge."""
+    path = hash_cache_path()
+    keep = dict(list(entries.items())[-10_000:])
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        tmp = path.with_name(f".{path.name}.{os.getpid()}.{threading.get_ident()}")
+        tmp.write_text(json.dumps(keep))
+        os.replace(tmp, path)
+    except OSError:
+        pass

@@ -1,0 +1,250 @@
+"""Every merge method in one table: name, summary, parameters, what the driver must provide, compiled form.
+
+``METHODS`` is the only registry: the config, the CLI (`agentmerge methods`), the driver and the
+mergekit translation all read it. A method's reference kernel lives in ``methods.py`` (RAM family,
+linear, task arithmetic) or ``baselines.py``; its compiled twin, when it has one, in ``fused/``.
+``MERGEKIT`` below maps mergekit's method names onto these entries.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from types import MappingProxyType
+
+from agentmerge import baselines as bl
+from agentmerge import methods as rm
+from agentmerge.fused import kernels as fk
+from agentmerge.fused.ties import TiesForm, family
+from agentmerge.spec import EPSILON, Method, Param
+from agentmerge.stats import stat_blocks
+
+# --------------------------------------------------------------------------- shared parameters
+
+LAMBDA = Param("lambda", 1.0, "scaling coefficient of the merged task vector")
+DENSITY = Param(
+    "density", 0.2, "fraction of each agent's entries kept per tensor, by magnitude", 0.0, 1.0, per_model=True
+)
+DROP = Param(
+    "p", 0.5, "drop probability of each task-vector element (survivors scaled by 1/(1-p))", 0.0, 1.0, per_model=True
+)
+RAM_PLUS_PARAMS = (
+    EPSILON,
+    Param(
+        "form", "paper", "paper: 1 + r*clip(rho,0,alpha); authors: 1 + (R-1)*min(rho,1)", choices=("paper", "authors")
+    ),
+    Param("r", 0.1, "paper form: strength of the unique-region rescaling", low=0.0),
+    Param("alpha", 2.0, "paper form: clip bound of rho", low=0.0),
+    Param("rescale_factor", 1.2, "authors form: R (the released RAM+ uses 1.2)", low=1.0),
+    Param("scope", "global", "rho counted over the whole model (global) or per tensor", choices=("global", "tensor")),
+)
+
+# --------------------------------------------------------------------------- the table
+
+_ALL = (
+    Method("ram", "RAM: mean where 2+ agents updated, unique updates kept whole", rm.ram, (EPSILON,), compiled=fk.RAM),
+    Method(
+        "ram_plus",
+        "RAM+: RAM with each agent's unique updates scaled up by its overlap-unique ratio",
+        rm.ram_plus,
+        RAM_PLUS_PARAMS,
+        needs_model_stats=True,
+        compiled=fk.RAM_PLUS,
+    ),
+    Method(
+        "unique_only",
+        "dilution ablation: base + scale * (one agent's unique updates only)",
+        rm.unique_only,
+        (
+            EPSILON,
+            Param("agent", 0, "index of the agent whose unique updates are kept", low=0),
+            Param("scale", 1.0, "s: 1 keeps them whole, 1/N dilutes them as averaging would"),
+        ),
+    ),
+    Method(
+        "linear", "weighted average of the models", rm.linear, uses_weights=True, needs_base=False, compiled=fk.LINEAR
+    ),
+    Method(
+        "task_arithmetic",
+        "base + lambda * sum of weighted task vectors",
+        rm.task_arithmetic,
+        (Param("lambda", 1.0, "scaling coefficient of the summed task vectors"),),
+        uses_weights=True,
+        compiled=fk.TASK_ARITHMETIC,
+    ),
+    Method(
+        "ties",
+        "TIES: trim to top-density magnitudes, elect signs by mass, disjoint mean",
+        bl.ties,
+        (DENSITY, LAMBDA),
+        uses_weights=True,
+        prepare=bl.ties_prepare,
+        compiled=family(TiesForm(drop=False, elect=True, trim=True)),
+    ),
+    Method(
+        "dare_linear",
+        "DARE + task arithmetic: random drop with rescale, then lambda * weighted sum",
+        bl.dare_linear,
+        (DROP, LAMBDA),
+        uses_weights=True,
+        validate=bl.check_dare,
+        compiled=family(TiesForm(drop=True, elect=False, trim=False)),
+    ),
+    Method(
+        "dare_ties",
+        "DARE + TIES: random drop with rescale, then (optional trim,) sign election and disjoint mean",
+        bl.dare_ties,
+        (DROP, Param("density", 1.0, "TIES trim after the drop (1: none)", 0.0, 1.0, per_model=True), LAMBDA),
+        uses_weights=True,
+        prepare=bl.dare_ties_prepare,
+        validate=bl.check_dare,
+        compiled=family(TiesForm(drop=True, elect=True, trim=True)),
+    ),
+    Method(
+        "breadcrumbs",
+        "Model Breadcrumbs: drop the largest gamma and smallest magnitudes, keep density; task arithmetic",
+        bl.breadcrumbs,
+        (
+            Param("density", 0.9, "fraction of each agent's entries kept per tensor", 0.0, 1.0, per_model=True),
+            Param("gamma", 0.01, "fraction of largest-magnitude entries dropped", 0.0, 1.0, per_model=True),
+            LAMBDA,
+        ),
+        uses_weights=True,
+        prepare=bl.breadcrumbs_prepare,
+        validate=bl.check_crumbs,
+        compiled=family(TiesForm(drop=False, elect=False, trim=True, ranks=bl.crumb_ranks, always=True)),
+    ),
+    Method(
+        "della",
+        "DELLA: magnitude-ranked random drop per row with rescale, sign election, disjoint mean",
+        bl.della,
+        (
+            Param("p", 0.5, "mean drop probability", 0.0, 1.0, per_model=True),
+            Param(
+                "eps",
+                0.1,
+                "spread of drop probabilities: p - eps/2 (largest) .. p + eps/2 (smallest)",
+                0.0,
+                1.0,
+                per_model=True,
+            ),
+            LAMBDA,
+        ),
+        uses_weights=True,
+        chunk_multiple=bl.row_length,
+        validate=bl.check_della,
+    ),
+    Method(
+        "model_stock",
+        "Model Stock: average of the models pulled toward the base by their task vectors' mean cosine",
+        bl.model_stock,
+        prepare=bl.model_stock_prepare,
+        chunk_multiple=stat_blocks,
+    ),
+    Method(
+        "slerp",
+        "spherical interpolation of two models' weights per tensor (lerp when nearly colinear)",
+        bl.slerp,
+        (
+            Param("t", 0.5, "interpolation: 0 gives the first model, 1 the second", 0.0, 1.0),
+            Param("colinear", 0.9995, "|cos| above which plain linear interpolation is used", 0.0, 1.0),
+        ),
+        min_models=2,
+        max_models=2,
+        needs_base=False,
+        prepare=bl.slerp_prepare,
+        chunk_multiple=stat_blocks,
+    ),
+    Method(
+        "ram_ties",
+        "RAM authors' arm-ties: unique updates kept whole, TIES (keep fraction) on the shared region",
+        bl.ram_ties,
+        (
+            EPSILON,
+            Param(
+                "keep", 0.1, "fraction of the shared region each agent keeps, by magnitude", 0.0, 1.0, per_model=True
+            ),
+        ),
+        prepare=bl.ram_ties_prepare,
+        compiled=family(TiesForm(drop=False, elect=True, trim=True, ranks=bl.keep_ranks, always=True, region=True)),
+    ),
+    Method(
+        "fisher",
+        "diagonal Fisher merging: sum_i w_i F_i theta_i / sum_i w_i F_i",
+        bl.fisher,
+        (
+            Param(
+                "floor",
+                1e-10,
+                "lower bound of each Fisher value (all-zero Fisher -> plain average)",
+                0.0,
+                low_open=True,
+            ),
+        ),
+        uses_weights=True,
+        needs_base=False,
+        model_inputs=("fisher",),
+    ),
+)
+
+METHODS: Mapping[str, Method] = MappingProxyType({m.name: m for m in _ALL})
+
+
+# --------------------------------------------------------------------------- mergekit's names for them
+
+Scalar = bool | int | float | str
+
+
+@dataclass(frozen=True)
+class MethodMap:
+    """How one mergekit method maps onto ours.
+
+    ``target``: our method name. ``fixed``: parameters implied by the mergekit method itself.
+    ``defaults``: mergekit defaults that differ from ours, applied when the config leaves them out.
+    ``normalize`` / ``rescale``: mergekit's defaults for those flags (None: it has no such flag);
+    ``ours_normalize``: what our method computes (weighted mean: True, weighted sum: False).
+    ``convert``: mergekit name -> (our name, a, b), our value = a + b * mergekit's value.
+    ``endpoints``: the base model becomes the first of two models (SLERP: t = 0 gives the base).
+    """
+
+    target: str
+    fixed: Mapping[str, Scalar] = field(default_factory=dict)
+    defaults: Mapping[str, Scalar] = field(default_factory=dict)
+    normalize: bool | None = None
+    ours_normalize: bool | None = None
+    rescale: bool | None = None
+    convert: Mapping[str, tuple[str, float, float]] = field(default_factory=dict)
+    endpoints: bool = False
+    uses_base: bool = True  # False: mergekit ignores base_model (an entry of models that is the base is averaged)
+
+
+_KEEP_TO_DROP = {"density": ("p", 1.0, -1.0)}  # mergekit keeps a fraction; ours drops one
+
+MERGEKIT: Mapping[str, MethodMap] = MappingProxyType(
+    {
+        "ram": MethodMap("ram"),
+        "ramplus_tl": MethodMap("ram_plus", fixed={"scope": "tensor"}, defaults={"alpha": 0.2}),
+        "linear": MethodMap("linear", normalize=True, ours_normalize=True, uses_base=False),
+        "task_arithmetic": MethodMap("task_arithmetic", normalize=False, ours_normalize=False, rescale=False),
+        "ties": MethodMap("ties", normalize=True, ours_normalize=True, rescale=False),
+        "dare_ties": MethodMap("dare_ties", normalize=False, ours_normalize=True, rescale=True, convert=_KEEP_TO_DROP),
+        "dare_linear": MethodMap(
+            "dare_linear", normalize=False, ours_normalize=False, rescale=True, convert=_KEEP_TO_DROP
+        ),
+        "breadcrumbs": MethodMap("breadcrumbs", normalize=False, ours_normalize=False, rescale=False),
+        "breadcrumbs_ties": MethodMap("breadcrumbs_ties", normalize=False, rescale=False),
+        "della": MethodMap(
+            "della",
+            normalize=True,
+            ours_normalize=True,
+            rescale=True,
+            convert={**_KEEP_TO_DROP, "epsilon": ("eps", 0.0, 2.0)},  # mergekit: half-width; ours: full spread
+        ),
+        "della_linear": MethodMap("della_linear", normalize=False, rescale=True),
+        "model_stock": MethodMap("model_stock"),
+        "slerp": MethodMap("slerp", endpoints=True),
+    }
+)
+
+# mergekit methods we know of but have no counterpart for (a clearer message than "unknown").
+MERGEKIT_WITHOUT_COUNTERPART = ("nuslerp", "multislerp", "karcher", "sce", "nearswap", "arcee_fusion", "passthrough")

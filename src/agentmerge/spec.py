@@ -1,0 +1,217 @@
+"""The types that pass between the driver and the methods: parameters, chunks, statistics, method entries.
+
+A *chunk* is an element range ``start:stop`` of one tensor, flattened. The driver describes it with a
+``ChunkSpec`` (where it lies, the method's parameters for that tensor, the model weights, the
+statistics collected so far); a reference kernel receives a ``Chunk``, the spec with the values
+(``base [E]`` and the task vectors ``tau [N, E]`` in float32); a compiled kernel receives the spec and
+the stored values (``ref [E]``, ``models [N, E]`` in their file dtype) and widens them itself.
+
+One update threshold ``epsilon`` decides what counts as an update, per tensor: the value in the
+tensor's parameters (after overrides) for methods that take it, else ``EPSILON_DEFAULT``. Masks,
+overlap statistics and the RAM+ ratio all read it from ``ChunkSpec.eps`` / ``update_threshold``.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Iterator, Mapping
+from dataclasses import dataclass, field, fields
+from typing import Any
+
+import torch
+
+ParamValue = float | int | str | bool
+Params = Mapping[str, ParamValue]
+
+EPSILON_DEFAULT = 1e-5  # the paper's update threshold: |tau| > 1e-5 is an update
+
+
+def update_threshold(params: Params) -> float:
+    """The update threshold of a tensor: its ``epsilon`` parameter, else ``EPSILON_DEFAULT``."""
+    return float(params.get("epsilon", EPSILON_DEFAULT))
+
+
+@dataclass(frozen=True)
+class Param:
+    """One method parameter: default, help, and the range or choices a value must respect."""
+
+    name: str
+    default: ParamValue
+    help: str
+    low: float | None = None
+    high: float | None = None
+    choices: tuple[str, ...] = ()
+    low_open: bool = False  # True: value must be > low (not >=)
+    per_model: bool = False  # may be set per model (``models[i].params``)
+
+    def check(self, value: object, method: str) -> ParamValue:
+        """Return ``value`` coerced to the default's type, or raise ``ValueError`` saying why not."""
+        where = f"{method}: parameter {self.name!r}"
+        if self.choices:
+            if value not in self.choices:
+                raise ValueError(f"{where} must be one of {', '.join(self.choices)} (got {value!r})")
+            return str(value)
+        kind = type(self.default)
+        if kind is bool:
+            if not isinstance(value, bool):
+                raise ValueError(f"{where} must be true or false (got {value!r})")
+            return value
+        if isinstance(value, str):
+            value = _number(value)
+        if isinstance(value, bool) or not isinstance(value, int | float):
+            raise ValueError(f"{where} must be a number (got {value!r})")
+        if kind is int and float(value) != int(value):
+            raise ValueError(f"{where} must be a whole number (got {value!r})")
+        number: float | int = int(value) if kind is int else float(value)
+        self._check_range(where, number)
+        return number
+
+    def _check_range(self, where: str, number: float) -> None:
+        if not math.isfinite(number):
+            raise ValueError(f"{where} must be finite (got {number})")
+        below = self.low is not None and (number <= self.low if self.low_open else number < self.low)
+        above = self.high is not None and number > self.high
+        if below or above:
+            lo = "-inf" if self.low is None else f"{self.low}"
+            hi = "inf" if self.high is None else f"{self.high}"
+            bracket = "(" if self.low_open else "["
+            raise ValueError(f"{where} = {number} is out of range {bracket}{lo}, {hi}]")
+
+
+def _number(text: str) -> float | str:
+    try:
+        return float(text)
+    except ValueError:
+        return text
+
+
+EPSILON = Param("epsilon", EPSILON_DEFAULT, "an element counts as updated when |delta| > epsilon (strict)", low=0.0)
+
+
+@dataclass(frozen=True)
+class TensorStats:
+    """Statistics a kernel may use: overlap histograms of this tensor and of the whole merge."""
+
+    tensor_hist: torch.Tensor | None = None  # [N, N] int64, this tensor
+    model_hist: torch.Tensor | None = None  # [N, N] int64, summed over every merged tensor
+    prepared: Any = None  # the method's whole-tensor statistics (prepare / compiled rounds), multi-chunk tensors
+
+
+@dataclass(frozen=True, kw_only=True)
+class ChunkSpec:
+    """Elements ``start:stop`` of tensor ``name`` and everything but their values that a kernel needs."""
+
+    name: str
+    start: int
+    stop: int
+    params: Params  # the method's parameters resolved for this tensor
+    weights: torch.Tensor  # [N] float32 model weights
+    stats: TensorStats = field(default_factory=TensorStats)
+    seed: int = 0
+    shape: tuple[int, ...] = ()  # the whole tensor's shape (() when unknown)
+    model_params: tuple[Params, ...] = ()  # per model, when any model sets params; else ()
+
+    @property
+    def eps(self) -> float:
+        """This tensor's update threshold."""
+        return update_threshold(self.params)
+
+    @property
+    def whole(self) -> bool:
+        """Whether the chunk is its whole tensor (a kernel may then compute tensor statistics itself)."""
+        return self.start == 0 and (not self.shape or self.stop == math.prod(self.shape))
+
+    def with_values(
+        self, base: torch.Tensor, tau: torch.Tensor, extras: Mapping[str, torch.Tensor] | None = None
+    ) -> Chunk:
+        """This spec with the chunk's float32 values: what a reference kernel receives."""
+        own = {f.name: getattr(self, f.name) for f in fields(ChunkSpec)}
+        return Chunk(**own, base=base, tau=tau, extras=extras or {})
+
+
+@dataclass(frozen=True, kw_only=True)
+class Chunk(ChunkSpec):
+    """A chunk with its values: the base ``[E]`` and every agent's task vector ``[N, E]``, float32."""
+
+    base: torch.Tensor  # [E] float32
+    tau: torch.Tensor  # [N, E] float32
+    extras: Mapping[str, torch.Tensor] = field(default_factory=dict)  # e.g. "fisher": [N, E]
+
+
+@dataclass(frozen=True)
+class TensorSource:
+    """One multi-chunk tensor as a method's ``prepare`` sees it: what is known up front, and a fresh pass."""
+
+    name: str
+    shape: tuple[int, ...]
+    n_chunks: int
+    params: Params
+    model_params: tuple[Params, ...]
+    read: Callable[[], Iterator[Chunk]]  # every chunk of the tensor, in order
+
+    def __call__(self) -> Iterator[Chunk]:
+        return self.read()
+
+
+@dataclass(frozen=True)
+class CompiledResult:
+    """What a compiled kernel returns: ``theta_0 + tau*`` (float32) and the chunk's update-pattern counts."""
+
+    merged: torch.Tensor | None  # [E] float32, None for a counts-only pass
+    patterns: torch.Tensor  # [2**N] int64: elements per set of updating agents (bit i = agent i)
+    finite: bool  # False: an input was not finite (the driver then takes the reference path, which names it)
+
+
+# (ref [E], models [N, E] as stored, spec, out [E] float32 buffer) -> CompiledResult
+CompiledKernel = Callable[[torch.Tensor, torch.Tensor, ChunkSpec, torch.Tensor], CompiledResult]
+
+
+@dataclass(frozen=True)
+class Rounds:
+    """Whole-tensor statistics computed in rounds of chunk-parallel counting (e.g. exact thresholds).
+
+    Per round, every chunk of a tensor is counted (``count``: a tensor of counts and whether the inputs
+    were finite), the counts are summed, and ``settle`` turns the sum into the next state; ``done`` says
+    when a state is the final value, which a kernel then finds in ``spec.stats.prepared``.
+    """
+
+    wanted: Callable[[ChunkSpec], bool]  # whether this tensor needs the statistic
+    count: Callable[[torch.Tensor, torch.Tensor, ChunkSpec, Any], tuple[torch.Tensor, bool]]
+    settle: Callable[[torch.Tensor, ChunkSpec, Any], Any]
+    done: Callable[[Any], bool]
+
+
+@dataclass(frozen=True)
+class Compiled:
+    """A method's compiled form (``agentmerge.fused``): bit-identical to its reference kernel."""
+
+    kernel: CompiledKernel
+    rounds: Rounds | None = None  # the statistics of multi-chunk tensors, if the kernel needs any
+
+
+@dataclass(frozen=True)
+class Method:
+    """A merge method: its kernel, its parameters and what the driver must provide it."""
+
+    name: str
+    summary: str
+    kernel: Callable[[Chunk], torch.Tensor]
+    params: tuple[Param, ...] = ()
+    needs_model_stats: bool = False  # run the overlap statistics pass over the whole model first
+    uses_weights: bool = False
+    min_models: int = 1
+    max_models: int | None = None
+    needs_base: bool = True
+    # whole-tensor statistics of a multi-chunk tensor, one pass over its chunks before it is merged
+    prepare: Callable[[TensorSource], Any] | None = None
+    model_inputs: tuple[str, ...] = ()  # extra per-model tensors, e.g. ("fisher",)
+    # chunks of a tensor of this shape start on multiples of this (e.g. whole rows); None: any
+    chunk_multiple: Callable[[tuple[int, ...]], int] | None = None
+    validate: Callable[[Params], None] | None = None  # cross-parameter check (ValueError)
+    compiled: Compiled | None = None  # the fused kernel, when there is one
+
+    def defaults(self) -> dict[str, ParamValue]:
+        return {p.name: p.default for p in self.params}
+
+    def param(self, name: str) -> Param | None:
+        return next((p for p in self.params if p.name == name), None)

@@ -1,0 +1,345 @@
+"""Streaming the inputs: opened checkpoints read chunk by chunk, parallel chunk jobs, overlap statistics.
+
+``Inputs`` holds the base (or reference) and the models, checked to be mergeable, and reads any
+element range of any tensor from all of them. ``run_parallel`` runs chunk jobs on a thread pool with a
+bounded window. ``overlap_stats`` is the statistics pass of RAM+ and the probe; ``run_rounds`` computes
+a compiled method's whole-tensor statistics (e.g. exact thresholds) in chunk-parallel rounds.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import math
+import threading
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
+from typing import Any
+
+import torch
+from tqdm import tqdm
+
+from agentmerge.checkpoint import Checkpoint, TensorInfo
+from agentmerge.config import MergeConfig
+from agentmerge.deltas import histogram_from_patterns, overlap_histogram, task_vectors, update_mask
+from agentmerge.errors import CheckpointError, MergeError
+from agentmerge.fused.jit import available
+from agentmerge.fused.kernels import counts
+from agentmerge.plan import MergePlan, TensorJob
+from agentmerge.spec import Rounds
+
+# --------------------------------------------------------------------------- inputs
+
+
+class Inputs:
+    """The opened base (or reference) and models, checked to be mergeable, with chunk reads."""
+
+    def __init__(
+        self,
+        base: str | None,
+        models: Sequence[str],
+        *,
+        allow_dtype_mismatch: bool = False,
+        extras: Mapping[str, Sequence[str]] | None = None,
+    ) -> None:
+        self.models: list[Checkpoint] = []
+        self.extras: dict[str, list[Checkpoint]] = {}  # per-model extra tensors, e.g. "fisher"
+        self.base = Checkpoint(base) if base is not None else None
+        try:
+            self.models = [Checkpoint(m) for m in models]
+            check_compatible(self.reference, self.models, allow_dtype_mismatch)
+            for kind, paths in (extras or {}).items():
+                self.extras[kind] = []
+                for path in paths:
+                    self.extras[kind].append(Checkpoint(path))
+        except BaseException:
+            self.close()
+            raise
+
+    @classmethod
+    def for_merge(cls, cfg: MergeConfig) -> Inputs:
+        """The inputs of a merge configuration, with the extra per-model tensors its method reads (e.g. Fisher)."""
+        extras = {kind: [getattr(m, kind) for m in cfg.models] for kind in cfg.spec.model_inputs}
+        models = [m.path for m in cfg.models]
+        return cls(cfg.base, models, allow_dtype_mismatch=cfg.allow_dtype_mismatch, extras=extras)
+
+    @property
+    def checkpoints(self) -> list[Checkpoint]:
+        """The reference and the models, in that order."""
+        return [self.reference, *self.models]
+
+    @property
+    def reference(self) -> Checkpoint:
+        """The checkpoint task vectors are taken against: the base, else the first model."""
+        return self.base if self.base is not None else self.models[0]
+
+    def close(self) -> None:
+        for c in [self.base, *self.models, *(e for group in self.extras.values() for e in group)]:
+            if c is not None:
+                c.close()
+
+    def check_extras(self, names: Sequence[str]) -> None:
+        """Every extra checkpoint holds each of ``names`` with the reference's shape, else ``MergeError``."""
+        for kind, group in self.extras.items():
+            for ckpt in group:
+                for name in names:
+                    info = ckpt.tensors.get(name)
+                    want = self.reference.tensors[name].shape
+                    if info is None or info.shape != want:
+                        got = "lacks it" if info is None else f"has shape {list(info.shape)}"
+                        raise MergeError(
+                            f"{ckpt.path}: {kind} tensor {name!r} {got}, the model has shape {list(want)} "
+                            f"(recompute it for this model, or exclude the tensor)"
+                        )
+
+    def read_extras(self, name: str, start: int, stop: int) -> dict[str, torch.Tensor]:
+        """``{kind: [N, E] float32}`` extra per-model values of elements ``start:stop`` of ``name``."""
+        out = {}
+        for kind, group in self.extras.items():
+            values = torch.empty(len(group), stop - start)
+            for i, ckpt in enumerate(group):
+                values[i] = ckpt.read(name, start, stop)
+            if not bool(torch.isfinite(values).all()) or bool((values < 0).any()):
+                raise MergeError(f"{kind} tensor {name!r}: values must be finite and non-negative")
+            out[kind] = values
+        return out
+
+    def read(self, name: str, start: int, stop: int) -> tuple[torch.Tensor, torch.Tensor]:
+        """``([E], [N, E])`` float32: reference and model values of elements ``start:stop`` of ``name``."""
+        ref = self.reference.read(name, start, stop).float()
+        models = torch.empty(len(self.models), stop - start)
+        for i, m in enumerate(self.models):
+            models[i] = m.read(name, start, stop)
+        if not (all_finite(ref) and all_finite(models)):
+            raise MergeError(_non_finite(name, ref, models, self))
+        return ref, models
+
+    def read_stored(
+        self, name: str, start: int, stop: int, scratch: Scratch | None = None
+    ) -> tuple[torch.Tensor, torch.Tensor]:
+        """``([E], [N, E])`` as stored (no conversion, no finiteness check); models in float32 if dtypes differ.
+
+        With ``scratch`` the values land in this thread's reused buffers (valid until its next read).
+        """
+        scratch = scratch or Scratch()
+        e = stop - start
+        ref = self.reference.read_into(name, start, scratch.get("ref", e, self.reference.tensors[name].dtype))
+        dtypes = {m.tensors[name].dtype for m in self.models}
+        dtype = dtypes.pop() if len(dtypes) == 1 else torch.float32
+        models = scratch.get("models", len(self.models) * e, dtype).view(len(self.models), e)
+        for i, m in enumerate(self.models):
+            if m.tensors[name].dtype == dtype:
+                m.read_into(name, start, models[i])
+            else:
+                models[i] = m.read(name, start, stop)
+        return ref, models
+
+
+class Scratch(threading.local):
+    """Per-thread buffers reused from chunk to chunk: no allocation (and no page faults) per chunk."""
+
+    def __init__(self) -> None:
+        self.buffers: dict[str, torch.Tensor] = {}
+
+    def get(self, key: str, numel: int, dtype: torch.dtype) -> torch.Tensor:
+        """A flat ``[numel]`` tensor of ``dtype`` over this thread's buffer ``key`` (grown when too small)."""
+        nbytes = numel * torch.empty((), dtype=dtype).element_size()
+        buf = self.buffers.get(key)
+        if buf is None or buf.numel() < nbytes:
+            self.buffers[key] = buf = torch.empty(max(nbytes, 1), dtype=torch.uint8)
+        return buf[:nbytes].view(dtype)
+
+
+def all_finite(x: torch.Tensor) -> bool:
+    """Whether every value of a float tensor is finite (one reduction; the exact test only if the sum is not)."""
+    return math.isfinite(float(x.sum())) or bool(torch.isfinite(x).all())
+
+
+def _non_finite(name: str, ref: torch.Tensor, models: torch.Tensor, inputs: Inputs) -> str:
+    values = [ref, *models]
+    bad = next(c for c, v in zip(inputs.checkpoints, values, strict=True) if not bool(torch.isfinite(v).all()))
+    return f"{bad.path}: tensor {name!r} contains NaN or Inf values; this checkpoint is broken, re-export it"
+
+
+def check_compatible(ref: Checkpoint, models: Sequence[Checkpoint], allow_dtype_mismatch: bool) -> None:
+    """Same architecture, same tensor names, shapes and dtypes; else a ``MergeError`` naming the first difference."""
+    arch = _architecture(ref)
+    for m in models:
+        other = _architecture(m)
+        if arch and other and arch != other:
+            raise MergeError(f"{m.path}: architecture {other} differs from {ref.path}'s {arch}")
+        missing, extra = ref.tensors.keys() - m.tensors.keys(), m.tensors.keys() - ref.tensors.keys()
+        if missing or extra:
+            what = f"lacks {sorted(missing)[0]!r}" if missing else f"has extra tensor {sorted(extra)[0]!r}"
+            raise MergeError(
+                f"{m.path}: tensor sets differ from {ref.path} ({what}; {len(missing)} missing, {len(extra)} extra); "
+                "models must share the base's architecture"
+            )
+        for name, info in ref.tensors.items():
+            _check_tensor(ref, m, info, m.tensors[name], allow_dtype_mismatch)
+
+
+def _check_tensor(ref: Checkpoint, m: Checkpoint, a: TensorInfo, b: TensorInfo, allow_dtype: bool) -> None:
+    if a.shape != b.shape:
+        raise MergeError(
+            f"{m.path}: tensor {a.name!r} has shape {list(b.shape)} but {ref.path} has {list(a.shape)} "
+            "(vocabulary resized? merge only models with identical shapes)"
+        )
+    same_kind = a.dtype.is_floating_point == b.dtype.is_floating_point
+    if a.dtype != b.dtype and not (allow_dtype and same_kind):
+        raise MergeError(
+            f"{m.path}: tensor {a.name!r} is {b.dtype} but {ref.path} stores it as {a.dtype} "
+            "(convert the checkpoint, or set allow_dtype_mismatch for floating-point tensors)"
+        )
+
+
+def _architecture(c: Checkpoint) -> tuple[str, ...] | None:
+    cfg = c.folder / "config.json"
+    if not cfg.exists():
+        return None
+    try:
+        data = json.loads(cfg.read_text())
+    except ValueError:
+        raise CheckpointError(f"{cfg}: not valid JSON") from None
+    arch = data.get("architectures") or [data.get("model_type")]
+    return tuple(str(a) for a in arch) if any(arch) else None
+
+
+# --------------------------------------------------------------------------- parallel chunk jobs
+
+
+def run_parallel(tasks: Sequence[Callable[[], Any]], threads: int, progress: tqdm | None = None) -> list[Any]:
+    """Run ``tasks`` on ``threads`` workers with at most 2 x threads in flight; results in task order.
+
+    A new task is submitted as soon as any one finishes, so a slow task never leaves workers idle.
+    """
+    if threads == 1:
+        return [_tick(t(), progress) for t in tasks]
+    results: list[Any] = [None] * len(tasks)
+    with ThreadPoolExecutor(threads) as pool:
+        window: dict[Future[Any], int] = {}
+        for i, task in enumerate(tasks):
+            window[pool.submit(task)] = i
+            if len(window) >= 2 * threads:
+                finished, _ = wait(window, return_when=FIRST_COMPLETED)
+                for fut in finished:
+                    results[window.pop(fut)] = _tick(fut.result(), progress)
+        for fut, j in sorted(window.items(), key=lambda item: item[1]):
+            results[j] = _tick(fut.result(), progress)
+    return results
+
+
+def _tick(result: Any, progress: tqdm | None) -> Any:
+    if progress is not None:
+        progress.update(1)
+    return result
+
+
+@contextlib.contextmanager
+def torch_threads(n: int) -> Iterator[None]:
+    """Run torch single-threaded inside each worker (parallelism comes from the pool); restore after."""
+    before = torch.get_num_threads()
+    torch.set_num_threads(n)
+    try:
+        yield
+    finally:
+        torch.set_num_threads(before)
+
+
+def overlap_stats(
+    inputs: Inputs, thresholds: Mapping[str, float], threads: int, chunk: int, quiet: bool = True
+) -> dict[str, torch.Tensor]:
+    """The statistics pass: ``[N, N]`` overlap histogram of each tensor named in ``thresholds``, at its threshold.
+
+    Counts only, nothing written; chunks of ``chunk`` elements on ``threads`` workers.
+    """
+    tasks, owners = [], []
+    scratch = Scratch()
+    for name, eps in thresholds.items():
+        numel = inputs.reference.tensors[name].numel
+        for s in range(0, numel, chunk):
+            tasks.append(_hist_task(inputs, name, s, min(s + chunk, numel), eps, scratch))
+            owners.append(name)
+    n = len(inputs.models)
+    hists = {name: torch.zeros(n, n, dtype=torch.int64) for name in thresholds}
+    with tqdm(total=len(tasks), desc="statistics", unit="chunk", disable=quiet, leave=False) as bar:
+        for name, h in zip(owners, run_parallel(tasks, threads, bar), strict=True):
+            hists[name] += h
+    return hists
+
+
+def _hist_task(
+    inputs: Inputs, name: str, start: int, stop: int, eps: float, scratch: Scratch
+) -> Callable[[], torch.Tensor]:
+    def task() -> torch.Tensor:
+        if available(len(inputs.models)):
+            counted = counts(*inputs.read_stored(name, start, stop, scratch), eps)
+            if counted.finite:
+                return histogram_from_patterns(counted.patterns)
+        ref, models = inputs.read(name, start, stop)  # also the path that names a non-finite input
+        return overlap_histogram(update_mask(task_vectors(ref, models), eps))
+
+    return task
+
+
+def run_rounds(
+    inputs: Inputs, plan: MergePlan, jobs: Sequence[TensorJob], rounds: Rounds, quiet: bool = True
+) -> dict[str, Any]:
+    """A compiled method's whole-tensor statistics of ``jobs``: ``{name: final value}``, chunk-parallel.
+
+    Each round counts every chunk of the tensors still open and settles each tensor's summed counts as
+    soon as its last chunk is in, so memory holds only the tensors in flight. A tensor with a non-finite
+    input is left out (its chunks then take the reference path, which names the file).
+    """
+    states: dict[str, Any] = {job.name: None for job in jobs}
+    scratch = Scratch()
+    open_jobs, label = list(jobs), "statistics (1st pass)"
+    while open_jobs:
+        settled = _count_round(inputs, plan, open_jobs, rounds, states, scratch, label, quiet)
+        for job in open_jobs:
+            if job.name in settled:
+                states[job.name] = settled[job.name]
+            else:
+                del states[job.name]  # a non-finite input
+        open_jobs = [job for job in open_jobs if job.name in settled and not rounds.done(settled[job.name])]
+        label = "statistics (next pass)"
+    return states
+
+
+def _count_round(
+    inputs: Inputs,
+    plan: MergePlan,
+    jobs: Sequence[TensorJob],
+    rounds: Rounds,
+    states: Mapping[str, Any],
+    scratch: Scratch,
+    label: str,
+    quiet: bool,
+) -> dict[str, Any]:
+    """One round of ``run_rounds``: ``{name: settled state}`` of every job whose inputs were finite."""
+    lock = threading.Lock()
+    totals: dict[str, torch.Tensor] = {}
+    left = {job.name: len(job.chunks) for job in jobs}
+    broken: set[str] = set()
+    settled: dict[str, Any] = {}
+
+    def task(job: TensorJob, start: int, stop: int) -> Callable[[], None]:
+        def run() -> None:
+            ref, models = inputs.read_stored(job.name, start, stop, scratch)
+            counted, ok = rounds.count(ref, models, plan.spec(job, start, stop), states[job.name])
+            with lock:
+                total = totals[job.name] = counted if job.name not in totals else totals[job.name].add_(counted)
+                if not ok:
+                    broken.add(job.name)
+                left[job.name] -= 1
+                if left[job.name] == 0:
+                    del totals[job.name]
+                    if job.name not in broken:
+                        settled[job.name] = rounds.settle(total, plan.spec(job, 0, job.numel), states[job.name])
+
+        return run
+
+    tasks = [task(job, s, e) for job in jobs for s, e in job.chunks]
+    with tqdm(total=len(tasks), desc=label, unit="chunk", disable=quiet, leave=False) as bar:
+        run_parallel(tasks, plan.threads, bar)
+    return settled

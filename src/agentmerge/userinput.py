@@ -1,0 +1,28 @@
+"""What users type: YAML files read safely, and names checked with a "did you mean" suggestion."""
+
+from __future__ import annotations
+
+import difflib
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from agentmerge.errors import ConfigError
+
+
+def did_you_mean(word: str, options: Sequence[str]) -> str:
+    """``" (did you mean 'ram_plus'?)"`` when a close option exists, else ``""``."""
+    close = difflib.get_close_matches(word, list(options), n=1, cutoff=0.6)
+    return f" (did you mean {close[0]!r}?)" if close else ""
+
+
+def read_yaml(path: Path) -> Any:
+    """Parse a YAML file safely (no tags that run code); unreadable or invalid files give a ``ConfigError``."""
+    try:
+        return yaml.safe_load(path.read_text())
+    except OSError as e:
+        raise ConfigError(f"{path}: cannot read ({e.strerror})") from None
+    except yaml.YAMLError as e:
+        raise ConfigError(f"{path}: not valid YAML ({e})") from None
