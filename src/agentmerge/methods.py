@@ -27,7 +27,7 @@ from __future__ import annotations
 import torch
 
 from agentmerge.deltas import overlap_count, rho_from_histogram, sum_agents, update_mask
-from agentmerge.spec import Chunk, Params
+from agentmerge.spec import Chunk, ChunkSpec, Params
 
 
 def ram_lambda(rho: float, params: Params) -> float:
@@ -61,18 +61,21 @@ def ram(c: Chunk) -> torch.Tensor:
     return ram_combine(c.tau, c.eps)
 
 
-def ram_plus(c: Chunk) -> torch.Tensor:
-    hist = c.stats.tensor_hist if c.params["scope"] == "tensor" else c.stats.model_hist
+def ram_plus_lambdas(spec: ChunkSpec) -> torch.Tensor:
+    """``[N]`` RAM+ scales of a chunk: from its tensor's histogram (``scope: tensor``) or the whole model's."""
+    hist = spec.stats.tensor_hist if spec.params["scope"] == "tensor" else spec.stats.model_hist
     if hist is None:
         raise RuntimeError("ram_plus needs overlap statistics; the driver did not provide them")
-    return ram_combine(c.tau, c.eps, ram_lambdas(hist, c.params))
+    return ram_lambdas(hist, spec.params)
+
+
+def ram_plus(c: Chunk) -> torch.Tensor:
+    return ram_combine(c.tau, c.eps, ram_plus_lambdas(c))
 
 
 def unique_only(c: Chunk) -> torch.Tensor:
     """Dilution ablation: ``scale * tau_a`` where only agent ``a`` updated the element."""
-    a = int(c.params["agent"])
-    if a >= c.tau.shape[0]:
-        raise ValueError(f"unique_only: agent index {a} but only {c.tau.shape[0]} models")
+    a = int(c.params["agent"])  # below N: the config checks it
     mask = update_mask(c.tau, c.eps)
     keep = mask[a] & (overlap_count(mask) == 1)
     return torch.where(keep, c.tau[a] * float(c.params["scale"]), 0.0)

@@ -14,7 +14,7 @@ import numpy as np
 import torch
 
 from agentmerge.fused.loops import count_loop, ram_loop, weighted_loop
-from agentmerge.methods import ram_lambdas
+from agentmerge.methods import ram_plus_lambdas
 from agentmerge.spec import ChunkSpec, Compiled, CompiledResult, ParamValue
 
 
@@ -75,10 +75,7 @@ def ram_plus(
     ref: torch.Tensor, models: torch.Tensor, spec: ChunkSpec, out: torch.Tensor | None = None
 ) -> CompiledResult:
     """RAM+ over one chunk (``methods.ram_plus``): lambda from the tensor's or the model's histogram."""
-    hist = spec.stats.tensor_hist if spec.params["scope"] == "tensor" else spec.stats.model_hist
-    if hist is None:
-        raise RuntimeError("ram_plus needs overlap statistics; the driver did not provide them")
-    return _ram(raw_chunk(ref, models), spec.eps, ram_lambdas(hist, spec.params), out)
+    return _ram(raw_chunk(ref, models), spec.eps, ram_plus_lambdas(spec), out)
 
 
 def _weighted(raw: RawChunk, spec: ChunkSpec, scale: float, divide: bool, out: torch.Tensor | None) -> CompiledResult:
