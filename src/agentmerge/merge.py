@@ -100,7 +100,7 @@ def statistics_pass(plan: MergePlan, inputs: Inputs, quiet: bool) -> Collected:
         collected.model_hist = collected.total(len(inputs.models))
     rounds = plan.method.compiled.rounds if plan.compiled and plan.method.compiled else None
     if rounds is not None:
-        jobs = [j for j in plan.merged if len(j.chunks) > 1 and rounds.wanted(plan.spec(j, 0, j.numel))]
+        jobs = [j for j in plan.merged if j.chunked and rounds.wanted(plan.spec(j, 0, j.numel))]
         collected.prepared = run_rounds(inputs, plan, jobs, rounds, quiet)
     return collected
 
@@ -173,7 +173,7 @@ class ChunkWriter:
     def _prepared(self, job: TensorJob) -> Any:
         """The reference kernel's whole-tensor statistics of a multi-chunk tensor (None for a one-chunk tensor)."""
         prepare = self.plan.method.prepare
-        if prepare is None or len(job.chunks) <= 1:
+        if prepare is None or not job.chunked:
             return None
         source = TensorSource(job.name, job.shape, len(job.chunks), job.params, job.model_params, self._chunks(job))
         return self.collected.prepared_once(source, prepare)

@@ -41,6 +41,11 @@ class TensorJob:
         """The tensor's update threshold: what its masks and overlap statistics count as an update."""
         return update_threshold(self.params)
 
+    @property
+    def chunked(self) -> bool:
+        """Whether the tensor spans several chunks (its whole-tensor statistics then need a pass of their own)."""
+        return len(self.chunks) > 1
+
 
 @dataclass(frozen=True)
 class MergePlan:

@@ -10,6 +10,7 @@ import agentmerge
 from agentmerge.config import MergeConfig
 from agentmerge.probe import AgentStats, ProbeResult
 from agentmerge.provenance import MergeResult
+from agentmerge.spec import EPSILON_DEFAULT
 
 
 def _pct(x: float) -> str:
@@ -131,6 +132,10 @@ def model_card(cfg: MergeConfig, result: MergeResult) -> str:
     ]
     agents = result.agents()
     if agents:
-        body += ["## Task-vector overlap (epsilon as configured, default 1e-5)\n", agents_table(agents), ""]
+        body += [
+            f"## Task-vector overlap (epsilon as configured, default {EPSILON_DEFAULT:g})\n",
+            agents_table(agents),
+            "",
+        ]
     body.append("The resolved configuration and the input files are recorded in `merge.json`.\n")
     return "\n".join(front + body)
