@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import contextlib
 import json
+import logging
 import os
 import shutil
 import sys
@@ -147,8 +148,8 @@ def run_sweep(
     objective = objective_of(cfg, results.records())
     runner = _Runner(cfg, root, results, search_path, objective, quiet)
     _count_overlaps_once(cfg, done, quiet)
-    with _ray(address):
-        ran = runner.run(_pending(cfg, done, runner), max_concurrent or _slots(cfg))
+    with _ray(address, quiet):
+        ran = runner.run(_pending(cfg, done, runner), max_concurrent or _slots(cfg), _expected(cfg, done))
     records = results.records()
     write_report(cfg, records, root)
     failed = sum(r.get("status") != "ok" for r in records if r["trial"] in runner.ran)
@@ -161,7 +162,7 @@ def _pending(cfg: SweepConfig, done: set[str], runner: _Runner) -> Iterator[Tria
     if cfg.search.kind == "optuna":
         from agentmerge.sweep.tune import optuna_trials
 
-        yield from optuna_trials(cfg, done, runner)
+        yield from optuna_trials(cfg, done, runner.results.records(), runner.finished)
         return
     for trial in trials(cfg, choose(cfg)):
         if trial.id not in done:
@@ -193,6 +194,13 @@ def _count_overlaps_once(cfg: SweepConfig, done: set[str], quiet: bool) -> None:
                 count_overlaps(merge_cfg.model_copy(update={"threads": None}), quiet=quiet)
 
 
+def _expected(cfg: SweepConfig, done: set[str]) -> int:
+    """How many trials this run will start (for optuna: at most that many)."""
+    if cfg.search.kind == "optuna":
+        return (cfg.search.n_trials or len(choose(cfg))) * len(cfg.seeds)
+    return sum(t.id not in done for t in trials(cfg, choose(cfg)))
+
+
 def _slots(cfg: SweepConfig) -> int:
     """Trials in flight by default: as many as the machine's CPUs hold at the per-trial request."""
     return max(1, (os.cpu_count() or 1) // cfg.resources.cpus)
@@ -201,8 +209,8 @@ def _slots(cfg: SweepConfig) -> int:
 class _ray:
     """``ray.init`` for the sweep (local unless an address is given) and ``shutdown`` after, if we started it."""
 
-    def __init__(self, address: str | None) -> None:
-        self.address = address
+    def __init__(self, address: str | None, quiet: bool) -> None:
+        self.address, self.quiet = address, quiet
         self.started = False
 
     def __enter__(self) -> None:
@@ -211,7 +219,8 @@ class _ray:
         except ImportError:
             raise ConfigError(RAY_HINT) from None
         if not ray.is_initialized():
-            kwargs: dict[str, Any] = {"include_dashboard": False, "log_to_driver": False}
+            level = logging.ERROR if self.quiet else logging.WARNING
+            kwargs: dict[str, Any] = {"include_dashboard": False, "log_to_driver": False, "logging_level": level}
             if self.address is None:
                 kwargs["num_cpus"] = os.cpu_count() or 1
             ray.init(address=self.address, **kwargs)
@@ -240,16 +249,20 @@ class _Runner:
         self.objective, self.quiet = objective, quiet
         self.ran: set[str] = set()
         self.finished: list[dict[str, Any]] = []  # this run's records, in arrival order (optuna reads them)
-        self._best: tuple[float, str] | None = None
+        self._best: tuple[float, str] | None = None  # the kept folder (keep: best), an earlier run's included
+        for record in results.records() if cfg.keep == "best" else []:
+            if record.get("status") == "ok" and (root / "trials" / record["trial"]).is_dir():
+                self._keep_best(record)
 
-    def run(self, pending: Iterator[Trial], window: int) -> int:
+    def run(self, pending: Iterator[Trial], window: int, expected: int) -> int:
+        """Run the trials ``pending`` yields, ``window`` at a time; progress against ``expected`` on stderr."""
         import ray
 
         task = ray.remote(num_cpus=self.cfg.resources.cpus, num_gpus=self.cfg.resources.gpus)(run_trial)
         data = self.cfg.model_dump(mode="json")
         in_flight: dict[Any, Trial] = {}
         exhausted = False
-        with tqdm(desc="sweep", unit="trial", disable=self.quiet, file=sys.stderr) as bar:
+        with tqdm(total=expected, desc="sweep", unit="trial", disable=self.quiet, file=sys.stderr) as bar:
             while True:
                 while not exhausted and len(in_flight) < window:
                     trial = next(pending, None)
@@ -258,7 +271,6 @@ class _Runner:
                         break
                     folder = str(self.root / "trials" / trial.id)
                     in_flight[task.remote(data, trial, folder, self.search_path)] = trial
-                    bar.total = len(self.ran) + len(in_flight)
                 if not in_flight:
                     return len(self.ran)
                 ready, _ = ray.wait(list(in_flight), num_returns=1)

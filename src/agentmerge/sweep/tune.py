@@ -8,14 +8,11 @@ sweep the recorded settings are told first, so the sampler continues where it st
 from __future__ import annotations
 
 from collections.abc import Iterator
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from agentmerge.errors import ConfigError
 from agentmerge.sweep import evaluators
 from agentmerge.sweep.spec import Setting, SweepConfig, Trial, grid, trial_of
-
-if TYPE_CHECKING:
-    from agentmerge.sweep.run import _Runner
 
 
 def _choices(cfg: SweepConfig) -> dict[str, list[Any]]:
@@ -36,8 +33,14 @@ def _suggest(ot: Any, cfg: SweepConfig, choices: dict[str, list[Any]]) -> Settin
     return Setting(method, params, subset)
 
 
-def optuna_trials(cfg: SweepConfig, done: set[str], runner: _Runner) -> Iterator[Trial]:
-    """Yield the trials optuna asks for, telling it each setting's result as the runner records them."""
+def optuna_trials(
+    cfg: SweepConfig, done: set[str], earlier: list[dict[str, Any]], finished: list[dict[str, Any]]
+) -> Iterator[Trial]:
+    """Yield the trials optuna asks for, telling it each setting's result as it lands in ``finished``.
+
+    ``earlier``: the records of earlier runs; ``finished``: the runner's list of this run's records, which
+    grows while the generator is consumed.
+    """
     try:
         import optuna
     except ImportError:
@@ -49,11 +52,11 @@ def optuna_trials(cfg: SweepConfig, done: set[str], runner: _Runner) -> Iterator
     sampler = optuna.samplers.TPESampler(seed=cfg.search.seed)
     study = optuna.create_study(direction="maximize" if cfg.direction == "max" else "minimize", sampler=sampler)
     choices = _choices(cfg)
-    recorded = {r["trial"]: r for r in runner.results.records()}
+    recorded = {r["trial"]: r for r in earlier}
     replayed = _replay(cfg, study, choices, recorded, objective)
     open_settings: dict[Setting, Any] = {}  # setting -> its optuna trial, until all its seeds are in
     for _ in range(max(0, (cfg.search.n_trials or len(grid(cfg))) - replayed)):
-        _tell_finished(cfg, study, open_settings, recorded, runner, objective)
+        _tell_finished(cfg, study, open_settings, recorded, finished, objective)
         ot = study.ask()
         setting = _suggest(ot, cfg, choices)
         ids = [trial_of(cfg, setting, seed) for seed in cfg.seeds]
@@ -62,7 +65,7 @@ def optuna_trials(cfg: SweepConfig, done: set[str], runner: _Runner) -> Iterator
             continue
         open_settings[setting] = ot
         yield from (t for t in ids if t.id not in done)
-    _tell_finished(cfg, study, open_settings, recorded, runner, objective)
+    _tell_finished(cfg, study, open_settings, recorded, finished, objective)
 
 
 def _tell(study: Any, ot: Any, value: float | None) -> None:
@@ -110,11 +113,11 @@ def _tell_finished(
     study: Any,
     open_settings: dict[Setting, Any],
     recorded: dict[str, Any],
-    runner: _Runner,
+    finished: list[dict[str, Any]],
     objective: str,
 ) -> None:
     """Tell optuna every open setting whose seeds have all been recorded."""
-    recorded.update({r["trial"]: r for r in runner.finished})
+    recorded.update({r["trial"]: r for r in finished})
     for setting, ot in list(open_settings.items()):
         ids = [trial_of(cfg, setting, seed).id for seed in cfg.seeds]
         if all(i in recorded for i in ids):
