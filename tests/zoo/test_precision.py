@@ -31,7 +31,8 @@ def test_regimes_set_storage_and_export() -> None:
     assert {(r.storage, r.export) for r in regime_recipes("fp32_fp32")} == {("fp32_master", "fp32")}
     code, tool, memory = regime_recipes("paper_like")
     assert (code.storage, tool.storage, memory.storage) == ("bf16", "fp32_master", "fp32_master")
-    assert (tool.export, memory.export) == ("fp32", "bf16")
+    assert (tool.export, memory.export) == ("bf16", "bf16")
+    assert code.lr < regime_recipes("bf16")[0].lr  # the sparse agent: bf16 storage at a lower lr
     assert set(REGIMES) == {"bf16", "fp32_bf16", "fp32_fp32", "paper_like"}
     with pytest.raises(ValueError, match="unknown regime"):
         regime_recipes("fp8")
@@ -43,9 +44,9 @@ def test_agent_folders_shared_by_regimes_that_share_a_training(tmp_path: Path) -
     f_b = full_config("fp32_bf16").recipe("tool")
     f_f = full_config("fp32_fp32").recipe("tool")
     assert agent_dir(tmp_path, 0, "tool", f_b) != agent_dir(tmp_path, 0, "tool", f_f)
-    # the paper-like tool agent is the fp32-exported one, the memory agent the bf16-exported one
+    # the paper-like tool and memory agents are the fp32-master agents exported in bf16
     paper = full_config("paper_like")
-    assert agent_dir(tmp_path, 0, "tool", paper.recipe("tool")) == agent_dir(tmp_path, 0, "tool", f_f)
+    assert agent_dir(tmp_path, 0, "tool", paper.recipe("tool")) == agent_dir(tmp_path, 0, "tool", f_b)
     assert agent_dir(tmp_path, 0, "memory", paper.recipe("memory")) == agent_dir(
         tmp_path, 0, "memory", full_config("fp32_bf16").recipe("memory")
     )

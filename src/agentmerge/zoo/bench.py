@@ -50,6 +50,7 @@ METHOD_RUNS: tuple[MethodRun, ...] = (
 )
 RAM_FAMILY = frozenset({"ram", "ram_plus", "ram_ties"})
 PAIRS: tuple[tuple[str, str], ...] = (("code", "tool"), ("code", "memory"), ("tool", "memory"))
+PAIR_METHODS = ("linear", "task_arithmetic", "ties", "dare_ties", "ram", "ram_plus")
 ABLATION_R: tuple[float, ...] = (0.0, 0.05, 0.1, 0.2, 0.5)
 ABLATION_ALPHA: tuple[float, ...] = (1.0, 2.0)
 
@@ -73,6 +74,7 @@ class BenchPlan:
     methods: tuple[MethodRun, ...] = METHOD_RUNS
     ablation: tuple[MethodRun, ...] = ()  # extra 3-agent merges (the RAM+ ablation in the paper-like regime)
     pairs: bool = False  # also the three 2-agent merges (the paper's second table)
+    pair_methods: tuple[str, ...] = PAIR_METHODS  # labels of ``methods`` run on the pairs
 
 
 def available_methods() -> set[str]:
@@ -172,14 +174,14 @@ class SeedBench:
         for name in ("base", *[f"agent_{d}" for d in self.domains]):
             self.out["rows"][name] = self.eval(self.zoo[name], name, "test")
         self.out["timing"]["eval_zoo"] = time.perf_counter() - started
-        full = self.domains == DOMAINS
-        if full:
+        if self.domains == DOMAINS:
             self._probe()
+        full = self.domains == DOMAINS
         for run in self.plan.methods:
+            if not full and run.label not in self.plan.pair_methods:
+                continue
             if run.method == "task_arithmetic":
                 self._task_arithmetic(available)
-            elif run.method == "slerp" and len(self.domains) != 2:
-                continue
             else:
                 self._method(run, available)
         if full:

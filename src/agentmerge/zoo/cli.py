@@ -6,10 +6,12 @@ The main ``agentmerge`` parser calls :func:`register` to add these subcommands.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
 import shlex
 import time
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -50,7 +52,7 @@ def _bench_parser(sub: Any) -> None:
         "--regimes",
         default=None,
         help="comma-separated precision regimes (bf16, fp32_bf16, fp32_fp32, paper_like; default all; "
-        "with --smoke: bf16,paper_like); results of other regimes already in results.json are kept",
+        "with --smoke: bf16,fp32_fp32,paper_like); results of other regimes already in results.json are kept",
     )
     p.add_argument("--no-pairs", action="store_true", help="skip the three 2-agent merges")
     p.add_argument("--render-only", action="store_true", help="only re-render results.md from results.json")
@@ -89,7 +91,7 @@ def _config(smoke: bool, regime: str = "bf16") -> Any:
 def _regimes(args: argparse.Namespace) -> list[str]:
     from agentmerge.zoo.config import REGIMES
 
-    default = "bf16,paper_like" if args.smoke else ",".join(REGIMES)
+    default = "bf16,fp32_fp32,paper_like" if args.smoke else ",".join(REGIMES)
     names = [r.strip() for r in (args.regimes or default).split(",") if r.strip()]
     unknown = [r for r in names if r not in REGIMES]
     if unknown:
@@ -119,7 +121,6 @@ def cmd_bench(args: argparse.Namespace) -> int:
         return 0
     threads = _threads(args.threads)
     seeds = tuple(int(s) for s in args.seeds.split(",") if s.strip())
-    combined = load_combined(docs)
     log = stderr_logger(args.quiet)
     for regime in _regimes(args):
         cfg = _config(args.smoke, regime)
@@ -133,24 +134,46 @@ def cmd_bench(args: argparse.Namespace) -> int:
             "threads": threads,
             "wall_seconds": time.perf_counter() - started,
         }
-        combined["regimes"][regime] = aggregate(records, meta)
-        json_path, md_path = write_combined(combined, docs)
+        with _docs_lock(docs):  # several bench processes (e.g. one per seed) may share a docs folder
+            combined = load_combined(docs)
+            combined["regimes"][regime] = aggregate(records, meta)
+            json_path, md_path = write_combined(combined, docs)
         print(f"[{regime}] wrote {md_path} and {json_path}", flush=True)
     return 0
 
 
+@contextlib.contextmanager
+def _docs_lock(docs: Path) -> Iterator[None]:
+    import fcntl
+
+    docs.mkdir(parents=True, exist_ok=True)
+    with (docs / ".results.lock").open("w") as handle:
+        fcntl.flock(handle, fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(handle, fcntl.LOCK_UN)
+
+
 def _plan(smoke: bool, seeds: tuple[int, ...], regime: str, pairs: bool) -> Any:
     """The full plan (the RAM+ ablation in the paper-like regime), or a small one that exercises each piece."""
-    from agentmerge.zoo.bench import METHOD_RUNS, BenchPlan, MethodRun, ram_plus_ablation
+    from agentmerge.zoo.bench import METHOD_RUNS, BenchPlan, ram_plus_ablation
 
     ablation = ram_plus_ablation() if regime == "paper_like" else ()
     if not smoke:
-        methods = (*METHOD_RUNS, MethodRun("slerp", "slerp")) if pairs else METHOD_RUNS
-        return BenchPlan(seeds=seeds, ablation=ablation, pairs=pairs, methods=methods)
+        return BenchPlan(seeds=seeds, ablation=ablation, pairs=pairs)
     keep = {"linear", "task_arithmetic", "ties", "fisher", "ram", "ram_plus"}
     methods = tuple(m for m in METHOD_RUNS if m.label in keep)
-    small = ram_plus_ablation((0.0, 0.2), (1.0,))[:1] + ram_plus_ablation((0.0,), (1.0,))[-1:] if ablation else ()
-    return BenchPlan(seeds=seeds, fisher_prompts=4, ta_lambdas=(0.5, 1.0), methods=methods, ablation=small, pairs=pairs)
+    small = tuple(r for r in ablation if r.label in {"ram_plus_r0_a1", "ram_plus_authors_R1.2"})
+    return BenchPlan(
+        seeds=seeds,
+        fisher_prompts=4,
+        ta_lambdas=(0.5, 1.0),
+        methods=methods,
+        ablation=small,
+        pairs=pairs,
+        pair_methods=("linear", "task_arithmetic", "ram"),
+    )
 
 
 def _command(args: argparse.Namespace) -> str:

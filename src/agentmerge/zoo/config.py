@@ -80,8 +80,8 @@ class ZooConfig:
 # (scripts/zoo_pilot.py, docs/zoo.md) so that the densities land near the paper's range where the recipe allows.
 FP32_LR = {"code": 3e-6, "tool": 3e-6, "memory": 3e-6}
 FP32_STEPS = {"code": 160, "tool": 100, "memory": 100}
-SPARSE_CODE_LR = 1e-5
-SPARSE_CODE_STEPS = 160
+SPARSE_CODE_LR = 1.5e-5
+SPARSE_CODE_STEPS = 200
 
 
 def _fp32_master(recipe: Recipe, export: str) -> Recipe:
@@ -104,7 +104,7 @@ def regime_recipes(regime: str) -> tuple[Recipe, ...]:
         return tuple(_fp32_master(r, "fp32") for r in base)
     if regime == "paper_like":
         code, tool, memory = base
-        return (_sparse_bf16(code), _fp32_master(tool, "fp32"), _fp32_master(memory, "bf16"))
+        return (_sparse_bf16(code), _fp32_master(tool, "bf16"), _fp32_master(memory, "bf16"))
     raise ValueError(f"unknown regime {regime!r}; use one of {', '.join(REGIMES)}")
 
 
@@ -112,8 +112,8 @@ REGIMES: dict[str, str] = {
     "bf16": "bf16 weight storage (rounded after every step), saved bf16 - TRL-style training of a bf16 model",
     "fp32_bf16": "fp32 master weights, saved bf16 - verl (fp32 master, converter casts the export to bf16)",
     "fp32_fp32": "fp32 master weights, saved fp32 - an fp32 release (the paper's tool agent, ToolRL)",
-    "paper_like": "code: bf16 storage at a low lr (sparse); tool: fp32 master saved fp32; memory: fp32 master "
-    "saved bf16 - the mix of trainers behind the paper's three agents",
+    "paper_like": "code: bf16 storage at a low lr (sparse, like the paper's 3 % code agent); tool and memory: fp32 "
+    "master saved bf16 (about half dense, like the paper's tool and memory agents)",
 }
 
 

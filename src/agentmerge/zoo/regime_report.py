@@ -37,10 +37,23 @@ def load_combined(docs: Path) -> dict[str, Any]:
     """The existing combined results (regimes run before are kept), or an empty one."""
     path = docs / "results.json"
     if path.is_file():
-        data: dict[str, Any] = json.loads(path.read_text())
+        data: dict[str, Any] = _restore(json.loads(path.read_text()))
         if "regimes" in data:
             return data
     return {"regimes": {}}
+
+
+def _restore(value: Any) -> Any:
+    """Undo ``_jsonable``: "inf" / "-inf" back to floats, None back to NaN."""
+    if value is None:
+        return math.nan
+    if value in ("inf", "-inf"):
+        return math.inf if value == "inf" else -math.inf
+    if isinstance(value, dict):
+        return {k: _restore(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [_restore(v) for v in value]
+    return value
 
 
 def write_combined(combined: dict[str, Any], docs: Path) -> tuple[Path, Path]:
@@ -255,7 +268,7 @@ def pairs_lines(res: dict[str, Any]) -> list[str]:
         rows = [
             [label, *[_cell(cells[d]) for d in domains], _cell(cells["avg"])] for label, cells in entry["rows"].items()
         ]
-        lams = ", ".join(f"{v:g}" for v in entry["ta_lambda"] if v is not None)
+        lams = ", ".join(f"{v:g}" for v in entry["ta_lambda"] if isinstance(v, float) and math.isfinite(v))
         lines += [f"**{pair}** (task arithmetic λ per seed: {lams})", ""]
         lines += _table(["model", *[f"{d} (domain avg)" for d in domains], "pair avg (its metric columns)"], rows)
         diffs = "; ".join(f"{k}: {_cell(v)}" for k, v in entry["diffs"].items())
