@@ -221,3 +221,12 @@ def test_combined_report_has_map_figure_and_partial_note(tmp_path: Path) -> None
     assert "| `bf16` (2 seeds) | 50.0 / 50.0 / 50.0 | 0.50 / 0.50 / 0.50 |" in text
     assert "(vs linear)" in text and "**Partial:**" in text
     assert load_combined(tmp_path)["regimes"]["bf16"]["seeds"] == [0, 1]  # kept for the next regime's run
+
+
+def test_verdict_needs_two_standard_errors() -> None:
+    from agentmerge.zoo.regime_report import verdict
+
+    assert verdict({"mean": 0.03, "se": 0.01}).startswith("higher by 3.0")
+    assert verdict({"mean": -0.03, "se": 0.01}).startswith("lower by 3.0")
+    assert verdict({"mean": 0.03, "se": 0.02}).startswith("no clear difference")
+    assert verdict(None) == "not measured"

@@ -38,6 +38,7 @@ def _build_parser(sub: Any) -> None:
     p = sub.add_parser("build", help="pretrain the base and RL-train one agent per domain (cached, resumable)")
     p.add_argument("--out", default=DEFAULT_ZOO, help=f"zoo folder (default {DEFAULT_ZOO})")
     p.add_argument("--seed", type=int, default=0, help="pipeline seed (default 0)")
+    p.add_argument("--regime", default="bf16", help="precision regime of the agents (default bf16; see docs/zoo.md)")
     _common(p)
     p.set_defaults(func=cmd_build)
 
@@ -103,7 +104,9 @@ def cmd_build(args: argparse.Namespace) -> int:
     from agentmerge.zoo.build import build_zoo, stderr_logger
 
     threads = _threads(args.threads)
-    paths = build_zoo(_config(args.smoke), Path(args.out), args.seed, threads=threads, log=stderr_logger(args.quiet))
+    paths = build_zoo(
+        _config(args.smoke, args.regime), Path(args.out), args.seed, threads=threads, log=stderr_logger(args.quiet)
+    )
     for name, path in paths.items():
         print(f"{name}\t{path}")
     return 0

@@ -143,9 +143,49 @@ def regime_map_lines(combined: dict[str, Any], figure: str | None) -> list[str]:
         *_table(header, map_rows(combined)),
         "",
     ]
+    lines += verdict_lines(combined)
     if figure:
         lines += [f"![regime map]({figure})", ""]
     return lines
+
+
+def verdict(cell: dict[str, Any] | None) -> str:
+    """'higher' / 'lower' when the paired mean is more than 2 SE away from 0, else 'no clear difference'."""
+    if not cell:
+        return "not measured"
+    mean, se = _num(cell["mean"]), _num(cell["se"])
+    if not math.isfinite(mean):
+        return "not measured"
+    if mean - 2 * se > 0:
+        return f"higher by {mean * 100:.1f} ± {se * 100:.1f}"
+    if mean + 2 * se < 0:
+        return f"lower by {-mean * 100:.1f} ± {se * 100:.1f}"
+    return f"no clear difference ({mean * 100:+.1f} ± {se * 100:.1f})"
+
+
+def verdict_lines(combined: dict[str, Any]) -> list[str]:
+    """Plain statements per regime (a difference counts when its paired mean is more than 2 SE from 0)."""
+    lines = [
+        "In words (a paired difference counts when it is more than 2 SE from zero; with 3 seeds, a rough rule):",
+        "",
+    ]
+    for name, res in combined["regimes"].items():
+        m = res.get("map", {})
+        spec = m.get("merge_minus_specialist", {})
+        beats = [
+            f"{d} ({spec[d].get('best_on_domain')}: {verdict(spec[d].get('best_on_domain_minus_specialist'))})"
+            for d in DOMAINS
+            if d in spec
+        ]
+        lines.append(
+            f"- `{name}`: RAM vs the best baseline ({m.get('best_baseline')}): "
+            f"{verdict(m.get('ram_minus_best_baseline'))}; "
+            f"RAM+ vs the best baseline: {verdict(m.get('ram_plus_minus_best_baseline'))}; "
+            f"RAM+ vs RAM: {verdict(m.get('ram_plus_minus_ram'))}. Best merge on each domain vs its specialist: "
+            + "; ".join(beats)
+            + "."
+        )
+    return [*lines, ""]
 
 
 def plot_regime_map(combined: dict[str, Any], path: Path) -> Path | None:
