@@ -175,7 +175,6 @@ def test_density_maps_to_our_names() -> None:
             {"merge_method": "linear", "models": [{"model": "a"}], "parameters": {"normalize": False}},
             "normalize: false is not supported",
         ),
-        ({"merge_method": "linear", "models": [{"model": "org/m+org/lora"}]}, "lora"),
         ({"merge_method": "linear", "models": [{"model": "org/m@main"}]}, "revision"),
         ({"merge_method": "ram", "base_model": "B", "models": [{"model": "B"}]}, "no models to merge"),
         ({"merge_method": "ram", "models": [{"model": "a", "weight": 1}]}, "unknown key 'weight'"),
@@ -214,3 +213,13 @@ def test_per_model_values_della_and_slerp() -> None:
     out = _conv(slerp)
     assert "base" not in out and [m["path"] for m in out["models"]] == ["B", "x"]  # type: ignore[union-attr]
     assert out["params"] == {"t": 0.3}
+
+
+def test_model_plus_lora_references_are_translated() -> None:
+    """mergekit's ``MODEL+ADAPTER`` and ``{model: ..., lora: ...}`` become one ``MODEL+ADAPTER`` model path."""
+    doc = {
+        "merge_method": "linear",
+        "models": [{"model": "org/m+org/lora"}, {"model": {"model": {"path": "x"}, "lora": "y"}}],
+    }
+    conv = from_mergekit(doc, "mk.yaml")
+    assert [m["path"] for m in conv.config["models"]] == ["org/m+org/lora", "x+y"]

@@ -30,6 +30,7 @@ import uuid
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Protocol
 
 import torch
 
@@ -220,6 +221,23 @@ def resolve_model_path(ref: str | Path) -> Path:
             f"{ref}: could not fetch this hub id ({type(e).__name__}: {e}); "
             "when offline, download the model first and pass its local folder"
         ) from None
+
+
+class Readable(Protocol):
+    """What the engine reads a model through: a ``Checkpoint``, or a LoRA adapter on one (``lora.LoraModel``)."""
+
+    path: Path
+    folder: Path
+    tensors: dict[str, TensorInfo]
+
+    @property
+    def weight_files(self) -> list[Path]: ...
+
+    def read(self, name: str, start: int = 0, stop: int | None = None) -> torch.Tensor: ...
+
+    def read_into(self, name: str, start: int, out: torch.Tensor) -> torch.Tensor: ...
+
+    def close(self) -> None: ...
 
 
 class Checkpoint:

@@ -78,7 +78,7 @@ class MergeConfig(_Frozen):
     threads: int | None = Field(default=None, ge=1)
     max_memory: str | int = "1GB"
     chunk_size: int | None = Field(default=None, ge=1)  # elements per chunk; derived from max_memory if unset
-    allow_dtype_mismatch: bool = False  # accept agents stored in another floating dtype than the base
+    allow_dtype_mismatch: bool = True  # no longer needed: floating dtypes may always differ from the base's
 
     @field_validator("method")
     @classmethod

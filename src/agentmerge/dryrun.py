@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from agentmerge.checkpoint import Checkpoint, plan_shards
+from agentmerge.checkpoint import Readable, plan_shards
 from agentmerge.config import MergeConfig
 from agentmerge.errors import CheckpointError
 from agentmerge.plan import make_plan, planned_tensors, refuse_output_inside_inputs
@@ -115,7 +115,7 @@ def plan_merge(cfg: MergeConfig, out_dir: str | Path, *, force: bool = False, pr
     )
 
 
-def _read_speed(ckpt: Checkpoint) -> float | None:
+def _read_speed(ckpt: Readable) -> float | None:
     """Bytes per second reading (up to ``PROBE_BYTES`` of) the checkpoint's weight files."""
     done, t0 = 0, time.perf_counter()
     for f in ckpt.weight_files:

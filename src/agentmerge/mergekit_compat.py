@@ -156,26 +156,34 @@ def _mapping(value: object, where: str) -> dict[str, Any]:
 
 
 def _model_ref(ref: object, where: str) -> str:
-    """A mergekit model reference -> a path or hub id; LoRA and revision suffixes are refused."""
+    """A mergekit model reference -> a path, a hub id, or ``MODEL+ADAPTER`` (a LoRA on a model); revisions refused."""
     if isinstance(ref, Mapping):
         extra = set(ref) - {"model", "lora", "override_architecture"}
-        if extra or ref.get("lora") or ref.get("override_architecture"):
-            raise ConfigError(f"{where}: only a plain model path is supported (no lora, override_architecture)")
-        inner = ref.get("model")
-        if isinstance(inner, Mapping):
-            if inner.get("revision"):
-                raise ConfigError(f"{where}: model revisions are not supported; download that revision first")
-            inner = inner.get("path")
-        ref = inner
+        if extra or ref.get("override_architecture"):
+            raise ConfigError(f"{where}: only model and lora are supported (no override_architecture)")
+        model = (
+            _model_ref(ref.get("model"), where)
+            if not isinstance(ref.get("model"), Mapping)
+            else _path_of(ref["model"], where)
+        )
+        lora = ref.get("lora")
+        if lora is None:
+            return model
+        return f"{model}+{_path_of(lora, where) if isinstance(lora, Mapping) else _model_ref(lora, where)}"
     if not isinstance(ref, str) or not ref:
         raise ConfigError(f"{where}: expected a model path or hub id (got {ref!r})")
     if Path(ref).expanduser().exists():
         return ref
-    if "+" in ref:
-        raise ConfigError(f"{where}: 'model+lora' references are not supported; merge the LoRA into its model first")
     if "@" in ref:
         raise ConfigError(f"{where}: 'model@revision' references are not supported; download that revision first")
-    return ref
+    return ref  # a hub id, or MODEL+ADAPTER (checked when the inputs are opened)
+
+
+def _path_of(entry: Mapping[str, Any], where: str) -> str:
+    """mergekit's ``{path: ..., revision: ...}`` form."""
+    if entry.get("revision"):
+        raise ConfigError(f"{where}: model revisions are not supported; download that revision first")
+    return _model_ref(entry.get("path"), where)
 
 
 def _models(raw: object, base: str | None, source: str, notes: list[str]) -> list[tuple[str, dict[str, Any]]]:

@@ -13,7 +13,7 @@ from pathlib import Path
 
 import torch
 
-from agentmerge.checkpoint import Checkpoint, PlannedTensor, dtype_from_name
+from agentmerge.checkpoint import PlannedTensor, Readable, dtype_from_name
 from agentmerge.config import MergeConfig
 from agentmerge.deltas import RNG_BLOCK
 from agentmerge.errors import MergeError
@@ -88,7 +88,7 @@ class MergePlan:
         )
 
 
-def make_plan(cfg: MergeConfig, ref: Checkpoint, n_models: int, threads: int) -> MergePlan:
+def make_plan(cfg: MergeConfig, ref: Readable, n_models: int, threads: int) -> MergePlan:
     """Plan the merge of ``n_models`` models against the reference checkpoint ``ref``."""
     chunk = chunk_elements(cfg, n_models, threads)
     method = cfg.spec
@@ -119,7 +119,7 @@ def chunk_elements(cfg: MergeConfig, n_models: int, threads: int) -> int:
     return min(MAX_CHUNK, max(RNG_BLOCK // 16, (n // RNG_BLOCK) * RNG_BLOCK or n))
 
 
-def plan_jobs(cfg: MergeConfig, ref: Checkpoint, chunk: int) -> list[TensorJob]:
+def plan_jobs(cfg: MergeConfig, ref: Readable, chunk: int) -> list[TensorJob]:
     """Decide, per tensor of the reference, its output dtype, whether it is merged, its chunks and parameters."""
     out_dtype = dtype_from_name(cfg.dtype) if cfg.dtype else None
     multiple = cfg.spec.chunk_multiple

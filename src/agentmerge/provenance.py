@@ -17,7 +17,7 @@ import torch
 
 import agentmerge
 from agentmerge.cache import cache_dir, file_key, load_store, save_store
-from agentmerge.checkpoint import Checkpoint
+from agentmerge.checkpoint import Readable
 from agentmerge.config import MergeConfig
 from agentmerge.probe import AgentStats, agent_stats
 from agentmerge.spec import ParamValue
@@ -58,7 +58,7 @@ class MergeResult:
 
 
 def reproducibility_record(
-    cfg: MergeConfig, checkpoints: Sequence[Checkpoint], result: MergeResult, hashes: InputHashes | None = None
+    cfg: MergeConfig, checkpoints: Sequence[Readable], result: MergeResult, hashes: InputHashes | None = None
 ) -> dict[str, Any]:
     """merge.json: the resolved configuration, tool versions, input files with sha256, statistics and timing."""
     sums = (hashes or InputHashes([f for c in checkpoints for f in c.weight_files])).result()
@@ -105,7 +105,7 @@ class InputHashes:
             self._thread.start()
 
     @classmethod
-    def start(cls, checkpoints: Sequence[Checkpoint]) -> InputHashes:
+    def start(cls, checkpoints: Sequence[Readable]) -> InputHashes:
         """Start hashing every weight file of ``checkpoints`` in the background."""
         return cls([f for c in checkpoints for f in c.weight_files], background=True)
 

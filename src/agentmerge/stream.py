@@ -22,12 +22,13 @@ import torch
 from tqdm import tqdm
 
 from agentmerge.cache import cache_dir, files_key, load_store, save_store
-from agentmerge.checkpoint import Checkpoint, TensorInfo
+from agentmerge.checkpoint import Checkpoint, Readable, TensorInfo
 from agentmerge.config import MergeConfig
 from agentmerge.deltas import histogram_from_patterns, overlap_histogram, task_vectors, update_mask
 from agentmerge.errors import CheckpointError, MergeError
 from agentmerge.fused.jit import available
 from agentmerge.fused.kernels import counts
+from agentmerge.lora import LoraModel, is_adapter, split_model_plus_adapter
 from agentmerge.plan import MergePlan, TensorJob
 from agentmerge.spec import Rounds
 
@@ -45,11 +46,11 @@ class Inputs:
         allow_dtype_mismatch: bool = False,
         extras: Mapping[str, Sequence[str]] | None = None,
     ) -> None:
-        self.models: list[Checkpoint] = []
+        self.models: list[Readable] = []
         self.extras: dict[str, list[Checkpoint]] = {}  # per-model extra tensors, e.g. "fisher"
         self.base = Checkpoint(base) if base is not None else None
         try:
-            self.models = [Checkpoint(m) for m in models]
+            self.models = [open_model(m, self.base) for m in models]
             check_compatible(self.reference, self.models, allow_dtype_mismatch)
             for kind, paths in (extras or {}).items():
                 self.extras[kind] = []
@@ -67,12 +68,12 @@ class Inputs:
         return cls(cfg.base, models, allow_dtype_mismatch=cfg.allow_dtype_mismatch, extras=extras)
 
     @property
-    def checkpoints(self) -> list[Checkpoint]:
+    def checkpoints(self) -> list[Readable]:
         """The reference and the models, in that order."""
         return [self.reference, *self.models]
 
     @property
-    def reference(self) -> Checkpoint:
+    def reference(self) -> Readable:
         """The checkpoint task vectors are taken against: the base, else the first model."""
         return self.base if self.base is not None else self.models[0]
 
@@ -153,6 +154,29 @@ class Scratch(threading.local):
         return buf[:nbytes].view(dtype)
 
 
+def open_model(ref: str, base: Checkpoint | None) -> Readable:
+    """A model folder or hub id; a LoRA adapter folder (on ``base``); or mergekit's ``MODEL+ADAPTER``."""
+    pair = split_model_plus_adapter(ref)
+    if pair is not None:
+        host = Checkpoint(pair[0])
+        try:
+            return LoraModel(pair[1], host, owns_host=True)
+        except BaseException:
+            host.close()
+            raise
+    if "+" in ref and not Path(ref).expanduser().exists():
+        adapter = ref.rpartition("+")[2]
+        raise CheckpointError(
+            f"{ref}: read as MODEL+ADAPTER, but {adapter} is not a local LoRA adapter folder (adapter_config.json); "
+            "download the adapter first"
+        )
+    if is_adapter(ref):
+        if base is None:
+            raise MergeError(f"{ref}: a LoRA adapter is merged against its base model; pass the base (--base)")
+        return LoraModel(ref, base)
+    return Checkpoint(ref)
+
+
 def all_finite(x: torch.Tensor) -> bool:
     """Whether every value of a float tensor is finite (one reduction; the exact test only if the sum is not)."""
     return math.isfinite(float(x.sum())) or bool(torch.isfinite(x).all())
@@ -164,8 +188,12 @@ def _non_finite(name: str, ref: torch.Tensor, models: torch.Tensor, inputs: Inpu
     return f"{bad.path}: tensor {name!r} contains NaN or Inf values; this checkpoint is broken, re-export it"
 
 
-def check_compatible(ref: Checkpoint, models: Sequence[Checkpoint], allow_dtype_mismatch: bool) -> None:
-    """Same architecture, same tensor names, shapes and dtypes; else a ``MergeError`` naming the first difference."""
+def check_compatible(ref: Readable, models: Sequence[Readable], allow_dtype_mismatch: bool = True) -> None:
+    """Same architecture, tensor names and shapes, and dtypes of the same kind; else a ``MergeError``.
+
+    Floating tensors may differ in dtype (a bf16 base with fp32 agents is how verl and ToolRL release them);
+    task vectors are float32 either way. ``allow_dtype_mismatch`` is kept for old callers and configs.
+    """
     arch = _architecture(ref)
     for m in models:
         other = _architecture(m)
@@ -179,24 +207,24 @@ def check_compatible(ref: Checkpoint, models: Sequence[Checkpoint], allow_dtype_
                 "models must share the base's architecture"
             )
         for name, info in ref.tensors.items():
-            _check_tensor(ref, m, info, m.tensors[name], allow_dtype_mismatch)
+            _check_tensor(ref, m, info, m.tensors[name])
 
 
-def _check_tensor(ref: Checkpoint, m: Checkpoint, a: TensorInfo, b: TensorInfo, allow_dtype: bool) -> None:
+def _check_tensor(ref: Readable, m: Readable, a: TensorInfo, b: TensorInfo) -> None:
     if a.shape != b.shape:
         raise MergeError(
             f"{m.path}: tensor {a.name!r} has shape {list(b.shape)} but {ref.path} has {list(a.shape)} "
             "(vocabulary resized? merge only models with identical shapes)"
         )
-    same_kind = a.dtype.is_floating_point == b.dtype.is_floating_point
-    if a.dtype != b.dtype and not (allow_dtype and same_kind):
+    floating = a.dtype.is_floating_point and b.dtype.is_floating_point  # bf16 base, fp32 agents: a normal case
+    if a.dtype != b.dtype and not floating:
         raise MergeError(
-            f"{m.path}: tensor {a.name!r} is {b.dtype} but {ref.path} stores it as {a.dtype} "
-            "(convert the checkpoint, or set allow_dtype_mismatch for floating-point tensors)"
+            f"{m.path}: tensor {a.name!r} is {b.dtype} but {ref.path} stores it as {a.dtype}; integer and "
+            "boolean tensors must match the base exactly (convert the checkpoint)"
         )
 
 
-def _architecture(c: Checkpoint) -> tuple[str, ...] | None:
+def _architecture(c: Readable) -> tuple[str, ...] | None:
     cfg = c.folder / "config.json"
     if not cfg.exists():
         return None
