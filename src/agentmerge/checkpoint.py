@@ -402,18 +402,6 @@ class ShardPlan:
     size: int
 
 
-def parse_size(text: str | int) -> int:
-    """``"2GB"`` -> 2_000_000_000, ``"512MiB"`` -> 536_870_912, ``1000`` -> 1000."""
-    if isinstance(text, int):
-        return text
-    m = re.fullmatch(r"\s*([0-9]*\.?[0-9]+)\s*([KMGT]?)(I?)B?\s*", text.upper())
-    if not m:
-        raise ValueError(f"cannot read size {text!r}; write e.g. 5GB, 500MB or 2GiB")
-    number, unit, binary = float(m.group(1)), m.group(2), m.group(3)
-    base = 1024 if binary else 1000
-    return int(number * base ** " KMGT".index(unit or " "))
-
-
 def plan_shards(tensors: Sequence[PlannedTensor], max_shard_size: int) -> list[ShardPlan]:
     """Split tensors, in order, into files of at most ``max_shard_size`` data bytes.
 
