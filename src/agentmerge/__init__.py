@@ -5,7 +5,7 @@ cfg = MergeConfig(method="ram_plus", base="base", models=[ModelSpec(path="a1"), 
 result = merge(cfg, "merged")
 report = probe("base", ["a1", "a2"])
 
-The names that need torch (``merge``, ``probe`` and their results) or pydantic (the config)
+The names that need torch (``merge``, ``probe``, ``evaluate`` and their results) or pydantic (the config)
 are imported on first use, so ``import agentmerge`` and the command line's help and method list start fast.
 """
 
@@ -23,6 +23,7 @@ from agentmerge.registry import METHODS
 
 if TYPE_CHECKING:
     from agentmerge.config import MergeConfig, ModelSpec, Override, config_from_dict, load_config
+    from agentmerge.evaluation import EvalRun, evaluate
     from agentmerge.merge import MergeResult, merge
     from agentmerge.probe import ProbeResult, probe
 
@@ -30,6 +31,8 @@ _ON_FIRST_USE = {
     **dict.fromkeys(("MergeConfig", "ModelSpec", "Override", "config_from_dict", "load_config"), "agentmerge.config"),
     "MergeResult": "agentmerge.merge",
     "ProbeResult": "agentmerge.probe",
+    "evaluate": "agentmerge.evaluation",
+    "EvalRun": "agentmerge.evaluation",
 }
 
 
@@ -62,6 +65,7 @@ __all__ = [
     "AgentMergeError",
     "CheckpointError",
     "ConfigError",
+    "EvalRun",
     "MergeConfig",
     "MergeError",
     "MergeResult",
@@ -70,6 +74,7 @@ __all__ = [
     "ProbeResult",
     "__version__",
     "config_from_dict",
+    "evaluate",
     "load_config",
     "merge",
     "probe",

@@ -339,6 +339,76 @@ def cmd_lm_eval(args: argparse.Namespace) -> int:
     return 0
 
 
+# --------------------------------------------------------------------------- eval on the user's own tasks
+
+
+def _eval_parser(sub: Any) -> None:
+    p = sub.add_parser("eval", help="score checkpoints on your own tasks (JSONL) or the zoo suite; greedy, batched")
+    p.add_argument("checkpoints", nargs="+", help="model folders: BASE, then specialists and merges (merge.json)")
+    p.add_argument("--tasks", help="FILE.jsonl of prompts and references (docs/evaluate.md); with --suite zoo: names")
+    p.add_argument("--suite", choices=("zoo",), help="the zoo's held-out suite instead of a task file (zoo models)")
+    p.add_argument("--no-chat-template", action="store_true", help="use prompts as written, not in the chat template")
+    p.add_argument("--system", help="system prompt (overrides the task file's)")
+    p.add_argument("--samples", type=int, default=0, metavar="N", help="show N prompts with output per task")
+    p.add_argument("--limit", type=int, help="first N examples of each task")
+    p.add_argument("--max-new-tokens", type=int, help="override every example's max_new_tokens")
+    p.add_argument("--batch-size", type=int, default=None, help="prompts per generate call (default 16; zoo 250)")
+    p.add_argument("--device", default="cpu", help="torch device, e.g. cuda (default cpu)")
+    p.add_argument("--dtype", default="float32", choices=("float32", "bfloat16", "float16"), help="compute dtype")
+    p.add_argument("--json", dest="json_out", metavar="PATH", help="write the scores as JSON here ('-': stdout)")
+    p.add_argument("--markdown", metavar="PATH", help="write the markdown table here")
+    p.add_argument("--split", default="test", choices=("val", "test"), help="zoo suite: split")
+    p.add_argument("--n", type=int, default=None, help="zoo suite: prompts per task (default 1000 test, 300 val)")
+    p.add_argument("--threads", type=int, default=None, help="torch threads (default: all cores)")
+    p.add_argument("--quiet", action="store_true", help="no progress bar")
+    p.set_defaults(func=cmd_eval)
+
+
+def cmd_eval(args: argparse.Namespace) -> int:
+    if args.suite == "zoo":
+        from agentmerge.zoo.cli import cmd_eval as zoo_eval
+
+        args.batch_size = args.batch_size or 250
+        with heavy_imports():
+            return zoo_eval(args)
+    if not args.tasks:
+        raise ConfigError("eval: pass --tasks FILE.jsonl (your prompts and references) or --suite zoo")
+    from agentmerge.taskfile import load_tasks
+
+    examples = load_tasks(args.tasks)  # a mistake in the file is refused before any model loads
+    with heavy_imports():
+        import torch
+
+        from agentmerge.evaluation import evaluate
+        from agentmerge.report import eval_markdown
+    if args.threads:
+        torch.set_num_threads(args.threads)
+    run = evaluate(
+        args.checkpoints,
+        examples,
+        chat_template=not args.no_chat_template,
+        system=args.system,
+        batch_size=args.batch_size or 16,
+        samples=args.samples,
+        limit=args.limit,
+        max_new_tokens=args.max_new_tokens,
+        device=args.device,
+        dtype=args.dtype,
+        quiet=args.quiet,
+    )
+    run.task_file = str(args.tasks)
+    text = eval_markdown(run)
+    if args.json_out == "-":
+        print(json.dumps(run.to_dict(), indent=2))
+    else:
+        print(text, end="")
+        if args.json_out:
+            Path(args.json_out).write_text(json.dumps(run.to_dict(), indent=2) + "\n")
+    if args.markdown:
+        Path(args.markdown).write_text(text)
+    return 0
+
+
 # --------------------------------------------------------------------------- main
 
 
@@ -352,6 +422,7 @@ def build_parser() -> argparse.ArgumentParser:
     _fisher_parser(sub)
     _convert_parser(sub)
     _lm_eval_parser(sub)
+    _eval_parser(sub)
     if importlib.util.find_spec("agentmerge.zoo.cli") is not None:
         from agentmerge.zoo.cli import register
 
