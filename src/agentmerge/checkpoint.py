@@ -198,6 +198,11 @@ def _file_size(path: Path) -> int:
 # --------------------------------------------------------------------------- reading
 
 
+def is_hub_ref(ref: str | Path) -> bool:
+    """Whether ``ref`` names a Hugging Face Hub repository: ``org/name`` where no such local path exists."""
+    return not Path(ref).expanduser().exists() and bool(_HUB_ID.match(str(ref)))
+
+
 def resolve_model_path(ref: str | Path) -> Path:
     """A local folder (or single ``.safetensors`` file) as is; a hub id through huggingface_hub."""
     path = Path(ref).expanduser()

@@ -170,10 +170,11 @@ def cmd_merge(args: argparse.Namespace) -> int:
     if args.json:
         print(json.dumps(result.to_dict(), indent=2))
     elif not args.quiet:
-        print(
-            f"merged {len(cfg.models)} models with {cfg.method} into {result.out_dir} in {result.seconds:.1f} s",
-            file=sys.stderr,
-        )
+        from agentmerge.provenance import duplicate_inputs
+        from agentmerge.report import merge_summary
+
+        record = json.loads((result.out_dir / "merge.json").read_text())
+        print(merge_summary(cfg, result, duplicate_inputs(cfg, record)), file=sys.stderr)
     return 0
 
 

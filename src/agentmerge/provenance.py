@@ -17,7 +17,7 @@ from typing import Any
 import torch
 
 import agentmerge
-from agentmerge.checkpoint import Checkpoint
+from agentmerge.checkpoint import Checkpoint, is_hub_ref
 from agentmerge.config import MergeConfig
 from agentmerge.probe import AgentStats, agent_stats
 from agentmerge.spec import ParamValue
@@ -64,7 +64,7 @@ def reproducibility_record(
     sums = (hashes or InputHashes([f for c in checkpoints for f in c.weight_files])).result()
     files = {}
     for ckpt in checkpoints:
-        files[str(ckpt.path)] = [
+        files[input_ref(ckpt.ref)] = [
             {"file": f.name, "bytes": f.stat().st_size, "sha256": sums.get(str(f))} for f in ckpt.weight_files
         ]
     return {
@@ -72,12 +72,55 @@ def reproducibility_record(
         "torch": torch.__version__,
         "python": platform.python_version(),
         "created": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
-        "config": cfg.model_dump(mode="json"),
+        "config": recorded_config(cfg),
         "resolved_params": result.params,
         "inputs": files,
         "probe": [a.__dict__ | {"rho": a.rho if a.rho != float("inf") else "inf"} for a in result.agents() or []],
         "seconds": round(result.seconds, 3),
     }
+
+
+def input_ref(ref: str) -> str:
+    """How merge.json and the model card name an input: its Hub id, else its absolute path (never cwd-relative)."""
+    return ref if is_hub_ref(ref) else str(Path(ref).expanduser().resolve())
+
+
+def recorded_config(cfg: MergeConfig) -> dict[str, Any]:
+    """The resolved configuration with every input named by ``input_ref``."""
+    data = cfg.model_dump(mode="json")
+    for key in ("base", "tokenizer_source"):
+        if data.get(key):
+            data[key] = input_ref(data[key])
+    for model in data["models"]:
+        model["path"] = input_ref(model["path"])
+        if model.get("fisher"):
+            model["fisher"] = input_ref(model["fisher"])
+    return data
+
+
+def hub_ids(cfg: MergeConfig) -> list[str]:
+    """The inputs (base first, then the models) that came from the Hugging Face Hub."""
+    refs = ([cfg.base] if cfg.base else []) + [m.path for m in cfg.models]
+    return list(dict.fromkeys(r for r in refs if is_hub_ref(r)))
+
+
+def duplicate_inputs(cfg: MergeConfig, record: dict[str, Any]) -> list[str]:
+    """Warnings for models given twice: the same folder (after resolving links), or the same weight files."""
+    warnings = []
+    seen: dict[str, str] = {}
+    by_files: dict[tuple[str, ...], str] = {}
+    for m in cfg.models:
+        ref = input_ref(m.path)
+        if ref in seen:
+            warnings.append(f"{m.path} is given twice as a model ({seen[ref]} and {m.path}): it counts as two agents")
+            continue
+        seen[ref] = m.path
+        sums = tuple(str(f.get("sha256")) for f in record.get("inputs", {}).get(ref, []))
+        if sums and all(x != "None" for x in sums):
+            if sums in by_files:
+                warnings.append(f"{by_files[sums]} and {m.path} hold the same weights (same sha256): one agent twice")
+            by_files.setdefault(sums, m.path)
+    return warnings
 
 
 # --------------------------------------------------------------------------- input hashes
