@@ -312,6 +312,12 @@ def _lm_eval_parser(sub: Any) -> None:
     p.add_argument("--limit", type=float, help="examples per task (an int), or a fraction below 1")
     p.add_argument("--include-path", help="folder of extra task YAML files")
     p.add_argument("--num-fewshot", type=int)
+    p.add_argument("--chat-template", action="store_true", help="wrap requests in the checkpoint's chat template")
+    p.add_argument("--system", help="system instruction (the chat template's system turn)")
+    p.add_argument("--fewshot-as-multiturn", action="store_true", help="few-shot examples as chat turns")
+    p.add_argument("--gen-kwargs", help="generation settings, e.g. max_gen_toks=256,temperature=0")
+    p.add_argument("--log-samples", metavar="DIR", help="write every prompt, response and score to DIR")
+    p.add_argument("--backend", default="hf", choices=("hf", "vllm"), help="hf (default) or vllm (when installed)")
     p.add_argument("--batch-size", type=int, default=1)
     p.add_argument("--device", default="cpu")
     p.add_argument("--dtype", help="load dtype, e.g. bfloat16 (default: the checkpoint's)")
@@ -320,21 +326,32 @@ def _lm_eval_parser(sub: Any) -> None:
 
 
 def cmd_lm_eval(args: argparse.Namespace) -> int:
-    from agentmerge.lmeval import results_table, run_lm_eval
+    from agentmerge.lmeval import LmEvalOptions, has_chat_template, results_table, run_lm_eval
 
-    limit = None if args.limit is None else (int(args.limit) if args.limit >= 1 else args.limit)
-    tasks = [t.strip() for t in args.tasks.split(",") if t.strip()]
-    results = run_lm_eval(
-        args.checkpoint,
-        tasks,
-        limit=limit,
+    options = LmEvalOptions(
+        limit=None if args.limit is None else (int(args.limit) if args.limit >= 1 else args.limit),
         include_path=args.include_path,
         num_fewshot=args.num_fewshot,
         batch_size=args.batch_size,
         device=args.device,
         dtype=args.dtype,
+        chat_template=args.chat_template,
+        system=args.system,
+        fewshot_as_multiturn=args.fewshot_as_multiturn,
+        gen_kwargs=args.gen_kwargs,
+        backend=args.backend,
+        log_samples=args.log_samples,
     )
+    if not args.chat_template and has_chat_template(args.checkpoint):
+        print(
+            f"agentmerge: note: {args.checkpoint} has a chat template, not used; pass --chat-template "
+            "(instruct models usually need it for generative tasks)",
+            file=sys.stderr,
+        )
+    results = run_lm_eval(args.checkpoint, [t.strip() for t in args.tasks.split(",") if t.strip()], options)
     print(results_table(results))
+    for path in results.get("samples_files", []):
+        print(f"samples: {path}")
     if args.json_out:
         Path(args.json_out).write_text(json.dumps(results, indent=2) + "\n")
     return 0
