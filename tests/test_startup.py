@@ -53,3 +53,19 @@ def test_a_merge_still_loads_the_kernels(tiny_family: tuple[object, list[object]
     argv = ["merge", "--method", "ram", "--base", str(base), "--model", str(agents[0]), "-o", f"{tmp_path}/o"]
     _, err = _run(*argv, "--quiet")
     assert "HEAVY numba,torch CODE 0" in err, err
+
+
+def test_every_lazy_reference_of_the_table_resolves() -> None:
+    """A misspelt ``Lazy`` target would only fail at merge time; resolve them all here."""
+    from dataclasses import fields
+
+    from agentmerge.registry import METHODS
+    from agentmerge.spec import Compiled, Lazy
+
+    for m in METHODS.values():
+        for f in fields(m):
+            value = getattr(m, f.name)
+            if isinstance(value, Lazy) and f.name != "compiled_at":
+                assert callable(value.get()), (m.name, f.name)
+        assert m.compiled_at is None or isinstance(m.compiled, Compiled), m.name
+    assert METHODS["ties"].compiled is not None and METHODS["della"].compiled is None
