@@ -109,18 +109,30 @@ def duplicate_inputs(cfg: MergeConfig, record: dict[str, Any]) -> list[str]:
     warnings = []
     seen: dict[str, str] = {}
     by_files: dict[tuple[str, ...], str] = {}
+    if cfg.base:
+        seen[input_ref(cfg.base)] = cfg.base
+        by_files[_file_sums(record, input_ref(cfg.base))] = cfg.base
     for m in cfg.models:
         ref = input_ref(m.path)
+        if cfg.base and seen.get(ref) == cfg.base:
+            warnings.append(f"{m.path} is the base as well: its task vector is zero")
+            continue
         if ref in seen:
             warnings.append(f"{m.path} is given twice as a model ({seen[ref]} and {m.path}): it counts as two agents")
             continue
         seen[ref] = m.path
-        sums = tuple(str(f.get("sha256")) for f in record.get("inputs", {}).get(ref, []))
-        if sums and all(x != "None" for x in sums):
-            if sums in by_files:
-                warnings.append(f"{by_files[sums]} and {m.path} hold the same weights (same sha256): one agent twice")
-            by_files.setdefault(sums, m.path)
+        sums = _file_sums(record, ref)
+        if sums and sums in by_files:
+            what = "the base's weights" if by_files[sums] == cfg.base else f"the same weights as {by_files[sums]}"
+            warnings.append(f"{m.path} holds {what} (same sha256)")
+        by_files.setdefault(sums, m.path)
     return warnings
+
+
+def _file_sums(record: dict[str, Any], ref: str) -> tuple[str, ...]:
+    """The sha256 of an input's weight files as merge.json records them; () when unknown or not hashed."""
+    sums = tuple(str(f.get("sha256")) for f in record.get("inputs", {}).get(ref, []))
+    return sums if sums and "None" not in sums else ()
 
 
 # --------------------------------------------------------------------------- input hashes
