@@ -207,8 +207,6 @@ def _score_one(
     started = time.perf_counter()
     gen = Generator.load(path, device, dtype, chat)
     gen.check_alphabet(examples)
-    if chat and not gen.chat:
-        print(f"agentmerge: {path}: the tokenizer has no chat template; prompts are used as written", file=sys.stderr)
     outputs = gen.complete(examples, batch_size, f"eval {label}", quiet)
     scores = Scores(label, path, role, gen.chat)
     shown: dict[str, int] = {}
