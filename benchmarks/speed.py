@@ -341,7 +341,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     return 0
 
 
-STARTUP = "import gc; gc.disable(); import agentmerge.cli, agentmerge.merge, agentmerge.registry; gc.freeze()"
+STARTUP = "import gc; gc.disable(); import agentmerge.cli, agentmerge.merge, agentmerge.fused.ties; gc.freeze()"
 
 
 def startup_seconds(repeats: int) -> float:

@@ -187,3 +187,31 @@ def test_own_tasks_on_a_zoo_tokenizer_are_refused_when_it_cannot_read_them() -> 
     gen.check_alphabet([Example(task="t", prompt="rev abc", reference="cba")])
     with pytest.raises(ConfigError, match=r"zoo checkpoint.*'P'"):
         gen.check_alphabet([Example(task="t", prompt="Please reverse", reference="x", line=3)])
+
+
+def test_the_documented_lookup_example_end_to_end(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """docs/evaluate.md's table: build, merge with ram and linear, evaluate; averaging halves the unique skills."""
+    import importlib.util
+    import sys
+
+    script = Path(__file__).parents[1] / "examples" / "lookup_models.py"
+    spec = importlib.util.spec_from_file_location("lookup_models", script)
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    monkeypatch.setattr(sys, "argv", ["lookup_models.py", str(tmp_path)])
+    module.main()
+    agents = ["--model", str(tmp_path / "agent_digits"), "--model", str(tmp_path / "agent_upper")]
+    for method in ("ram", "linear"):
+        out = str(tmp_path / f"merged_{method}")
+        assert main(["merge", "--method", method, "--base", str(tmp_path / "base"), *agents, "-o", out, "--quiet"]) == 0
+    names = ["base", "agent_digits", "agent_upper", "merged_ram", "merged_linear"]
+    assert main(["eval", *[str(tmp_path / n) for n in names], "--tasks", str(tmp_path / "tasks.jsonl"), "--quiet"]) == 0
+    out = capsys.readouterr().out
+    assert "| digits | 10 | 0.0 % ± 0.0 | 100.0 % ± 0.0 | 0.0 % ± 0.0 | 100.0 % ± 0.0 | 60.0 % ± 16.3 |" in out
+    assert (
+        "| merged_ram | agent_upper | upper | 100 % |" in out
+        and "| merged_linear | agent_upper | upper | 62 % |" in out
+    )

@@ -162,6 +162,9 @@ def cmd_merge(args: argparse.Namespace) -> int:
     with heavy_imports():
         from agentmerge.dryrun import plan_merge
         from agentmerge.merge import merge
+
+        if cfg.spec.compiled_at is not None:
+            cfg.spec.compiled_at.get()  # its compiled kernels (numba), loaded with the collector paused too
     if args.dry_run:
         plan = plan_merge(cfg, out, force=args.force)
         print(json.dumps(plan.to_dict(), indent=2) if args.json else plan.text())
