@@ -8,6 +8,7 @@ agentmerge fisher MODEL (--texts FILE.txt | --samples N) --out DIR   (diagonal F
 agentmerge merge MERGEKIT.yaml OUTDIR [--dry-run]     (a mergekit config: it has merge_method)
 agentmerge convert-config MERGEKIT.yaml               (print the native YAML equivalent)
 agentmerge lm-eval OUTDIR --tasks T1,T2 [--limit N] [--include-path DIR]
+agentmerge sweep SWEEP.yaml --out DIR [--address ADDR] [--max-concurrent K] [--no-resume]
 """
 
 from __future__ import annotations
@@ -430,6 +431,45 @@ def cmd_eval(args: argparse.Namespace) -> int:
     return 0
 
 
+# --------------------------------------------------------------------------- sweeps
+
+
+def _sweep_parser(sub: Any) -> None:
+    p = sub.add_parser("sweep", help="merge-and-evaluate sweep on Ray (pip install 'agentmerge[sweep]')")
+    p.add_argument("config", help="sweep YAML file (base, models, methods, evaluate, ...)")
+    p.add_argument("--out", required=True, help="folder for results.jsonl, results.md and kept merges")
+    p.add_argument("--address", help="join this Ray cluster (default: start Ray on this machine)")
+    p.add_argument("--max-concurrent", type=int, help="trials in flight at most (default: CPUs / cpus per trial)")
+    p.add_argument(
+        "--resume", action=argparse.BooleanOptionalAction, default=True, help="skip recorded trials (default)"
+    )
+    p.add_argument("--quiet", action="store_true", help="no progress on stderr")
+    p.set_defaults(func=cmd_sweep)
+
+
+def cmd_sweep(args: argparse.Namespace) -> int:
+    from agentmerge.sweep.run import run_sweep
+    from agentmerge.sweep.spec import load_sweep
+
+    if args.max_concurrent is not None and args.max_concurrent < 1:
+        raise ConfigError(f"--max-concurrent must be at least 1 (got {args.max_concurrent})")
+    cfg = load_sweep(args.config)
+    outcome = run_sweep(
+        cfg, args.out, source=args.config, address=args.address, max_concurrent=args.max_concurrent,
+        resume=args.resume, quiet=args.quiet,
+    )  # fmt: skip
+    best = outcome.best
+    summary = (
+        f"sweep: {len(outcome.records)} trials recorded ({outcome.ran} run now, {outcome.skipped} already done, "
+        f"{outcome.failed} failed now) in {outcome.seconds:.1f} s; results in {Path(args.out) / 'results.md'}"
+    )
+    if best is not None:
+        value = best["metrics"].get(outcome.objective or "")
+        summary += f"\nbest: {best['method']} {best['params']} on {best['models']}: {outcome.objective} = {value}"
+    print(summary, file=sys.stderr)
+    return 0
+
+
 # --------------------------------------------------------------------------- main
 
 
@@ -444,6 +484,7 @@ def build_parser() -> argparse.ArgumentParser:
     _convert_parser(sub)
     _lm_eval_parser(sub)
     _eval_parser(sub)
+    _sweep_parser(sub)
     if importlib.util.find_spec("agentmerge.zoo.cli") is not None:
         from agentmerge.zoo.cli import register
 

@@ -31,7 +31,7 @@ from agentmerge.report import model_card
 from agentmerge.spec import TensorSource, TensorStats
 from agentmerge.stream import Inputs, Scratch, overlap_stats, run_parallel, run_rounds, torch_threads
 
-__all__ = ["MergeResult", "merge"]
+__all__ = ["MergeResult", "count_overlaps", "merge"]
 
 
 def merge(cfg: MergeConfig, out_dir: str | Path, *, force: bool = False, quiet: bool = False) -> MergeResult:
@@ -56,6 +56,20 @@ def merge(cfg: MergeConfig, out_dir: str | Path, *, force: bool = False, quiet: 
     finally:
         inputs.close()
     return replace(result, out_dir=out.resolve(), seconds=time.perf_counter() - t0)
+
+
+def count_overlaps(cfg: MergeConfig, *, quiet: bool = True) -> None:
+    """Only the overlap statistics pass of ``cfg``: its histograms land in the cache for the merges to come.
+
+    A sweep runs it once per input set before its RAM+ trials, so none of them reads its inputs twice.
+    """
+    inputs = Inputs.for_merge(cfg)
+    try:
+        plan = make_plan(cfg, inputs.reference, len(inputs.models), cfg.threads or os.cpu_count() or 1)
+        with torch_threads(1):
+            overlap_stats(inputs, plan.thresholds(), plan.threads, plan.chunk, quiet)
+    finally:
+        inputs.close()
 
 
 # --------------------------------------------------------------------------- what the passes collect

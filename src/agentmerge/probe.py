@@ -166,11 +166,16 @@ def probe(
     threads: int | None = None,
     chunk_size: int = 1 << 22,
     quiet: bool = False,
+    allow_dtype_mismatch: bool = False,
 ) -> ProbeResult:
-    """Read base and models once (streamed) and compute every statistic of ``ProbeResult``."""
+    """Read base and models once (streamed) and compute every statistic of ``ProbeResult``.
+
+    ``allow_dtype_mismatch`` accepts models stored in another floating dtype than the base (e.g. a bf16 base
+    with fp32 agents); task vectors are then computed in float32.
+    """
     labels = list(labels) if labels else [Path(m).name or m for m in models]
     n_threads = threads or os.cpu_count() or 1
-    inputs = Inputs(base, list(models))
+    inputs = Inputs(base, list(models), allow_dtype_mismatch=allow_dtype_mismatch)
     try:
         names = [n for n, i in inputs.reference.tensors.items() if i.dtype.is_floating_point and i.numel]
         numels = {n: inputs.reference.tensors[n].numel for n in names}

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import contextlib
 import hashlib
-import json
 import os
 import platform
 import threading
@@ -17,6 +16,7 @@ from typing import Any
 import torch
 
 import agentmerge
+from agentmerge.cache import cache_dir, file_key, load_store, save_store
 from agentmerge.checkpoint import Checkpoint, is_hub_ref
 from agentmerge.config import MergeConfig
 from agentmerge.probe import AgentStats, agent_stats
@@ -189,7 +189,7 @@ class InputHashes:
             for f in self.files:
                 if skip or self._stop.is_set():
                     continue
-                key = _hash_key(f)
+                key = file_key(f)
                 digest = cache.get(key) or hub_blob_digest(f) or sha256_file(f)
                 fresh[key] = digest
                 self._sums[str(f)] = digest
@@ -219,37 +219,15 @@ def sha256_file(path: Path) -> str:
 
 
 def hash_cache_path() -> Path:
-    """``$AGENTMERGE_CACHE`` or ``$XDG_CACHE_HOME/agentmerge`` (default ``~/.cache/agentmerge``) / sha256.json."""
-    root = (
-        os.environ.get("AGENTMERGE_CACHE")
-        or Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "agentmerge"
-    )
-    return Path(root) / "sha256.json"
-
-
-def _hash_key(path: Path) -> str:
-    st = path.stat()
-    return f"{path.resolve()}|{st.st_size}|{st.st_mtime_ns}|{st.st_ino}"
+    """The digest store: ``cache_dir() / sha256.json``."""
+    return cache_dir() / "sha256.json"
 
 
 def _load_hash_cache() -> dict[str, str]:
-    try:
-        data = json.loads(hash_cache_path().read_text())
-    except (OSError, ValueError):
-        return {}
-    if not isinstance(data, dict):
-        return {}
+    data = load_store(hash_cache_path())
     return {k: v for k, v in data.items() if isinstance(k, str) and isinstance(v, str) and len(v) == 64}
 
 
 def _save_hash_cache(entries: dict[str, str]) -> None:
     """Best effort: a read-only home or a full disk must not fail the merge."""
-    path = hash_cache_path()
-    keep = dict(list(entries.items())[-10_000:])
-    try:
-        path.parent.mkdir(parents=True, exist_ok=True)
-        tmp = path.with_name(f".{path.name}.{os.getpid()}.{threading.get_ident()}")
-        tmp.write_text(json.dumps(keep))
-        os.replace(tmp, path)
-    except OSError:
-        pass
+    save_store(hash_cache_path(), dict(list(entries.items())[-10_000:]))

@@ -11,14 +11,17 @@ from __future__ import annotations
 import contextlib
 import json
 import math
+import os
 import threading
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
+from pathlib import Path
 from typing import Any
 
 import torch
 from tqdm import tqdm
 
+from agentmerge.cache import cache_dir, files_key, load_store, save_store
 from agentmerge.checkpoint import Checkpoint, TensorInfo
 from agentmerge.config import MergeConfig
 from agentmerge.deltas import histogram_from_patterns, overlap_histogram, task_vectors, update_mask
@@ -251,21 +254,61 @@ def overlap_stats(
 ) -> dict[str, torch.Tensor]:
     """The statistics pass: ``[N, N]`` overlap histogram of each tensor named in ``thresholds``, at its threshold.
 
-    Counts only, nothing written; chunks of ``chunk`` elements on ``threads`` workers.
+    Counts only, nothing written; chunks of ``chunk`` elements on ``threads`` workers. Histograms already
+    counted for these very files (``OverlapCache``) are not counted again.
     """
+    cache = OverlapCache([c.weight_files for c in inputs.checkpoints])
+    known = cache.get(thresholds, len(inputs.models))
+    todo = {name: eps for name, eps in thresholds.items() if name not in known}
     tasks, owners = [], []
     scratch = Scratch()
-    for name, eps in thresholds.items():
+    for name, eps in todo.items():
         numel = inputs.reference.tensors[name].numel
         for s in range(0, numel, chunk):
             tasks.append(_hist_task(inputs, name, s, min(s + chunk, numel), eps, scratch))
             owners.append(name)
     n = len(inputs.models)
-    hists = {name: torch.zeros(n, n, dtype=torch.int64) for name in thresholds}
-    with tqdm(total=len(tasks), desc="statistics", unit="chunk", disable=quiet, leave=False) as bar:
+    counted = {name: torch.zeros(n, n, dtype=torch.int64) for name in todo}
+    with tqdm(total=len(tasks), desc="statistics", unit="chunk", disable=quiet or not tasks, leave=False) as bar:
         for name, h in zip(owners, run_parallel(tasks, threads, bar), strict=True):
-            hists[name] += h
-    return hists
+            counted[name] += h
+    cache.put(counted, todo)
+    return {name: known[name] if name in known else counted[name] for name in thresholds}
+
+
+class OverlapCache:
+    """Overlap histograms of one input set (files in order), per tensor and threshold, kept across runs.
+
+    Stored in ``cache_dir() / stats``, keyed by the files' identities (``cache.files_key``), so a changed
+    file never reuses an old count. ``AGENTMERGE_NO_CACHE=1`` turns it off.
+    """
+
+    def __init__(self, files: Sequence[Sequence[Path]]) -> None:
+        self.on = os.environ.get("AGENTMERGE_NO_CACHE") != "1"
+        self.path = cache_dir() / "stats" / f"{files_key(files)}.json" if self.on else None
+
+    @staticmethod
+    def _key(name: str, eps: float) -> str:
+        return f"{name}|{eps!r}"
+
+    def get(self, thresholds: Mapping[str, float], n: int) -> dict[str, torch.Tensor]:
+        """The cached ``[N, N]`` histograms of these tensors at these thresholds (those it has)."""
+        if self.path is None:
+            return {}
+        store = load_store(self.path)
+        out = {}
+        for name, eps in thresholds.items():
+            rows = store.get(self._key(name, eps))
+            if isinstance(rows, list) and len(rows) == n and all(isinstance(r, list) and len(r) == n for r in rows):
+                out[name] = torch.tensor(rows, dtype=torch.int64)
+        return out
+
+    def put(self, hists: Mapping[str, torch.Tensor], thresholds: Mapping[str, float]) -> None:
+        if self.path is None or not hists:
+            return
+        store = load_store(self.path)
+        store.update({self._key(name, thresholds[name]): h.tolist() for name, h in hists.items()})
+        save_store(self.path, store)
 
 
 def _hist_task(

@@ -7,6 +7,8 @@ import json
 from pathlib import Path
 
 import pytest
+import torch
+from safetensors.torch import load_file
 from transformers import AutoModelForCausalLM, AutoTokenizer
 
 from agentmerge.cli import build_parser
@@ -72,12 +74,32 @@ def test_bench_smoke_writes_results(zoo: Path, tmp_path: Path) -> None:
     docs = tmp_path / "docs"
     argv = ["zoo", "bench", "--zoo", str(zoo), "--work", str(tmp_path / "work"), "--docs", str(docs)]
     assert _run(*argv, "--seeds", "0", "--smoke", "--threads", "1", "--quiet") == 0
-    results = json.loads((docs / "results.json").read_text())
-    rows = results["rows"]
-    assert {"base", "agent_code", "agent_tool", "agent_memory"} <= set(rows)
-    assert {"linear", "task_arithmetic", "ram", "ram_plus"} <= set(rows) | set(results["skipped"])
-    assert set(results["dilution"]) == set(DOMAINS)
-    assert len(results["probe"]["agents"]) == len(DOMAINS)
+    combined = json.loads((docs / "results.json").read_text())
+    assert list(combined["regimes"]) == ["bf16", "fp32_fp32", "paper_like"]
+    for regime, results in combined["regimes"].items():
+        rows = results["rows"]
+        assert {"base", "agent_code", "agent_tool", "agent_memory"} <= set(rows)
+        assert {"linear", "task_arithmetic", "ram", "ram_plus"} <= set(rows) | set(results["skipped"])
+        assert set(results["dilution"]) == set(DOMAINS)
+        assert len(results["probe"]["agents"]) == len(DOMAINS)
+        assert len(results["probe"]["magnitude"]) == 4
+        assert set(results["pairs"]) == {"code+tool", "code+memory", "tool+memory"}
+        assert "ram_minus_best_baseline" in results["map"]
+        assert bool(results["ablation"]) == (regime == "paper_like")
+    # paper-like mixes recipes; fp32_fp32 mixes dtypes (bf16 base, fp32 agents): the merge keeps the base's dtype
+    stages = combined["regimes"]["paper_like"]["config"]["recipes"]
+    assert [(r["storage"], r["export"]) for r in stages] == [
+        ("bf16", "bf16"),
+        ("fp32_master", "bf16"),
+        ("fp32_master", "bf16"),
+    ]
+    tool = next(p for p in (zoo / "seed0").iterdir() if p.name.startswith("agent_tool.") and p.name.endswith("-fp32"))
+    assert load_file(str(tool / "model.safetensors"))["model.embed_tokens.weight"].dtype == torch.float32
+    merged = tmp_path / "work" / "fp32_fp32" / "seed0" / "merges" / "ram" / "model.safetensors"
+    assert load_file(str(merged))["model.embed_tokens.weight"].dtype == torch.bfloat16
     markdown = (docs / "results.md").read_text()
     assert "agentmerge zoo bench" in markdown
-    assert "## Dilution ablation" in markdown
+    assert "## The regime map" in markdown
+    assert "## Regime `paper_like`" in markdown and "### RAM+ ablation" in markdown
+    assert "### Two-agent merges" in markdown and "### Overlap by base-weight magnitude" in markdown
+    assert "**Partial:** regimes not run yet: fp32_bf16." in markdown

@@ -34,6 +34,36 @@ class MethodRun:
     params: dict[str, Any] = field(default_factory=dict)
 
 
+METHOD_RUNS: tuple[MethodRun, ...] = (
+    MethodRun("linear", "linear"),
+    MethodRun("task_arithmetic", "task_arithmetic"),
+    MethodRun("ties", "ties", {"density": 0.5, "lambda": 1.0}),
+    MethodRun("dare_linear", "dare_linear", {"p": 0.5}),
+    MethodRun("dare_ties", "dare_ties", {"p": 0.5}),
+    MethodRun("breadcrumbs", "breadcrumbs"),
+    MethodRun("della", "della"),
+    MethodRun("model_stock", "model_stock"),
+    MethodRun("fisher", "fisher"),
+    MethodRun("ram_ties", "ram_ties"),
+    MethodRun("ram", "ram"),
+    MethodRun("ram_plus", "ram_plus", {"r": 0.1, "alpha": 2.0}),
+)
+RAM_FAMILY = frozenset({"ram", "ram_plus", "ram_ties"})
+PAIRS: tuple[tuple[str, str], ...] = (("code", "tool"), ("code", "memory"), ("tool", "memory"))
+PAIR_METHODS = ("linear", "task_arithmetic", "ties", "dare_ties", "ram", "ram_plus")
+ABLATION_R: tuple[float, ...] = (0.0, 0.05, 0.1, 0.2, 0.5)
+ABLATION_ALPHA: tuple[float, ...] = (1.0, 2.0)
+
+
+def ram_plus_ablation(
+    rs: Sequence[float] = ABLATION_R, alphas: Sequence[float] = ABLATION_ALPHA
+) -> tuple[MethodRun, ...]:
+    """RAM+ over the r x alpha grid (paper form), plus the authors' released form (R = 1.2)."""
+    runs = [MethodRun(f"ram_plus_r{r:g}_a{a:g}", "ram_plus", {"r": r, "alpha": a}) for a in alphas for r in rs]
+    runs.append(MethodRun("ram_plus_authors_R1.2", "ram_plus", {"form": "authors", "rescale_factor": 1.2}))
+    return tuple(runs)
+
+
 @dataclass(frozen=True)
 class BenchPlan:
     """What the benchmark runs besides the zoo itself."""
@@ -41,16 +71,10 @@ class BenchPlan:
     seeds: tuple[int, ...] = (0, 1, 2)
     ta_lambdas: tuple[float, ...] = (0.5, 0.75, 1.0, 1.25)
     fisher_prompts: int = 64
-    methods: tuple[MethodRun, ...] = (
-        MethodRun("linear", "linear"),
-        MethodRun("task_arithmetic", "task_arithmetic"),
-        MethodRun("ties", "ties", {"density": 0.5, "lambda": 1.0}),
-        MethodRun("dare_linear", "dare_linear", {"p": 0.5}),
-        MethodRun("dare_ties", "dare_ties", {"p": 0.5}),
-        MethodRun("fisher", "fisher"),
-        MethodRun("ram", "ram"),
-        MethodRun("ram_plus", "ram_plus", {"r": 0.1, "alpha": 2.0}),
-    )
+    methods: tuple[MethodRun, ...] = METHOD_RUNS
+    ablation: tuple[MethodRun, ...] = ()  # extra 3-agent merges (the RAM+ ablation in the paper-like regime)
+    pairs: bool = False  # also the three 2-agent merges (the paper's second table)
+    pair_methods: tuple[str, ...] = PAIR_METHODS  # labels of ``methods`` run on the pairs
 
 
 def available_methods() -> set[str]:
@@ -86,14 +110,24 @@ class SeedBench:
     work: Path
     log: Logger
     threads: int | None = None
+    domains: tuple[str, ...] = DOMAINS
+    evals: Path | None = None  # evaluation cache (keyed by weights); default work/evals
     out: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def eval_tasks(self) -> list[str] | None:
+        """Every task for the 3-agent merge; only the merged agents' domains for a subset (a pair)."""
+        if self.domains == DOMAINS:
+            return None
+        return [t for d in self.domains for t in DOMAIN_TASKS[d]]
 
     # ------------------------------------------------------------------ evaluation (cached)
     def eval(self, ckpt: Path, label: str, split: str, tasks: Sequence[str] | None = None) -> dict[str, float]:
         n = self.cfg.n_test if split == "test" else self.cfg.n_val
+        tasks = tasks or self.eval_tasks
         names = list(tasks) if tasks else list(all_tasks())
         key = _key(file_digest(ckpt), split, n, names, SUITE_VERSION)
-        cache = self.work / "evals" / f"{label}.{split}.{key}.json"
+        cache = (self.evals or self.work / "evals") / f"{label}.{split}.{key}.json"
         if cache.is_file():
             metrics: dict[str, float] = json.loads(cache.read_text())["metrics"]
             return metrics
@@ -108,7 +142,7 @@ class SeedBench:
         from agentmerge.config import MergeConfig, ModelSpec
         from agentmerge.merge import merge
 
-        agents = [self.zoo[f"agent_{d}"] for d in DOMAINS]
+        agents = [self.zoo[f"agent_{d}"] for d in self.domains]
         out = self.work / "merges" / label
         key = _key(method, params, [file_digest(p) for p in [self.zoo["base"], *agents]], self.seed)
         marker = out / "bench_key.json"
@@ -116,7 +150,7 @@ class SeedBench:
             return out
         specs = [
             ModelSpec(path=str(p), name=f"agent_{d}", fisher=str(fisher[d]) if fisher else None)
-            for d, p in zip(DOMAINS, agents, strict=True)
+            for d, p in zip(self.domains, agents, strict=True)
         ]
         cfg = MergeConfig(
             method=method,
@@ -125,6 +159,7 @@ class SeedBench:
             params=params,
             seed=self.seed,
             threads=self.threads,
+            allow_dtype_mismatch=True,  # a bf16 base with fp32 agents; the output keeps the base's dtype
         )
         result = merge(cfg, out, force=True, quiet=True)
         marker.write_text(json.dumps({"key": key, "seconds": result.seconds}) + "\n")
@@ -134,27 +169,40 @@ class SeedBench:
     def run(self) -> dict[str, Any]:
         available = available_methods()
         self.out = {"seed": self.seed, "rows": {}, "val": {}, "skipped": {}, "dilution": {}, "timing": {}}
+        self.out["domains"] = list(self.domains)
         started = time.perf_counter()
-        for name in ("base", *[f"agent_{d}" for d in DOMAINS]):
+        for name in ("base", *[f"agent_{d}" for d in self.domains]):
             self.out["rows"][name] = self.eval(self.zoo[name], name, "test")
         self.out["timing"]["eval_zoo"] = time.perf_counter() - started
-        self._probe()
+        if self.domains == DOMAINS:
+            self._probe()
+        full = self.domains == DOMAINS
         for run in self.plan.methods:
+            if not full and run.label not in self.plan.pair_methods:
+                continue
             if run.method == "task_arithmetic":
                 self._task_arithmetic(available)
             else:
                 self._method(run, available)
-        self._dilution(available)
+        if full:
+            for run in self.plan.ablation:
+                self._method(run, available)
+            self._dilution(available)
         self.out["timing"]["total"] = time.perf_counter() - started
         return self.out
 
     def _probe(self) -> None:
         from agentmerge.probe import probe
+        from agentmerge.zoo.precision import magnitude_overlap, task_vector_stats
 
         agents = [str(self.zoo[f"agent_{d}"]) for d in DOMAINS]
-        result = probe(str(self.zoo["base"]), agents, labels=[f"agent_{d}" for d in DOMAINS], quiet=True)
+        labels = [f"agent_{d}" for d in DOMAINS]
+        base = str(self.zoo["base"])
+        result = probe(base, agents, labels=labels, quiet=True, allow_dtype_mismatch=True)
         data = result.to_dict()
         self.out["probe"] = {k: data[k] for k in ("agents", "independent_overlap", "per_module", "epsilon")}
+        self.out["probe"]["drift"] = [task_vector_stats(base, a)["drift"] for a in agents]
+        self.out["probe"]["magnitude"] = magnitude_overlap(base, agents, labels)
 
     def _task_arithmetic(self, available: set[str]) -> None:
         if "task_arithmetic" not in available:
@@ -199,8 +247,8 @@ class SeedBench:
         if "unique_only" not in available:
             self.out["skipped"]["unique_only"] = "method not in the engine registry"
             return
-        n = len(DOMAINS)
-        for index, domain in enumerate(DOMAINS):
+        n = len(self.domains)
+        for index, domain in enumerate(self.domains):
             row: dict[str, dict[str, float]] = {}
             for tag, scale in (("s1", 1.0), ("s1_over_n", 1.0 / n)):
                 label = f"unique_{domain}_{tag}"
@@ -228,18 +276,31 @@ def run_bench(
     log: Logger,
     threads: int | None = None,
 ) -> list[dict[str, Any]]:
-    """Build the zoo and bench every seed; returns the per-seed records."""
+    """Build the zoo of ``cfg``'s regime and bench every seed; returns the per-seed records.
+
+    Merges are cached under ``work/{regime}/seed{S}`` (pairs under ``.../pair_{a}_{b}``); evaluations under
+    ``work/evals/seed{S}`` (keyed by the weights' digest, so a base or agent shared by regimes is scored once).
+    """
     records = []
     for seed in plan.seeds:
         started = time.perf_counter()
         zoo = build_zoo(cfg, zoo_out, seed, threads=threads, log=log)
         built = time.perf_counter() - started
-        bench = SeedBench(cfg, plan, seed, zoo, work / f"seed{seed}", log, threads)
+        root = work / cfg.regime / f"seed{seed}"
+        evals = work / "evals" / f"seed{seed}"
+        bench = SeedBench(cfg, plan, seed, zoo, root, log, threads, evals=evals)
         record = bench.run()
         record["timing"]["build"] = built
         record["stages"] = {name: _stage_summary(path) for name, path in zoo.items()}
+        record["pairs"] = {}
+        if plan.pairs:
+            for pair in PAIRS:
+                sub = SeedBench(cfg, plan, seed, zoo, root / f"pair_{pair[0]}_{pair[1]}", log, threads, pair, evals)
+                record["pairs"]["+".join(pair)] = sub.run()
         records.append(record)
-        log(f"seed {seed}: done (build {built:.0f}s, bench {record['timing']['total']:.0f}s)")
+        log(
+            f"seed {seed} [{cfg.regime}]: done (build {built:.0f}s, bench {time.perf_counter() - started - built:.0f}s)"
+        )
     return records
 
 

@@ -1,6 +1,8 @@
 """Build one seed of the zoo: pretrain the base, then RL-train one agent per domain from it.
 
-Layout under ``OUT/seed{S}/``: ``base/`` and ``agent_{domain}/`` (HF folders). Each stage is skipped when its
+Layout under ``OUT/seed{S}/``: ``base/`` and ``agent_{domain}/`` (HF folders) for the default bf16 recipes;
+agents of other precision regimes live next to them in ``agent_{domain}.{storage}-lr{lr}-s{steps}-{export}/``
+(one base per seed serves every regime). Each stage is skipped when its
 folder is complete and was built from the same settings (fingerprint in ``zoo_stage.json``), so an interrupted
 build resumes where it stopped.
 """
@@ -11,14 +13,14 @@ import json
 import sys
 import time
 from collections.abc import Callable
-from dataclasses import asdict
+from dataclasses import asdict, replace
 from pathlib import Path
 
 import torch
 from transformers import AutoTokenizer
 
-from agentmerge.zoo.config import DOMAINS, ZooConfig
-from agentmerge.zoo.grpo import grpo_train
+from agentmerge.zoo.config import DOMAINS, ZooConfig, regime_recipes
+from agentmerge.zoo.grpo import EXPORTS, Recipe, grpo_train
 from agentmerge.zoo.modeling import is_complete, load_model, read_stage, save_checkpoint
 from agentmerge.zoo.pretrain import pretrain
 from agentmerge.zoo.quiet import quiet_transformers
@@ -42,8 +44,18 @@ def seed_dir(out: Path, seed: int) -> Path:
     return out / f"seed{seed}"
 
 
-def agent_dir(out: Path, seed: int, domain: str) -> Path:
-    return seed_dir(out, seed) / f"agent_{domain}"
+def agent_dir(out: Path, seed: int, domain: str, recipe: Recipe | None = None) -> Path:
+    """``seed{S}/agent_{domain}`` for the default bf16 recipe; other recipes get a folder named by their
+    precision, lr and steps, so regimes that share a training (or a whole agent) share its folder."""
+    default = next(r for r in regime_recipes("bf16") if r.domain == domain)
+    if recipe is None or (recipe.storage, recipe.export, recipe.lr) == (default.storage, default.export, default.lr):
+        return seed_dir(out, seed) / f"agent_{domain}"
+    return seed_dir(out, seed) / f"agent_{domain}.{recipe_tag(recipe)}"
+
+
+def recipe_tag(recipe: Recipe) -> str:
+    """``fp32_master-lr3e-06-s100-fp32``: storage, learning rate, steps and export dtype."""
+    return f"{recipe.storage}-lr{recipe.lr:g}-s{recipe.steps}-{recipe.export}"
 
 
 def base_dir(out: Path, seed: int) -> Path:
@@ -78,26 +90,36 @@ def build_base(cfg: ZooConfig, out: Path, seed: int, log: Logger) -> Path:
 
 
 def build_agent(cfg: ZooConfig, out: Path, seed: int, domain: str, log: Logger) -> Path:
-    """RL-train one agent from the base unless an up-to-date one exists; writes recipe.json."""
-    path = agent_dir(out, seed, domain)
-    fingerprint = cfg.fingerprint(domain)
+    """RL-train one agent from the base unless an up-to-date one exists; writes recipe.json.
+
+    A recipe with float32 master weights is saved in both export dtypes at once (the other export goes to the
+    folder of the same recipe with the other ``export``), so the fp32- and bf16-exported regimes share one
+    training and differ only by the final rounding.
+    """
+    recipe = cfg.recipe(domain)
+    path = agent_dir(out, seed, domain, recipe)
+    fingerprint = cfg.agent_fingerprint(recipe)
     if _up_to_date(path, fingerprint):
-        log(f"seed {seed}: agent_{domain} is up to date, skipping")
+        log(f"seed {seed}: {path.name} is up to date, skipping")
         return path
     base = base_dir(out, seed)
     started = time.perf_counter()
     model = load_model(base)
     tokenizer = AutoTokenizer.from_pretrained(str(base))
-    recipe = cfg.recipe(domain)
     exclude = held_out_prompts(cfg.n_val, cfg.n_test)
     history = grpo_train(model, tokenizer, recipe, rl_seed(seed, domain), exclude, log)
     seconds = round(time.perf_counter() - started, 1)
-    meta = {"stage": f"agent_{domain}", "seed": seed, "fingerprint": fingerprint, "seconds": seconds}
-    meta["rl_seed"] = rl_seed(seed, domain)
-    save_checkpoint(model, path, meta)
-    (path / "recipe.json").write_text(json.dumps(recipe.to_dict(), indent=2) + "\n")
-    (path / "train_log.json").write_text(json.dumps(history) + "\n")
-    log(f"seed {seed}: agent_{domain} saved ({seconds} s)")
+    exports = [recipe]
+    if recipe.storage == "fp32_master":
+        exports += [replace(recipe, export=e) for e in EXPORTS if e != recipe.export]
+    for variant in exports:
+        folder = agent_dir(out, seed, domain, variant)
+        meta = {"stage": f"agent_{domain}", "seed": seed, "fingerprint": cfg.agent_fingerprint(variant)}
+        meta.update({"seconds": seconds, "rl_seed": rl_seed(seed, domain), "recipe_tag": recipe_tag(variant)})
+        save_checkpoint(model, folder, meta, export=variant.export)
+        (folder / "recipe.json").write_text(json.dumps(variant.to_dict(), indent=2) + "\n")
+        (folder / "train_log.json").write_text(json.dumps(history) + "\n")
+    log(f"seed {seed}: {path.name} saved ({seconds} s)")
     return path
 
 

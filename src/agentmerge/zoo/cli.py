@@ -6,10 +6,12 @@ The main ``agentmerge`` parser calls :func:`register` to add these subcommands.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
 import shlex
 import time
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -35,6 +37,7 @@ def _build_parser(sub: Any) -> None:
     p = sub.add_parser("build", help="pretrain the base and RL-train one agent per domain (cached, resumable)")
     p.add_argument("--out", default=DEFAULT_ZOO, help=f"zoo folder (default {DEFAULT_ZOO})")
     p.add_argument("--seed", type=int, default=0, help="pipeline seed (default 0)")
+    p.add_argument("--regime", default="bf16", help="precision regime of the agents (default bf16; see docs/zoo.md)")
     _common(p)
     p.set_defaults(func=cmd_build)
 
@@ -45,6 +48,13 @@ def _bench_parser(sub: Any) -> None:
     p.add_argument("--work", default=DEFAULT_WORK, help=f"merges and evaluation cache (default {DEFAULT_WORK})")
     p.add_argument("--docs", default="docs", help="where results.md and results.json go (default docs)")
     p.add_argument("--seeds", default="0,1,2", help="comma-separated pipeline seeds (default 0,1,2)")
+    p.add_argument(
+        "--regimes",
+        default=None,
+        help="comma-separated precision regimes (bf16, fp32_bf16, fp32_fp32, paper_like; default all; "
+        "with --smoke: bf16,fp32_fp32,paper_like); results of other regimes already in results.json are kept",
+    )
+    p.add_argument("--no-pairs", action="store_true", help="skip the three 2-agent merges")
     p.add_argument("--render-only", action="store_true", help="only re-render results.md from results.json")
     _common(p)
     p.set_defaults(func=cmd_bench)
@@ -58,50 +68,109 @@ def _threads(n: int | None) -> int:
     return count
 
 
-def _config(smoke: bool) -> Any:
+def _config(smoke: bool, regime: str = "bf16") -> Any:
     from agentmerge.zoo.config import full_config, smoke_config
 
-    return smoke_config() if smoke else full_config()
+    return smoke_config(regime) if smoke else full_config(regime)
+
+
+def _regimes(args: argparse.Namespace) -> list[str]:
+    from agentmerge.zoo.config import REGIMES
+
+    default = "bf16,fp32_fp32,paper_like" if args.smoke else ",".join(REGIMES)
+    names = [r.strip() for r in (args.regimes or default).split(",") if r.strip()]
+    unknown = [r for r in names if r not in REGIMES]
+    if unknown:
+        raise SystemExit(f"unknown regime(s) {', '.join(unknown)}; use {', '.join(REGIMES)}")
+    return names
 
 
 def cmd_build(args: argparse.Namespace) -> int:
     from agentmerge.zoo.build import build_zoo, stderr_logger
 
     threads = _threads(args.threads)
-    paths = build_zoo(_config(args.smoke), Path(args.out), args.seed, threads=threads, log=stderr_logger(args.quiet))
+    paths = build_zoo(
+        _config(args.smoke, args.regime), Path(args.out), args.seed, threads=threads, log=stderr_logger(args.quiet)
+    )
     for name, path in paths.items():
         print(f"{name}\t{path}")
     return 0
 
 
 def cmd_bench(args: argparse.Namespace) -> int:
-    from agentmerge.zoo.bench import BenchPlan, run_bench
+    from agentmerge.zoo.bench import run_bench
     from agentmerge.zoo.build import stderr_logger
-    from agentmerge.zoo.results import aggregate, render_from_json, write_results
+    from agentmerge.zoo.regime_report import load_combined, render_combined_from_json, write_combined
+    from agentmerge.zoo.results import aggregate
 
+    docs = Path(args.docs)
     if args.render_only:
-        print(f"wrote {render_from_json(Path(args.docs))}")
+        print(f"wrote {render_combined_from_json(docs)}")
         return 0
     threads = _threads(args.threads)
     seeds = tuple(int(s) for s in args.seeds.split(",") if s.strip())
-    cfg = _config(args.smoke)
-    started = time.perf_counter()
-    plan = BenchPlan(seeds=seeds, fisher_prompts=4, ta_lambdas=(0.5, 1.0)) if args.smoke else BenchPlan(seeds=seeds)
-    records = run_bench(cfg, plan, Path(args.zoo), Path(args.work), stderr_logger(args.quiet), threads)
-    meta = {
-        "command": _command(args),
-        "config": cfg.to_dict(),
-        "threads": threads,
-        "wall_seconds": time.perf_counter() - started,
-    }
-    json_path, md_path = write_results(aggregate(records, meta), Path(args.docs))
-    print(f"wrote {md_path} and {json_path}")
+    log = stderr_logger(args.quiet)
+    for regime in _regimes(args):
+        cfg = _config(args.smoke, regime)
+        started = time.perf_counter()
+        plan = _plan(args.smoke, seeds, regime, not args.no_pairs)
+        records = run_bench(cfg, plan, Path(args.zoo), Path(args.work), log, threads)
+        meta = {
+            "command": _command(args),
+            "regime": regime,
+            "config": cfg.to_dict(),
+            "threads": threads,
+            "wall_seconds": time.perf_counter() - started,
+        }
+        with _docs_lock(docs):  # several bench processes (e.g. one per seed) may share a docs folder
+            combined = load_combined(docs)
+            combined["regimes"][regime] = aggregate(records, meta)
+            json_path, md_path = write_combined(combined, docs)
+        print(f"[{regime}] wrote {md_path} and {json_path}", flush=True)
     return 0
+
+
+@contextlib.contextmanager
+def _docs_lock(docs: Path) -> Iterator[None]:
+    import fcntl
+
+    docs.mkdir(parents=True, exist_ok=True)
+    with (docs / ".results.lock").open("w") as handle:
+        fcntl.flock(handle, fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(handle, fcntl.LOCK_UN)
+
+
+def _plan(smoke: bool, seeds: tuple[int, ...], regime: str, pairs: bool) -> Any:
+    """The full plan (the RAM+ ablation in the paper-like regime), or a small one that exercises each piece."""
+    from agentmerge.zoo.bench import METHOD_RUNS, BenchPlan, ram_plus_ablation
+
+    ablation = ram_plus_ablation() if regime == "paper_like" else ()
+    if not smoke:
+        return BenchPlan(seeds=seeds, ablation=ablation, pairs=pairs)
+    keep = {"linear", "task_arithmetic", "ties", "fisher", "ram", "ram_plus"}
+    methods = tuple(m for m in METHOD_RUNS if m.label in keep)
+    small = tuple(r for r in ablation if r.label in {"ram_plus_r0_a1", "ram_plus_authors_R1.2"})
+    return BenchPlan(
+        seeds=seeds,
+        fisher_prompts=4,
+        ta_lambdas=(0.5, 1.0),
+        methods=methods,
+        ablation=small,
+        pairs=pairs,
+        pair_methods=("linear", "task_arithmetic", "ram"),
+    )
 
 
 def _command(args: argparse.Namespace) -> str:
     parts = ["agentmerge", "zoo", "bench", "--zoo", args.zoo, "--work", args.work, "--docs", args.docs]
     parts += ["--seeds", args.seeds]
+    if args.regimes:
+        parts += ["--regimes", args.regimes]
+    if args.no_pairs:
+        parts.append("--no-pairs")
     if args.smoke:
         parts.append("--smoke")
     if args.threads:

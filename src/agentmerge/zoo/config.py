@@ -38,6 +38,7 @@ class ZooConfig:
     n_test: int = 1000
     eval_batch: int = 250
     name: str = "full"
+    regime: str = "bf16"
 
     def recipe(self, domain: str) -> Recipe:
         for recipe in self.recipes:
@@ -57,19 +58,74 @@ class ZooConfig:
         data["n_val"], data["n_test"] = self.n_val, self.n_test
         if part != "base":
             data["recipe"] = self.recipe(part).to_dict()
+        return self._hash(data)
+
+    def agent_fingerprint(self, recipe: Recipe) -> str:
+        """Fingerprint of an agent trained (and exported) by ``recipe`` from this config's base."""
+        data: dict[str, Any] = {"shape": asdict(self.shape), "pretrain": asdict(self.pretrain)}
+        data["suite_version"] = SUITE_VERSION
+        data["n_val"], data["n_test"] = self.n_val, self.n_test
+        data["recipe"] = recipe.to_dict()
+        return self._hash(data)
+
+    @staticmethod
+    def _hash(data: dict[str, Any]) -> str:
         blob = json.dumps(data, sort_keys=True).encode()
         return hashlib.sha256(blob).hexdigest()[:16]
 
 
-def full_config() -> ZooConfig:
-    """The configuration of the committed results."""
-    return ZooConfig()
+# ---------------------------------------------------------------------------------------------- precision regimes
+# Each regime is a set of three recipes that differ in how the weights are stored while training and in what
+# dtype the agent is saved. The learning rates and steps of the non-bf16 regimes were chosen by short pilot runs
+# (scripts/zoo_pilot.py, docs/zoo.md) so that the densities land near the paper's range where the recipe allows.
+FP32_LR = {"code": 3e-6, "tool": 3e-6, "memory": 3e-6}
+FP32_STEPS = {"code": 160, "tool": 100, "memory": 100}
+SPARSE_CODE_LR = 1.5e-5
+SPARSE_CODE_STEPS = 200
 
 
-def smoke_config() -> ZooConfig:
+def _fp32_master(recipe: Recipe, export: str) -> Recipe:
+    d = recipe.domain
+    return replace(recipe, storage="fp32_master", export=export, lr=FP32_LR[d], steps=FP32_STEPS[d])
+
+
+def _sparse_bf16(recipe: Recipe) -> Recipe:
+    return replace(recipe, lr=SPARSE_CODE_LR, steps=SPARSE_CODE_STEPS)
+
+
+def regime_recipes(regime: str) -> tuple[Recipe, ...]:
+    """The three agents' recipes of a precision regime (see REGIMES)."""
+    base = _full_recipes()
+    if regime == "bf16":
+        return base
+    if regime == "fp32_bf16":
+        return tuple(_fp32_master(r, "bf16") for r in base)
+    if regime == "fp32_fp32":
+        return tuple(_fp32_master(r, "fp32") for r in base)
+    if regime == "paper_like":
+        code, tool, memory = base
+        return (_sparse_bf16(code), _fp32_master(tool, "bf16"), _fp32_master(memory, "bf16"))
+    raise ValueError(f"unknown regime {regime!r}; use one of {', '.join(REGIMES)}")
+
+
+REGIMES: dict[str, str] = {
+    "bf16": "bf16 weight storage (rounded after every step), saved bf16 - TRL-style training of a bf16 model",
+    "fp32_bf16": "fp32 master weights, saved bf16 - verl (fp32 master, converter casts the export to bf16)",
+    "fp32_fp32": "fp32 master weights, saved fp32 - an fp32 release (the paper's tool agent, ToolRL)",
+    "paper_like": "code: bf16 storage at a low lr (sparse, like the paper's 3 % code agent); tool and memory: fp32 "
+    "master saved bf16 (about half dense, like the paper's tool and memory agents)",
+}
+
+
+def full_config(regime: str = "bf16") -> ZooConfig:
+    """The configuration of the committed results, for one precision regime."""
+    return ZooConfig(recipes=regime_recipes(regime), regime=regime)
+
+
+def smoke_config(regime: str = "bf16") -> ZooConfig:
     """Tiny sizes for CI: checks that every stage runs, not what wins."""
     tiny = ModelShape(hidden=32, layers=2, heads=2, intermediate=64, max_positions=160)
-    recipes = tuple(replace(r, steps=2, prompts_per_step=4, group_size=4) for r in _full_recipes())
+    recipes = tuple(replace(r, steps=2, prompts_per_step=4, group_size=4) for r in regime_recipes(regime))
     return ZooConfig(
         shape=tiny,
         pretrain=PretrainConfig(steps=8, batch_size=16, warmup=2),
@@ -78,4 +134,5 @@ def smoke_config() -> ZooConfig:
         n_test=24,
         eval_batch=64,
         name="smoke",
+        regime=regime,
     )

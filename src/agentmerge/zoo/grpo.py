@@ -10,7 +10,9 @@ Weight storage: the weights live in bfloat16, as in RL post-training that keeps 
 optimiser step each parameter is rounded to the nearest bf16 value (the update is computed in float32 from the
 bf16 weights; AdamW's moment estimates stay in float32). An update smaller than half a bf16 ulp of the weight is
 therefore lost rather than accumulated, which is what makes RL task vectors sparse. ``storage="fp32_master"``
-keeps unrounded float32 weights instead (rounded once at save) as a control.
+keeps unrounded float32 weights instead, as trainers with float32 master weights (verl) do. ``export`` is the
+dtype of the saved checkpoint: ``bf16`` rounds once at save (verl's converter), ``fp32`` keeps the master
+weights (as the paper's tool agent was released). Precision is a recipe axis of the zoo (see ``config.py``).
 """
 
 from __future__ import annotations
@@ -27,6 +29,9 @@ from agentmerge.zoo.generation import generate_ids
 from agentmerge.zoo.modeling import round_to_bf16_
 from agentmerge.zoo.splits import train_stream
 from agentmerge.zoo.tasks import Example, training_task
+
+STORAGES = ("bf16", "fp32_master")
+EXPORTS = ("bf16", "fp32")
 
 
 @dataclass(frozen=True)
@@ -46,6 +51,19 @@ class Recipe:
     weight_decay: float = 0.0
     grad_clip: float = 1.0
     storage: str = "bf16"
+    export: str = "bf16"
+
+    def __post_init__(self) -> None:
+        if self.storage not in STORAGES:
+            raise ValueError(f"storage must be one of {STORAGES}, not {self.storage!r}")
+        if self.export not in EXPORTS:
+            raise ValueError(f"export must be one of {EXPORTS}, not {self.export!r}")
+
+    def training_dict(self) -> dict[str, Any]:
+        """The settings that determine the trained weights (everything but the export dtype)."""
+        data = asdict(self)
+        del data["export"]
+        return data
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)

@@ -1,6 +1,7 @@
 """The zoo's base architecture and checkpoint I/O: a tiny ``LlamaForCausalLM`` in ordinary HF folders.
 
-A checkpoint folder holds ``model.safetensors`` (bfloat16, like a released model), ``config.json``,
+A checkpoint folder holds ``model.safetensors`` (bfloat16 by default, like a released model; float32 for
+agents whose recipe exports float32), ``config.json``,
 ``generation_config.json`` and the tokenizer files, so ``AutoModelForCausalLM.from_pretrained`` and
 ``AutoTokenizer.from_pretrained`` read it. A ``zoo_stage.json`` written last marks the folder complete.
 """
@@ -75,14 +76,17 @@ def round_to_bf16_(model: torch.nn.Module) -> None:
             param.copy_(param.to(torch.bfloat16).to(param.dtype))
 
 
-def save_checkpoint(model: Any, out: Path, meta: dict[str, Any]) -> None:
-    """Write a complete HF folder in bfloat16, then the stage marker (atomically, via a temp folder)."""
+EXPORT_DTYPES: dict[str, torch.dtype] = {"bf16": torch.bfloat16, "fp32": torch.float32}
+
+
+def save_checkpoint(model: Any, out: Path, meta: dict[str, Any], export: str = "bf16") -> None:
+    """Write a complete HF folder in ``export`` dtype (bf16 or fp32), then the stage marker (atomically)."""
     tmp = out.with_name(out.name + ".tmp")
     if tmp.exists():
         shutil.rmtree(tmp)
     tmp.mkdir(parents=True)
-    bf16 = _bf16_copy(model)
-    bf16.save_pretrained(str(tmp), safe_serialization=True)
+    copy = _typed_copy(model, EXPORT_DTYPES[export])
+    copy.save_pretrained(str(tmp), safe_serialization=True)
     build_tokenizer().save_pretrained(str(tmp))
     GenerationConfig(
         bos_token_id=BOS_ID, eos_token_id=EOS_ID, pad_token_id=PAD_ID, do_sample=False, max_new_tokens=80
@@ -93,12 +97,12 @@ def save_checkpoint(model: Any, out: Path, meta: dict[str, Any]) -> None:
     tmp.rename(out)
 
 
-def _bf16_copy(model: Any) -> Any:
+def _typed_copy(model: Any, dtype: torch.dtype) -> Any:
     config: Any = model.config
     copy = LlamaForCausalLM(config)
     copy.load_state_dict(model.state_dict())
-    copy = copy.to(torch.bfloat16)
-    copy.config.dtype = torch.bfloat16
+    copy = copy.to(dtype)
+    copy.config.dtype = dtype
     return copy
 
 

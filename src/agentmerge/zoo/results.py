@@ -45,8 +45,20 @@ def row_labels(records: Sequence[dict[str, Any]]) -> list[str]:
     return [label for label in first if all(label in r["rows"] for r in records)]
 
 
+ABLATION_PREFIX = "ram_plus_"  # RAM+ ablation rows (ram_plus_r0.1_a2, ram_plus_authors_R1.2)
+RAM_FAMILY = ("ram", "ram_plus", "ram_ties")
+
+
+def is_ablation(label: str) -> bool:
+    return label.startswith(ABLATION_PREFIX)
+
+
+def is_merge(label: str) -> bool:
+    return label != "base" and not label.startswith("agent_")
+
+
 def aggregate(records: Sequence[dict[str, Any]], meta: dict[str, Any]) -> dict[str, Any]:
-    """The content of results.json."""
+    """The content of results.json (one regime)."""
     labels = row_labels(records)
     rows: dict[str, dict[str, Stat]] = {}
     for label in labels:
@@ -66,8 +78,110 @@ def aggregate(records: Sequence[dict[str, Any]], meta: dict[str, Any]) -> dict[s
         "task_arithmetic_lambda": [r["val"].get("task_arithmetic", {}) for r in records],
         "skipped": _skipped(records),
         "comparisons": _comparisons(records, labels),
+        "ablation": _ablation(records, labels),
+        "pairs": _pairs(records),
+        "map": regime_point(records, labels),
         "timing": [{"seed": r["seed"], **r["timing"]} for r in records],
     }
+
+
+def _ablation(records: Sequence[dict[str, Any]], labels: Sequence[str]) -> dict[str, Any]:
+    """RAM+ ablation rows: agentic average and own-domain scores, paired against RAM."""
+    out: dict[str, Any] = {}
+    for label in labels:
+        if not is_ablation(label) or "ram" not in labels:
+            continue
+        out[label] = {
+            "agentic_avg": stat([agentic(r["rows"][label]) for r in records]),
+            "minus_ram": stat([agentic(r["rows"][label]) - agentic(r["rows"]["ram"]) for r in records]),
+            **{d: stat([domain_score(r["rows"][label], d) for r in records]) for d in DOMAINS},
+        }
+    return out
+
+
+def _pairs(records: Sequence[dict[str, Any]]) -> dict[str, Any]:
+    """The 2-agent merges: per pair, each row's score on each of the pair's domains and their mean."""
+    names = [p for p in records[0].get("pairs", {}) if all(p in r.get("pairs", {}) for r in records)]
+    out: dict[str, Any] = {}
+    for pair in names:
+        domains = pair.split("+")
+        subs = [r["pairs"][pair] for r in records]
+        labels = row_labels(subs)
+        rows: dict[str, Any] = {}
+        for label in labels:
+            cells = {d: stat([domain_score(s["rows"][label], d) for s in subs]) for d in domains}
+            cells["avg"] = stat([agentic(s["rows"][label]) for s in subs])
+            rows[label] = cells
+        merges = [x for x in labels if is_merge(x) and x not in RAM_FAMILY]
+        best = _best(subs, merges)
+        diffs = {}
+        for a in [x for x in RAM_FAMILY if x in labels]:
+            if best:
+                diffs[f"{a} - {best}"] = stat([agentic(s["rows"][a]) - agentic(s["rows"][best]) for s in subs])
+        lambdas = [s["val"].get("task_arithmetic", {}).get("best_lambda") for s in subs]
+        out[pair] = {"domains": domains, "rows": rows, "best_baseline": best, "diffs": diffs, "ta_lambda": lambdas}
+    return out
+
+
+def _best(records: Sequence[dict[str, Any]], labels: Sequence[str]) -> str | None:
+    """The label with the highest mean agentic average over seeds (selected on the test split)."""
+    if not labels:
+        return None
+    return max(labels, key=lambda x: sum(agentic(r["rows"][x]) for r in records) / len(records))
+
+
+def regime_point(records: Sequence[dict[str, Any]], labels: Sequence[str]) -> dict[str, Any]:
+    """The regime map's numbers for one regime: paired differences and the overlap excess.
+
+    - ram − best baseline: the best non-RAM merge by mean test agentic average (a choice that favours the
+      baseline); ram_plus − ram; per domain, the best merge (by agentic average) − the specialist, and the
+      best merge *on that domain* − the specialist (both paired by seed).
+    - overlap excess per agent: measured w.0 / independent-mask w.0 (mean over seeds); < 1 means the agents'
+      masks coincide more than chance, 1 means independent.
+    """
+    merges = [x for x in labels if is_merge(x) and not is_ablation(x)]
+    baselines = [x for x in merges if x not in RAM_FAMILY]
+    best_base = _best(records, baselines)
+    best_merge = _best(records, merges)
+    out: dict[str, Any] = {"best_baseline": best_base, "best_merge": best_merge}
+    if "ram" in labels and best_base:
+        out["ram_minus_best_baseline"] = stat(
+            [agentic(r["rows"]["ram"]) - agentic(r["rows"][best_base]) for r in records]
+        )
+    if "ram_plus" in labels and best_base:
+        out["ram_plus_minus_best_baseline"] = stat(
+            [agentic(r["rows"]["ram_plus"]) - agentic(r["rows"][best_base]) for r in records]
+        )
+    if "ram_plus" in labels and "ram" in labels:
+        out["ram_plus_minus_ram"] = stat([agentic(r["rows"]["ram_plus"]) - agentic(r["rows"]["ram"]) for r in records])
+    specialist: dict[str, Any] = {}
+    for d in DOMAINS:
+        agent = f"agent_{d}"
+        entry: dict[str, Any] = {}
+        if best_merge:
+            entry["best_merge"] = stat(
+                [domain_score(r["rows"][best_merge], d) - domain_score(r["rows"][agent], d) for r in records]
+            )
+        if merges:
+            top = max(merges, key=lambda x: sum(domain_score(r["rows"][x], d) for r in records))
+            entry["best_on_domain"] = top
+            entry["best_on_domain_minus_specialist"] = stat(
+                [domain_score(r["rows"][top], d) - domain_score(r["rows"][agent], d) for r in records]
+            )
+        specialist[d] = entry
+    out["merge_minus_specialist"] = specialist
+    seeds = [r for r in records if "probe" in r]
+    if seeds:
+        excess = []
+        for i, _label in enumerate(SPECIALISTS):
+            measured = [r["probe"]["agents"][i]["overlap"][0] for r in seeds]
+            independent = [r["probe"]["independent_overlap"][i][0] for r in seeds]
+            ratios = [m / ind if ind > 0 else math.nan for m, ind in zip(measured, independent, strict=True)]
+            excess.append(stat(ratios))
+        out["overlap_excess"] = dict(zip(SPECIALISTS, excess, strict=True))
+        finite = [e["mean"] for e in excess if math.isfinite(e["mean"])]
+        out["overlap_excess_mean"] = sum(finite) / len(finite) if finite else math.nan
+    return out
 
 
 def _gains(records: Sequence[dict[str, Any]]) -> dict[str, Any]:
@@ -118,7 +232,28 @@ def _probe(records: Sequence[dict[str, Any]]) -> dict[str, Any]:
             "rho": stat([_num(row["rho"]) for row in rows]),
             "lam": stat([row["lam"] for row in rows]),
         }
-    return {"agents": agents, "per_seed": [r["probe"] for r in seeds]}
+        if "drift" in seeds[0]["probe"]:
+            agents[label]["drift"] = stat([r["probe"]["drift"][i] for r in seeds])
+    out: dict[str, Any] = {"agents": agents, "per_seed": [r["probe"] for r in seeds]}
+    if "magnitude" in seeds[0]["probe"]:
+        out["magnitude"] = _magnitude(seeds)
+    return out
+
+
+def _magnitude(seeds: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Overlap by |w0| quartile, mean ± se over seeds."""
+    first = seeds[0]["probe"]["magnitude"]["quartiles"]
+    out = []
+    for q, row in enumerate(first):
+        agents = []
+        for i, a in enumerate(row["agents"]):
+            cells = [r["probe"]["magnitude"]["quartiles"][q]["agents"][i] for r in seeds]
+            agents.append(
+                {"agent": a["agent"], **{k: stat([c[k] for c in cells]) for k in ("density", "w0", "w0_independent")}}
+            )
+        mean_abs = stat([r["probe"]["magnitude"]["quartiles"][q]["mean_abs_w0"] for r in seeds])
+        out.append({"quartile": row["quartile"], "mean_abs_w0": mean_abs, "agents": agents})
+    return out
 
 
 def _num(value: Any) -> float:

@@ -1,0 +1,63 @@
+"""agentmerge's cache folder: small JSON stores keyed by the identity of input files.
+
+A file's identity is its real path, size, modification time and inode: a file rewritten in place gets a
+new one, so nothing stale is ever used for it. Stores are best effort: a missing, unreadable or broken
+store reads as empty, and a read-only home or a full disk never fails the work that wanted to cache.
+
+- ``sha256.json``: digests of input weight files (``provenance.InputHashes``).
+- ``stats/<key>.json``: overlap histograms of one input set, per tensor and threshold (``stream.overlap_stats``),
+  so that RAM+ merges and probes of the same files (a sweep of r, say) count them once.
+
+``$AGENTMERGE_CACHE`` moves the folder (default ``$XDG_CACHE_HOME/agentmerge``, i.e. ``~/.cache/agentmerge``);
+``AGENTMERGE_NO_CACHE=1`` turns the statistics cache off.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import threading
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+
+def cache_dir() -> Path:
+    """``$AGENTMERGE_CACHE``, else ``$XDG_CACHE_HOME/agentmerge`` (default ``~/.cache/agentmerge``)."""
+    root = os.environ.get("AGENTMERGE_CACHE")
+    if root:
+        return Path(root)
+    return Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "agentmerge"
+
+
+def file_key(path: Path) -> str:
+    """The identity of a file: ``real path|size|mtime_ns|inode``."""
+    st = path.stat()
+    return f"{path.resolve()}|{st.st_size}|{st.st_mtime_ns}|{st.st_ino}"
+
+
+def files_key(groups: Sequence[Sequence[Path]]) -> str:
+    """One short key for an ordered list of checkpoints, each an ordered list of files (identities hashed)."""
+    joined = "\n".join(f"{i}|{file_key(p)}" for i, group in enumerate(groups) for p in group)
+    return hashlib.blake2b(joined.encode(), digest_size=16).hexdigest()
+
+
+def load_store(path: Path) -> dict[str, Any]:
+    """A JSON object store, or ``{}`` when it is missing or broken."""
+    try:
+        data = json.loads(path.read_text())
+    except (OSError, ValueError):
+        return {}
+    return data if isinstance(data, dict) else {}
+
+
+def save_store(path: Path, entries: dict[str, Any]) -> None:
+    """Write ``entries`` atomically (a temporary sibling, then a rename); errors are ignored."""
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        tmp = path.with_name(f".{path.name}.{os.getpid()}.{threading.get_ident()}")
+        tmp.write_text(json.dumps(entries))
+        os.replace(tmp, path)
+    except OSError:
+        pass

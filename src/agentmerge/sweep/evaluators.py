@@ -1,0 +1,121 @@
+"""How a sweep scores a merged folder: ``{metric: float}`` from the zoo, lm-eval, or the user's own function.
+
+- ``zoo`` (``zoo:test``, ``zoo:validation``; default validation, the split to tune on): the zoo suite's
+  metrics and ``agentic_avg``, their mean over the trained domains (the default objective).
+- ``lm-eval:T1,T2``: lm-evaluation-harness tasks; metrics named ``task.metric``.
+- ``python:MODULE:FUNCTION``: ``FUNCTION(path_to_merged_folder)`` returns ``{metric: float}``; MODULE is
+  imported from the sweep file's folder, the current folder or the installed packages.
+"""
+
+from __future__ import annotations
+
+import importlib
+import math
+import sys
+from collections.abc import Callable, Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+from agentmerge.errors import ConfigError
+
+Evaluator = Callable[[Path], dict[str, float]]
+KINDS = ("zoo", "lm-eval", "python")
+
+
+def parse(spec: str) -> tuple[str, str]:
+    """``"lm-eval:hellaswag"`` -> ``("lm-eval", "hellaswag")``; a ``ConfigError`` for anything else."""
+    kind, _, arg = spec.partition(":")
+    if kind not in KINDS:
+        raise ConfigError(f"evaluate: {spec!r} is not one of zoo, lm-eval:TASKS, python:MODULE:FUNCTION")
+    if kind == "python" and arg.count(":") != 1:
+        raise ConfigError(f"evaluate: {spec!r}: write python:MODULE:FUNCTION")
+    if kind == "lm-eval" and not arg:
+        raise ConfigError(f"evaluate: {spec!r}: name the tasks, e.g. lm-eval:hellaswag,arc_easy")
+    if kind == "zoo" and arg not in ("", "test", "validation"):
+        raise ConfigError(f"evaluate: {spec!r}: the zoo's splits are test and validation")
+    return kind, arg
+
+
+def default_objective(spec: str) -> str | None:
+    """The metric a sweep ranks by when the file names none (None: the only metric, whatever it is)."""
+    return "agentic_avg" if parse(spec)[0] == "zoo" else None
+
+
+def resolve(spec: str, search_path: Sequence[str] = (), threads: int = 1) -> Evaluator:
+    """The evaluator ``spec`` names, ready to call."""
+    kind, arg = parse(spec)
+    if kind == "zoo":
+        return lambda folder: _zoo(folder, arg or "validation", threads)
+    if kind == "lm-eval":
+        tasks = [t for t in arg.split(",") if t]
+        return lambda folder: _lm_eval(folder, tasks)
+    return _python(arg, search_path)
+
+
+def checked(metrics: object, source: str) -> dict[str, float]:
+    """An evaluator's result as ``{str: finite float}``, or a ``ConfigError`` saying what is wrong."""
+    if not isinstance(metrics, Mapping) or not metrics:
+        raise ConfigError(f"{source} must return a non-empty {{metric: number}} mapping (got {type(metrics).__name__})")
+    out = {}
+    for k, v in metrics.items():
+        if isinstance(v, bool) or not isinstance(v, int | float) or not math.isfinite(float(v)):
+            raise ConfigError(f"{source}: metric {k!r} must be a finite number (got {v!r})")
+        out[str(k)] = float(v)
+    return out
+
+
+def _python(target: str, search_path: Sequence[str]) -> Evaluator:
+    module_name, _, function = target.partition(":")
+    try:
+        module = _import(module_name, search_path)
+    except ImportError as e:
+        raise ConfigError(f"evaluate: cannot import {module_name!r} ({e})") from None
+    fn = getattr(module, function, None)
+    if not callable(fn):
+        raise ConfigError(f"evaluate: {module_name!r} has no function {function!r}")
+    return lambda folder: checked(fn(folder), f"evaluate: {target}")
+
+
+def _import(name: str, search_path: Sequence[str]) -> Any:
+    """Import ``name`` with ``search_path`` first on ``sys.path``.
+
+    A long-lived worker (Ray reuses them) may hold a module of that name from another sweep's folder:
+    it is imported afresh when the search path has a file of that name elsewhere.
+    """
+    for folder in reversed(search_path):
+        if folder in sys.path:
+            sys.path.remove(folder)
+        sys.path.insert(0, folder)
+    wanted = next((p for f in search_path if (p := Path(f) / f"{name}.py").is_file()), None)
+    held = sys.modules.get(name)
+    if (
+        held is not None
+        and wanted is not None
+        and Path(getattr(held, "__file__", "") or "").resolve() != wanted.resolve()
+    ):
+        del sys.modules[name]
+    importlib.invalidate_caches()
+    return importlib.import_module(name)
+
+
+def _zoo(folder: Path, split: str, threads: int) -> dict[str, float]:
+    import torch
+
+    from agentmerge.zoo.bench import agentic_average
+    from agentmerge.zoo.evaluate import evaluate
+
+    torch.set_num_threads(threads)
+    metrics = dict(evaluate(folder, split=split, quiet=True).metrics)
+    return {**metrics, "agentic_avg": agentic_average(metrics)}
+
+
+def _lm_eval(folder: Path, tasks: list[str]) -> dict[str, float]:
+    from agentmerge.lmeval import run_lm_eval
+
+    results: dict[str, Any] = run_lm_eval(folder, tasks).get("results", {})
+    out = {}
+    for task, values in results.items():
+        for name, value in values.items():
+            if isinstance(value, int | float) and not isinstance(value, bool) and "stderr" not in name:
+                out[f"{task}.{name.split(',')[0]}"] = float(value)
+    return checked(out, f"evaluate: lm-eval:{','.join(tasks)}")

@@ -1,0 +1,303 @@
+"""Running a sweep on Ray: trials as tasks, one results line per finished trial, resumable, progress on stderr.
+
+Ray is the scheduler (``ray.init`` on this machine by default, ``--address`` to join a cluster); this
+module only submits at most ``max_concurrent`` trials, records each result as it comes back and decides
+which merged folders to keep. ``DIR/results.jsonl`` is appended one whole line per finished trial and
+synced to disk, so a sweep killed at any moment loses only the trials that were running; a rerun skips
+every trial already recorded (finished or failed) and never evaluates it again.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import logging
+import os
+import shutil
+import sys
+import time
+import traceback
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from tqdm import tqdm
+
+from agentmerge.errors import AgentMergeError, ConfigError
+from agentmerge.registry import METHODS
+from agentmerge.sweep import evaluators
+from agentmerge.sweep.spec import SweepConfig, Trial, choose, merge_config, trials
+
+RAY_HINT = "agentmerge sweep needs Ray: pip install 'agentmerge[sweep]'"
+
+
+# --------------------------------------------------------------------------- the results file
+
+
+class Results:
+    """``DIR/results.jsonl``: one JSON object per finished trial, appended and synced, read back on resume."""
+
+    def __init__(self, path: Path) -> None:
+        self.path = path
+
+    def records(self) -> list[dict[str, Any]]:
+        """Every complete record (a torn last line from a kill is skipped)."""
+        if not self.path.exists():
+            return []
+        out = []
+        for line in self.path.read_text().splitlines():
+            try:
+                rec = json.loads(line)
+            except ValueError:
+                continue
+            if isinstance(rec, dict) and isinstance(rec.get("trial"), str):
+                out.append(rec)
+        return out
+
+    def append(self, record: dict[str, Any]) -> None:
+        line = json.dumps(record, sort_keys=True) + "\n"
+        fd = os.open(self.path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+        try:
+            os.write(fd, line.encode())
+            os.fsync(fd)
+        finally:
+            os.close(fd)
+
+
+# --------------------------------------------------------------------------- one trial (runs in a Ray worker)
+
+
+def run_trial(cfg_data: dict[str, Any], trial: Trial, folder: str, search_path: list[str]) -> dict[str, Any]:
+    """Merge and evaluate one trial; always returns its record (``status`` ok or failed with the error's line)."""
+    from agentmerge.merge import merge
+    from agentmerge.sweep.spec import SweepConfig
+
+    cfg = SweepConfig.model_validate(cfg_data)
+    s = trial.setting
+    record: dict[str, Any] = {
+        "trial": trial.id,
+        "method": s.method,
+        "params": dict(s.params),
+        "models": [cfg.models[i] for i in s.models],
+        "seed": trial.seed,
+        "metrics": {},
+    }
+    out = Path(folder)
+    t0 = time.perf_counter()
+    try:
+        merge(merge_config(cfg, trial), out, force=True, quiet=True)
+        record["merge_seconds"] = round(time.perf_counter() - t0, 3)
+        record["metrics"] = evaluators.resolve(cfg.evaluate, search_path, cfg.resources.cpus)(out)
+        record["status"] = "ok"
+    except Exception as e:  # a failing trial is recorded, and the sweep goes on
+        record["status"] = "failed"
+        record["error"] = _first_line(e)
+    record["seconds"] = round(time.perf_counter() - t0, 3)
+    if cfg.keep == "none" or record["status"] != "ok":
+        shutil.rmtree(out, ignore_errors=True)
+    return record
+
+
+def _first_line(e: BaseException) -> str:
+    text = str(e).strip().splitlines()
+    if isinstance(e, AgentMergeError) and text:
+        return text[0]
+    return f"{type(e).__name__}: {text[0]}" if text else type(e).__name__ + " " + traceback.format_exc(limit=1)
+
+
+# --------------------------------------------------------------------------- the sweep
+
+
+@dataclass
+class Outcome:
+    """What a sweep run did: the records (all of them, earlier runs' too), what ran now, and the best trial."""
+
+    records: list[dict[str, Any]]
+    ran: int
+    skipped: int
+    failed: int
+    seconds: float
+    best: dict[str, Any] | None = None
+    objective: str | None = None
+    notes: list[str] = field(default_factory=list)
+
+
+def run_sweep(
+    cfg: SweepConfig,
+    out: str | Path,
+    *,
+    source: str | Path | None = None,
+    address: str | None = None,
+    max_concurrent: int | None = None,
+    resume: bool = True,
+    quiet: bool = False,
+) -> Outcome:
+    """Run every trial of ``cfg`` not yet in ``out/results.jsonl``, on Ray; then write ``out/results.md``."""
+    from agentmerge.sweep.report import best_record, objective_of, write_report
+
+    t0 = time.perf_counter()
+    root = Path(out)
+    root.mkdir(parents=True, exist_ok=True)
+    results = Results(root / "results.jsonl")
+    if not resume and results.path.exists():
+        results.path.rename(root / f"results.{time.strftime('%Y%m%d-%H%M%S')}.jsonl")
+    done = {r["trial"] for r in results.records()}
+    search_path = [str(Path(source).resolve().parent)] if source else []
+    search_path.append(os.getcwd())
+    objective = objective_of(cfg, results.records())
+    runner = _Runner(cfg, root, results, search_path, objective, quiet)
+    _count_overlaps_once(cfg, done, quiet)
+    with _ray(address, quiet):
+        ran = runner.run(_pending(cfg, done, runner), max_concurrent or _slots(cfg), _expected(cfg, done))
+    records = results.records()
+    write_report(cfg, records, root)
+    failed = sum(r.get("status") != "ok" for r in records if r["trial"] in runner.ran)
+    best = best_record(cfg, records)
+    return Outcome(records, ran, len(done), failed, time.perf_counter() - t0, best, objective_of(cfg, records))
+
+
+def _pending(cfg: SweepConfig, done: set[str], runner: _Runner) -> Iterator[Trial]:
+    """The trials still to run: the grid or random sample in order, or optuna's suggestions as results come."""
+    if cfg.search.kind == "optuna":
+        from agentmerge.sweep.tune import optuna_trials
+
+        yield from optuna_trials(cfg, done, runner.results.records(), runner.finished)
+        return
+    for trial in trials(cfg, choose(cfg)):
+        if trial.id not in done:
+            yield trial
+
+
+def _count_overlaps_once(cfg: SweepConfig, done: set[str], quiet: bool) -> None:
+    """Count the overlap statistics of each input set the pending RAM+ trials share, once, before they start.
+
+    The histograms land in the cache (``stream.OverlapCache``), so every such trial reads its inputs once.
+    A set whose inputs fail to open is left to its trials, which record the error.
+    """
+    from agentmerge.merge import count_overlaps
+
+    if cfg.search.kind == "optuna":
+        return
+    seen: set[str] = set()
+    for trial in trials(cfg, choose(cfg)):
+        if trial.id in done or not METHODS[trial.setting.method].needs_model_stats:
+            continue
+        merge_cfg = merge_config(cfg, trial)
+        overrides = [o.model_dump() for o in merge_cfg.overrides]
+        key = json.dumps(
+            [merge_cfg.base, [m.path for m in merge_cfg.models], merge_cfg.params.get("epsilon"), overrides]
+        )
+        if key not in seen:
+            seen.add(key)
+            with contextlib.suppress(AgentMergeError, OSError):
+                count_overlaps(merge_cfg.model_copy(update={"threads": None}), quiet=quiet)
+
+
+def _expected(cfg: SweepConfig, done: set[str]) -> int:
+    """How many trials this run will start (for optuna: at most that many)."""
+    if cfg.search.kind == "optuna":
+        return (cfg.search.n_trials or len(choose(cfg))) * len(cfg.seeds)
+    return sum(t.id not in done for t in trials(cfg, choose(cfg)))
+
+
+def _slots(cfg: SweepConfig) -> int:
+    """Trials in flight by default: as many as the machine's CPUs hold at the per-trial request."""
+    return max(1, (os.cpu_count() or 1) // cfg.resources.cpus)
+
+
+class _ray:
+    """``ray.init`` for the sweep (local unless an address is given) and ``shutdown`` after, if we started it."""
+
+    def __init__(self, address: str | None, quiet: bool) -> None:
+        self.address, self.quiet = address, quiet
+        self.started = False
+
+    def __enter__(self) -> None:
+        try:
+            import ray
+        except ImportError:
+            raise ConfigError(RAY_HINT) from None
+        if not ray.is_initialized():
+            level = logging.ERROR if self.quiet else logging.WARNING
+            kwargs: dict[str, Any] = {"include_dashboard": False, "log_to_driver": False, "logging_level": level}
+            if self.address is None:
+                kwargs["num_cpus"] = os.cpu_count() or 1
+            ray.init(address=self.address, **kwargs)
+            self.started = True
+
+    def __exit__(self, *exc: object) -> None:
+        if self.started:
+            import ray
+
+            ray.shutdown()
+
+
+class _Runner:
+    """Submits trials to Ray with a bounded window and records each result as it arrives."""
+
+    def __init__(
+        self,
+        cfg: SweepConfig,
+        root: Path,
+        results: Results,
+        search_path: list[str],
+        objective: str | None,
+        quiet: bool,
+    ) -> None:
+        self.cfg, self.root, self.results, self.search_path = cfg, root, results, search_path
+        self.objective, self.quiet = objective, quiet
+        self.ran: set[str] = set()
+        self.finished: list[dict[str, Any]] = []  # this run's records, in arrival order (optuna reads them)
+        self._best: tuple[float, str] | None = None  # the kept folder (keep: best), an earlier run's included
+        for record in results.records() if cfg.keep == "best" else []:
+            if record.get("status") == "ok" and (root / "trials" / record["trial"]).is_dir():
+                self._keep_best(record)
+
+    def run(self, pending: Iterator[Trial], window: int, expected: int) -> int:
+        """Run the trials ``pending`` yields, ``window`` at a time; progress against ``expected`` on stderr."""
+        import ray
+
+        task = ray.remote(num_cpus=self.cfg.resources.cpus, num_gpus=self.cfg.resources.gpus)(run_trial)
+        data = self.cfg.model_dump(mode="json")
+        in_flight: dict[Any, Trial] = {}
+        exhausted = False
+        with tqdm(total=expected, desc="sweep", unit="trial", disable=self.quiet, file=sys.stderr) as bar:
+            while True:
+                while not exhausted and len(in_flight) < window:
+                    trial = next(pending, None)
+                    if trial is None:
+                        exhausted = True
+                        break
+                    folder = str(self.root / "trials" / trial.id)
+                    in_flight[task.remote(data, trial, folder, self.search_path)] = trial
+                if not in_flight:
+                    return len(self.ran)
+                ready, _ = ray.wait(list(in_flight), num_returns=1)
+                in_flight.pop(ready[0])
+                self._record(ray.get(ready[0]))
+                failed = sum(r["status"] != "ok" for r in self.finished)
+                bar.set_postfix(running=len(in_flight), failed=failed, refresh=False)
+                bar.update(1)
+
+    def _record(self, record: dict[str, Any]) -> None:
+        self.results.append(record)
+        self.ran.add(record["trial"])
+        self.finished.append(record)
+        if self.cfg.keep == "best" and record["status"] == "ok":
+            self._keep_best(record)
+
+    def _keep_best(self, record: dict[str, Any]) -> None:
+        """Keep the folder of the best trial so far (this run), remove the others'."""
+        from agentmerge.sweep.report import score
+
+        value = score(self.cfg, record, self.objective)
+        folder = self.root / "trials" / record["trial"]
+        if value is None:
+            shutil.rmtree(folder, ignore_errors=True)
+        elif self._best is None or value > self._best[0]:
+            if self._best is not None:
+                shutil.rmtree(self.root / "trials" / self._best[1], ignore_errors=True)
+            self._best = (value, record["trial"])
+        else:
+            shutil.rmtree(folder, ignore_errors=True)

@@ -1,0 +1,282 @@
+"""``agentmerge sweep``: trials from the file, a real local Ray runtime, resume after a kill, results you can read."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import textwrap
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+import yaml
+
+from agentmerge.cli import main
+from agentmerge.errors import ConfigError
+from agentmerge.sweep.run import Results, run_sweep
+from agentmerge.sweep.spec import choose, load_sweep, sweep_from_dict, trials
+
+ray = pytest.importorskip("ray")
+
+EVALUATOR = """
+import json, time
+from pathlib import Path
+from safetensors.torch import load_file
+
+HERE = Path(__file__).parent  # Ray workers keep the environment they started with: settings come as files
+
+
+def score(folder):
+    with open(HERE / "calls.log", "a") as f:
+        f.write(json.dumps(str(folder)) + "\\n")
+    pause = HERE / "sleep.txt"
+    time.sleep(float(pause.read_text()) if pause.exists() else 0.0)
+    merged = json.loads((Path(folder) / "merge.json").read_text())
+    if merged["config"]["params"].get("lambda") == 3.0:
+        raise RuntimeError("lambda 3 is not allowed here\\nsecond line")
+    w = load_file(str(Path(folder) / "model.safetensors"))["model.embed_tokens.weight"].float()
+    return {"score": float(w.abs().mean()) * 100, "spread": float(w.std())}
+"""
+
+
+@pytest.fixture(scope="module")
+def ray_runtime() -> Iterator[None]:
+    """One real local Ray runtime (2 CPUs) for the in-process sweeps of this module."""
+    ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False)
+    yield
+    ray.shutdown()
+
+
+def write_sweep(tmp_path: Path, family: tuple[Path, list[Path]], **extra: object) -> Path:
+    base, agents = family
+    (tmp_path / "sweepeval.py").write_text(EVALUATOR)
+    data = {
+        "base": str(base),
+        "models": [str(a) for a in agents],
+        "methods": {"ram": {}, "ram_plus": {"r": [0.1, 0.5]}, "task_arithmetic": {"lambda": [0.5, 3.0]}},
+        "evaluate": "python:sweepeval:score",
+        "objective": "score",
+        **extra,
+    }
+    path = tmp_path / "sweep.yaml"
+    path.write_text(yaml.safe_dump(data))
+    return path
+
+
+def test_the_issue_example_gives_six_trials(tmp_path: Path) -> None:
+    data = {
+        "base": "b",
+        "models": ["a1", "a2", "a3"],
+        "subsets": "all",
+        "methods": {"ram": {}, "ram_plus": {"r": [0.05, 0.1, 0.2]}, "ties": {"density": [0.3, 0.6]}},
+        "search": "grid",
+        "seeds": [0],
+        "evaluate": "zoo",
+        "resources": {"cpus": 1, "gpus": 0},
+        "keep": "best",
+    }
+    cfg = sweep_from_dict(data)
+    made = trials(cfg, choose(cfg))
+    assert len(made) == 6
+    assert [t.setting.method for t in made] == ["ram", "ram_plus", "ram_plus", "ram_plus", "ties", "ties"]
+    again = trials(sweep_from_dict(data), choose(sweep_from_dict(data)))
+    assert [t.id for t in made] == [t.id for t in again]  # stable ids
+    assert len({t.id for t in made}) == 6
+    assert (
+        len(
+            trials(sweep_from_dict({**data, "subsets": "pairs"}), choose(sweep_from_dict({**data, "subsets": "pairs"})))
+        )
+        == 18
+    )
+    seeded = sweep_from_dict({**data, "seeds": [0, 1]})
+    assert len(trials(seeded, choose(seeded))) == 12
+    sampled = sweep_from_dict({**data, "search": {"kind": "random", "n_trials": 4, "seed": 3}})
+    picks = choose(sampled)
+    assert len(picks) == 4 and picks == choose(
+        sweep_from_dict({**data, "search": {"kind": "random", "n_trials": 4, "seed": 3}})
+    )
+    explicit = sweep_from_dict({**data, "subsets": [[0, 2]]})
+    assert {t.setting.models for t in trials(explicit, choose(explicit))} == {(0, 2)}
+
+
+@pytest.mark.parametrize(
+    ("change", "message"),
+    [
+        ({"methdos": {}}, "did you mean 'methods'"),
+        ({"methods": {"ram_pluss": {}}}, "did you mean 'ram_plus'"),
+        ({"methods": {"ram_plus": {"rr": [0.1]}}}, "did you mean 'r'"),
+        ({"methods": {"ties": {"density": [2.0]}}}, "out of range"),
+        ({"evaluate": "zooo"}, "is not one of"),
+        ({"evaluate": "python:mod"}, "python:MODULE:FUNCTION"),
+        ({"merge": {"seed": 3}}, "set by the sweep itself"),
+        ({"subsets": [[0, 7]]}, "distinct model indexes"),
+    ],
+)
+def test_bad_sweep_files_are_refused_clearly(tmp_path: Path, change: dict[str, object], message: str) -> None:
+    data = {"base": "b", "models": ["a1", "a2"], "methods": {"ram": {}}, "evaluate": "zoo", **change}
+    path = tmp_path / "s.yaml"
+    path.write_text(yaml.safe_dump(data))
+    with pytest.raises(ConfigError, match=message):
+        cfg = load_sweep(path)
+        trials(cfg, choose(cfg))
+
+
+def test_sweep_on_ray_records_keeps_the_best_and_resumes(
+    ray_runtime: None, tiny_family: tuple[Path, list[Path]], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    log = tmp_path / "calls.log"
+    path = write_sweep(tmp_path, tiny_family, seeds=[0, 1])
+    out = tmp_path / "out"
+    outcome = run_sweep(load_sweep(path), out, source=path, quiet=True)
+    records = Results(out / "results.jsonl").records()
+    assert outcome.ran == len(records) == 10  # (1 + 2 + 2) settings x 2 seeds
+    ok = [r for r in records if r["status"] == "ok"]
+    failed = [r for r in records if r["status"] == "failed"]
+    assert len(ok) == 8 and len(failed) == 2  # lambda 3.0 raises: recorded, and the sweep went on
+    assert failed[0]["error"] == "RuntimeError: lambda 3 is not allowed here"
+    for r in records:
+        assert {"trial", "method", "params", "models", "seed", "status", "metrics", "seconds"} <= set(r)
+    kept = [p.name for p in (out / "trials").iterdir()]
+    best = max(ok, key=lambda r: r["metrics"]["score"])
+    assert kept == [best["trial"]] and outcome.best is not None and outcome.best["trial"] == best["trial"]
+    page = (out / "results.md").read_text()
+    assert "± " in page and "Failed trials" in page and "methods.png" in page
+    assert (out / "methods.png").is_file()
+    calls = len(log.read_text().splitlines())
+    again = run_sweep(load_sweep(path), out, source=path, quiet=True)  # a rerun: nothing to do
+    assert again.ran == 0 and again.skipped == 10
+    assert len(Results(out / "results.jsonl").records()) == 10
+    assert len(log.read_text().splitlines()) == calls  # no trial evaluated again
+
+
+def test_optuna_search_runs_its_trials_and_resumes(
+    ray_runtime: None, tiny_family: tuple[Path, list[Path]], tmp_path: Path
+) -> None:
+    pytest.importorskip("optuna")
+    path = write_sweep(tmp_path, tiny_family, search={"kind": "optuna", "n_trials": 3, "seed": 0}, keep="none")
+    out = tmp_path / "out"
+    first = run_sweep(load_sweep(path), out, source=path, quiet=True)
+    assert 1 <= first.ran <= 3
+    assert not (out / "trials").exists() or not any((out / "trials").iterdir())  # keep: none
+    again = run_sweep(load_sweep(path), out, source=path, quiet=True)
+    assert again.ran == 0
+
+
+def test_sweep_without_ray_says_how_to_install_it(
+    tiny_family: tuple[Path, list[Path]],
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    path = write_sweep(tmp_path, tiny_family)
+    monkeypatch.setitem(sys.modules, "ray", None)
+    assert main(["sweep", str(path), "--out", str(tmp_path / "out"), "--quiet"]) == 2
+    assert "pip install 'agentmerge[sweep]'" in capsys.readouterr().err
+
+
+def test_killed_sweep_loses_only_running_trials(tiny_family: tuple[Path, list[Path]], tmp_path: Path) -> None:
+    """SIGKILL mid-sweep, then a rerun: every trial recorded exactly once, none evaluated twice."""
+    path = write_sweep(tmp_path, tiny_family, methods={"task_arithmetic": {"lambda": [0.2, 0.4, 0.6, 0.8, 1.0, 1.2]}})
+    out = tmp_path / "out"
+    log = tmp_path / "calls.log"
+    (tmp_path / "sleep.txt").write_text("1.5")
+    env = dict(os.environ)
+    cmd = [
+        sys.executable,
+        "-m",
+        "agentmerge",
+        "sweep",
+        str(path),
+        "--out",
+        str(out),
+        "--quiet",
+        "--max-concurrent",
+        "1",
+    ]
+    proc = subprocess.Popen(cmd, env=env, cwd=tmp_path, start_new_session=True, stderr=subprocess.PIPE)
+    deadline = time.time() + 180
+    while time.time() < deadline and len(Results(out / "results.jsonl").records()) < 2:
+        time.sleep(0.2)
+    os.killpg(proc.pid, signal.SIGKILL)
+    proc.wait()
+    before = Results(out / "results.jsonl").records()
+    assert 2 <= len(before) < 6, "the sweep finished before it could be killed; lengthen its sleep.txt"
+    (tmp_path / "sleep.txt").write_text("0")
+    done = subprocess.run(cmd, env=env, cwd=tmp_path, capture_output=True, text=True)
+    assert done.returncode == 0, done.stderr[-2000:]
+    after = Results(out / "results.jsonl").records()
+    ids = [r["trial"] for r in after]
+    assert len(ids) == len(set(ids)) == 6
+    assert after[: len(before)] == before  # recorded results untouched
+    evaluated = [json.loads(line) for line in log.read_text().splitlines()]
+    recorded_folders = {str(out / "trials" / r["trial"]) for r in before}
+    second_run = evaluated[len(evaluated) - (6 - len(before)) :]
+    assert not recorded_folders & set(second_run)  # nothing recorded was evaluated again
+    assert "best:" in done.stderr
+
+
+def test_first_line_of_a_config_error_in_a_trial(tmp_path: Path) -> None:
+    """A trial whose merge fails (missing model folder) is a failed record with the error's first line."""
+    from agentmerge.sweep.run import run_trial
+    from agentmerge.sweep.spec import trial_of
+
+    data = {
+        "base": str(tmp_path / "nope"),
+        "models": [str(tmp_path / "nope2")],
+        "methods": {"ram": {}},
+        "evaluate": "zoo",
+    }
+    cfg = sweep_from_dict(data)
+    trial = trial_of(cfg, choose(cfg)[0], 0)
+    record = run_trial(cfg.model_dump(mode="json"), trial, str(tmp_path / "t"), [])
+    assert record["status"] == "failed" and "nope" in record["error"] and "\n" not in record["error"]
+    assert not (tmp_path / "t").exists()
+
+
+def test_evaluator_results_are_checked() -> None:
+    from agentmerge.sweep.evaluators import checked
+
+    assert checked({"a": 1, "b": 0.5}, "f") == {"a": 1.0, "b": 0.5}
+    for bad in ({}, [1], {"a": float("nan")}, {"a": "x"}, {"a": True}):
+        with pytest.raises(ConfigError):
+            checked(bad, "f")
+
+
+def test_sweep_text_mentions_every_file_key() -> None:
+    """The module docstring's example is a valid sweep file (the documentation cannot drift)."""
+    import agentmerge.sweep.spec as spec
+
+    doc = spec.__doc__ or ""
+    example = yaml.safe_load(textwrap.dedent(doc.split("```yaml")[1].split("```")[0]))
+    cfg = sweep_from_dict(example)
+    assert len(trials(cfg, choose(cfg))) == 6
+
+
+def test_ram_plus_trials_find_their_statistics_counted(
+    tiny_family: tuple[Path, list[Path]], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Before a sweep starts, each input set of its RAM+ trials is counted once; the trials then count nothing."""
+    import shutil
+
+    from agentmerge import stream
+    from agentmerge.merge import merge
+    from agentmerge.sweep.run import _count_overlaps_once
+    from agentmerge.sweep.spec import merge_config
+
+    shutil.copytree(tiny_family[0].parent, tmp_path / "fam")  # files of this test's own
+    family = (tmp_path / "fam" / "base", [tmp_path / "fam" / a.name for a in tiny_family[1]])
+    cfg = load_sweep(write_sweep(tmp_path, family, subsets="pairs"))
+    seen: list[str] = []
+    task = stream._hist_task
+    monkeypatch.setattr(stream, "_hist_task", lambda inputs, name, *a: seen.append(name) or task(inputs, name, *a))
+    _count_overlaps_once(cfg, set(), quiet=True)
+    counted = len(seen)
+    assert counted > 0
+    for trial in trials(cfg, choose(cfg)):
+        if trial.setting.method == "ram_plus":
+            merge(merge_config(cfg, trial), tmp_path / "m" / trial.id, quiet=True)
+    assert len(seen) == counted  # three pairs, two values of r: no trial counted again
