@@ -225,7 +225,7 @@ def test_a_sweep_can_score_on_a_task_file(lms: dict[str, Path], tmp_path: Path) 
     assert default_objective(f"tasks:{tasks.name}") == "tasks_avg"
     score = resolve(f"tasks:{tasks.name}", search_path=[str(tmp_path)])  # relative to the sweep file's folder
     assert score(lms["agent_a"]) == {"tasks.sevens": 1.0, "tasks.threes": 0.0, "tasks_avg": 0.5}
-    with pytest.raises(ConfigError, match="tasks:FILE.jsonl"):
+    with pytest.raises(ConfigError, match=r"tasks:FILE\.jsonl"):
         resolve("task:x.jsonl")
     with pytest.raises(TaskFileError, match="cannot read"):
         resolve("tasks:missing.jsonl", search_path=[str(tmp_path)])
