@@ -69,3 +69,14 @@ def test_every_lazy_reference_of_the_table_resolves() -> None:
                 assert callable(value.get()), (m.name, f.name)
         assert m.compiled_at is None or isinstance(m.compiled, Compiled), m.name
     assert METHODS["ties"].compiled is not None and METHODS["della"].compiled is None
+
+
+def test_heavy_imports_pause_the_collector_only_while_importing() -> None:
+    import gc
+
+    from agentmerge.cli import heavy_imports
+
+    assert gc.isenabled()
+    with heavy_imports():
+        assert not gc.isenabled()
+    assert gc.isenabled()

@@ -388,11 +388,12 @@ def _eval_parser(sub: Any) -> None:
 
 def cmd_eval(args: argparse.Namespace) -> int:
     if args.suite == "zoo":
-        from agentmerge.zoo.cli import cmd_eval as zoo_eval
+        with heavy_imports():
+            from agentmerge.zoo.cli import cmd_eval as zoo_eval
+            from agentmerge.zoo.evaluate import evaluate as _  # noqa: F401  (torch, transformers)
 
         args.batch_size = args.batch_size or 250
-        with heavy_imports():
-            return zoo_eval(args)
+        return zoo_eval(args)
     if not args.tasks:
         raise ConfigError("eval: pass --tasks FILE.jsonl (your prompts and references) or --suite zoo")
     from agentmerge.taskfile import load_tasks
