@@ -316,7 +316,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     p.add_argument("--scale-agents", nargs="*", type=int, default=[2, 3, 5, 8], help="agent counts (first shape)")
     p.add_argument("--scale-methods", nargs="*", default=["ram", "ram_plus"], help="methods timed on every shape")
     p.add_argument("--max-memory", default="1GB", help="agentmerge --max-memory")
+    p.add_argument("--cli-startup", action="store_true", help="only time `agentmerge --help`, `methods`, an error")
     args = p.parse_args(argv)
+    if args.cli_startup:
+        for label, seconds in cli_startup_seconds(max(args.repeats, 5)).items():
+            print(f"| agentmerge {label} | {seconds:.3f} s |")
+        return 0
     if args.setup_mergekit:
         setup_mergekit(args.mk_venv)
         return 0
@@ -336,12 +341,29 @@ def main(argv: Sequence[str] | None = None) -> int:
     return 0
 
 
-STARTUP = "import gc; gc.disable(); import agentmerge.cli, agentmerge.merge, agentmerge.registry; gc.freeze()"
+STARTUP = "import gc; gc.disable(); import agentmerge.cli, agentmerge.merge, agentmerge.fused.ties; gc.freeze()"
 
 
 def startup_seconds(repeats: int) -> float:
     """Median wall time of a process that only imports what a merge imports (Python, torch, numba, agentmerge)."""
     return statistics.median(run_process([sys.executable, "-c", STARTUP]).seconds for _ in range(max(repeats, 1)))
+
+
+CLI_COMMANDS = {
+    "--help": ["--help"],
+    "methods": ["methods"],
+    "merge (a config error)": ["merge", "--method", "ram_pluss", "--base", "b", "--model", "a", "-o", "o"],
+}
+
+
+def cli_startup_seconds(repeats: int) -> dict[str, float]:
+    """Median wall time of the commands that answer without torch (target: under 0.3 s on an idle machine)."""
+    return {
+        label: statistics.median(
+            run_process([sys.executable, "-m", "agentmerge", *argv]).seconds for _ in range(repeats)
+        )
+        for label, argv in CLI_COMMANDS.items()
+    }
 
 
 def warm(folders: Sequence[Path], scratch: Path) -> None:
@@ -363,6 +385,8 @@ def run_benchmark(args: argparse.Namespace, mk: bool) -> dict[str, object]:
     most = max([3, *args.scale_agents]) if args.scale_agents else 3
     startup = startup_seconds(args.repeats)
     print(f"start-up (imports only): {startup:.2f} s", file=sys.stderr)
+    cli_startup = cli_startup_seconds(max(args.repeats, 5))
+    print(f"start-up of the commands without torch: {cli_startup}", file=sys.stderr)
     for shape in args.shapes:
         base, agents = family(args.work, shape, most if shape == first else 3)
         three = agents[:3]
@@ -414,6 +438,7 @@ def run_benchmark(args: argparse.Namespace, mk: bool) -> dict[str, object]:
         "fused": _fused_available(),
         "floors": floors,
         "startup_seconds": startup,
+        "cli_startup_seconds": cli_startup,
         "rows": [asdict(r) for r in rows],
         "differences": diffs,
     }

@@ -16,11 +16,11 @@ from agentmerge.checkpoint import (
     PlannedTensor,
     ShardWriter,
     atomic_output_dir,
-    parse_size,
     plan_shards,
     read_safetensors_header,
 )
 from agentmerge.errors import CheckpointError
+from agentmerge.units import parse_size
 
 
 def tensors() -> dict[str, torch.Tensor]:

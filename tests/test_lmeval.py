@@ -114,3 +114,80 @@ def test_not_a_model_folder(tmp_path: Path) -> None:
 
 def test_remote_code_is_off() -> None:
     assert model_args(Path("m"))["trust_remote_code"] is False
+
+
+@pytest.fixture
+def fake_lm_eval(monkeypatch: pytest.MonkeyPatch) -> list[dict[str, object]]:
+    """lm-eval's entry point replaced: records each simple_evaluate call and answers with two samples."""
+    import sys
+    import types
+
+    from agentmerge import lmeval
+
+    calls: list[dict[str, object]] = []
+
+    def simple_evaluate(**kwargs: object) -> dict[str, object]:
+        calls.append(kwargs)
+        samples = [{"doc_id": i, "arguments": ["<user>q</user>"], "resps": [["a"]], "exact_match": i} for i in (0, 1)]
+        return {
+            "results": {"mine": {"exact_match,none": 0.5}},
+            "samples": {"mine": samples} if kwargs["log_samples"] else {},
+        }
+
+    fake = types.ModuleType("lm_eval")
+    fake.simple_evaluate = simple_evaluate  # type: ignore[attr-defined]
+    tasks = types.ModuleType("lm_eval.tasks")
+    tasks.TaskManager = lambda include_path=None, include_defaults=True: types.SimpleNamespace(all_tasks=["mine"])  # type: ignore[attr-defined]
+    monkeypatch.setitem(sys.modules, "lm_eval", fake)
+    monkeypatch.setitem(sys.modules, "lm_eval.tasks", tasks)
+    monkeypatch.setattr(lmeval, "lm_eval_available", lambda: True)
+    return calls
+
+
+def test_chat_template_system_samples_and_generation_reach_lm_eval(
+    tmp_path: Path, fake_lm_eval: list[dict[str, object]], capsys: pytest.CaptureFixture[str]
+) -> None:
+    ckpt = tmp_path / "m"
+    ckpt.mkdir()
+    (ckpt / "config.json").write_text("{}")
+    (ckpt / "tokenizer_config.json").write_text(json.dumps({"chat_template": "{{ messages }}"}))
+    argv = ["lm-eval", str(ckpt), "--tasks", "mine", "--chat-template", "--system", "Answer briefly."]
+    argv += ["--gen-kwargs", "max_gen_toks=32,temperature=0", "--log-samples", str(tmp_path / "s")]
+    assert main(argv) == 0
+    call = fake_lm_eval[-1]
+    assert call["apply_chat_template"] is True and call["system_instruction"] == "Answer briefly."
+    assert call["gen_kwargs"] == "max_gen_toks=32,temperature=0" and call["log_samples"] is True
+    assert call["model"] == "hf"
+    out = capsys.readouterr()
+    samples = tmp_path / "s" / "samples_mine.jsonl"
+    assert f"samples: {samples}" in out.out and "| mine | exact_match,none | 0.5000 |" in out.out
+    assert [json.loads(line)["doc_id"] for line in samples.read_text().splitlines()] == [0, 1]
+    assert "chat template, not used" not in out.err
+    assert main(["lm-eval", str(ckpt), "--tasks", "mine"]) == 0  # without it: a note that the template is unused
+    assert fake_lm_eval[-1]["apply_chat_template"] is False and "chat template, not used" in capsys.readouterr().err
+
+
+def test_bad_generation_settings_and_missing_vllm(
+    tmp_path: Path, fake_lm_eval: list[dict[str, object]], capsys: pytest.CaptureFixture[str]
+) -> None:
+    import importlib.util
+
+    ckpt = tmp_path / "m"
+    ckpt.mkdir()
+    (ckpt / "config.json").write_text("{}")
+    assert main(["lm-eval", str(ckpt), "--tasks", "mine", "--gen-kwargs", "256"]) == 2
+    assert "write KEY=VALUE pairs" in capsys.readouterr().err
+    if importlib.util.find_spec("vllm") is None:
+        assert main(["lm-eval", str(ckpt), "--tasks", "mine", "--backend", "vllm"]) == 2
+        assert "pip install vllm" in capsys.readouterr().err
+    assert fake_lm_eval == []
+
+
+def test_without_lm_eval_the_hint_says_how_to_install(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from agentmerge import lmeval
+
+    monkeypatch.setattr(lmeval, "lm_eval_available", lambda: False)
+    assert main(["lm-eval", str(tmp_path), "--tasks", "x"]) == 2
+    assert "pip install 'agentmerge[eval]'" in capsys.readouterr().err

@@ -182,7 +182,7 @@ def test_existing_output_refused_unless_force(tiny_family: tuple[Path, list[Path
 def test_card_and_record(tiny_family: tuple[Path, list[Path]], tmp_path: Path) -> None:
     result = merge(family_config(tiny_family, "ram_plus"), tmp_path / "o", quiet=True)
     card = (tmp_path / "o" / "README.md").read_text()
-    assert card.startswith("---\nbase_model:") and "ram_plus" in card and "| agent0 |" in card
+    assert card.startswith("---\nlibrary_name:") and "ram_plus" in card and "| agent0 |" in card  # local: no base_model
     record = json.loads((tmp_path / "o" / "merge.json").read_text())
     assert record["config"]["method"] == "ram_plus"
     assert [a["name"] for a in record["probe"]] == ["agent0", "agent1", "agent2"]

@@ -58,13 +58,14 @@ def test_model_card_front_matter(tiny_family: tuple[Path, list[Path]], tmp_path:
     text = (tmp_path / "out" / "README.md").read_text()
     assert text.startswith("---\n")
     front = yaml.safe_load(text.split("---\n")[1])
-    assert front["base_model"] == str(tiny_family[0]) and front["library_name"] == "transformers"
+    assert "base_model" not in front and front["library_name"] == "transformers"  # a local base has no Hub id
     assert {"merge", "agentmerge", "ram_plus"} <= set(front["tags"])
-    # awkward paths and hub ids stay single valid YAML strings
-    for base in ['we:ird "name"\n#x', "Qwen/Qwen2.5-7B-Instruct"]:
-        cfg = MergeConfig(method="ram", base=base, models=[ModelSpec(path="a")])
-        card = model_card(cfg, result)
-        assert yaml.safe_load(card.split("---\n")[1])["base_model"] == base
+    # hub ids are valid YAML strings; an awkward local path stays out of the front matter
+    cfg = MergeConfig(method="ram", base="Qwen/Qwen2.5-7B-Instruct", models=[ModelSpec(path="a")])
+    assert yaml.safe_load(model_card(cfg, result).split("---\n")[1])["base_model"] == "Qwen/Qwen2.5-7B-Instruct"
+    cfg = MergeConfig(method="ram", base='we:ird "name"\n#x', models=[ModelSpec(path="org/a"), ModelSpec(path="b")])
+    front = yaml.safe_load(model_card(cfg, result).split("---\n")[1])
+    assert front["base_model"] == "org/a" and front["tags"][0] == "merge"
 
 
 def test_probe_plot_is_a_png(tiny_family: tuple[Path, list[Path]], tmp_path: Path) -> None:

@@ -1,25 +1,18 @@
-"""The ``agentmerge`` command (and ``python -m agentmerge``): the CLI, started without collector pauses.
+"""The ``agentmerge`` command (and ``python -m agentmerge``).
 
-Importing torch and numba creates about a million objects that live as long as the process. With the
-cyclic garbage collector on, Python walks them again and again while they load (about 0.3 s of a
-1.5 s start-up here); after loading, ``gc.freeze`` moves them out of the collector's sight, so later
-collections stay cheap too. Nothing else changes: the collector is on while the command runs.
+It imports only the command line; each command imports what it needs once its arguments are checked
+(``cli.heavy_imports``), so ``--help``, ``methods`` and input errors answer without loading torch.
 """
 
 from __future__ import annotations
 
-import gc
 import os
 import sys
 
 
 def main() -> int:
-    gc.disable()
-    try:
-        from agentmerge import cli, merge, registry  # noqa: F401  (the heavy imports of a merge, loaded up front)
-    finally:
-        gc.freeze()
-        gc.enable()
+    from agentmerge import cli
+
     try:
         return cli.main()
     except BrokenPipeError:  # the reader went away (``agentmerge methods | head``): stop quietly

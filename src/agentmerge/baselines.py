@@ -380,22 +380,6 @@ def fisher(c: Chunk) -> torch.Tensor:
 # --------------------------------------------------------------------------- parameter checks
 
 
-def check_dare(params: Params) -> None:
-    if float(params["p"]) >= 1.0:
-        raise ValueError(f"parameter 'p' = {params['p']} must be below 1 (1 drops everything)")
-
-
-def check_della(params: Params) -> None:
-    p, eps = float(params["p"]), float(params["eps"])
-    if p - eps / 2 < 0 or p + eps / 2 >= 1:
-        raise ValueError(f"della: drop probabilities p +- eps/2 = [{p - eps / 2}, {p + eps / 2}] must lie in [0, 1)")
-
-
-def check_crumbs(params: Params) -> None:
-    if float(params["density"]) + float(params["gamma"]) > 1.0:
-        raise ValueError("breadcrumbs: density + gamma must not exceed 1")
-
-
 # --------------------------------------------------------------------------- prepare hooks of the multi-chunk tensors
 
 ties_prepare = _ties_prepare(_raw_tau)

@@ -199,6 +199,11 @@ def _file_size(path: Path) -> int:
 # --------------------------------------------------------------------------- reading
 
 
+def is_hub_ref(ref: str | Path) -> bool:
+    """Whether ``ref`` names a Hugging Face Hub repository: ``org/name`` where no such local path exists."""
+    return not Path(ref).expanduser().exists() and bool(_HUB_ID.match(str(ref)))
+
+
 def resolve_model_path(ref: str | Path) -> Path:
     """A local folder (or single ``.safetensors`` file) as is; a hub id through huggingface_hub."""
     path = Path(ref).expanduser()
@@ -226,6 +231,7 @@ def resolve_model_path(ref: str | Path) -> Path:
 class Readable(Protocol):
     """What the engine reads a model through: a ``Checkpoint``, or a LoRA adapter on one (``lora.LoraModel``)."""
 
+    ref: str  # what the user named it by (a path, a hub id, MODEL+ADAPTER)
     path: Path
     folder: Path
     tensors: dict[str, TensorInfo]
@@ -418,18 +424,6 @@ class ShardPlan:
     header: bytes
     offsets: dict[str, int]
     size: int
-
-
-def parse_size(text: str | int) -> int:
-    """``"2GB"`` -> 2_000_000_000, ``"512MiB"`` -> 536_870_912, ``1000`` -> 1000."""
-    if isinstance(text, int):
-        return text
-    m = re.fullmatch(r"\s*([0-9]*\.?[0-9]+)\s*([KMGT]?)(I?)B?\s*", text.upper())
-    if not m:
-        raise ValueError(f"cannot read size {text!r}; write e.g. 5GB, 500MB or 2GiB")
-    number, unit, binary = float(m.group(1)), m.group(2), m.group(3)
-    base = 1024 if binary else 1000
-    return int(number * base ** " KMGT".index(unit or " "))
 
 
 def plan_shards(tensors: Sequence[PlannedTensor], max_shard_size: int) -> list[ShardPlan]:

@@ -30,11 +30,11 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
-from agentmerge.checkpoint import dtype_from_name, parse_size
 from agentmerge.errors import ConfigError
 from agentmerge.mergekit_compat import from_mergekit, is_mergekit
 from agentmerge.registry import METHODS
 from agentmerge.spec import Method, ParamValue
+from agentmerge.units import check_dtype_name, parse_size
 from agentmerge.userinput import did_you_mean, read_yaml
 
 
@@ -91,7 +91,7 @@ class MergeConfig(_Frozen):
     @classmethod
     def _known_dtype(cls, v: str | None) -> str | None:
         if v is not None:
-            dtype_from_name(v)
+            check_dtype_name(v)
         return v
 
     @field_validator("max_shard_size", "max_memory")

@@ -32,10 +32,10 @@ from agentmerge.checkpoint import (
     PlannedTensor,
     ShardWriter,
     dtype_from_name,
-    parse_size,
     plan_shards,
 )
 from agentmerge.errors import AgentMergeError
+from agentmerge.units import parse_size
 
 
 @dataclass(frozen=True)

@@ -17,7 +17,7 @@ import torch
 
 import agentmerge
 from agentmerge.cache import cache_dir, file_key, load_store, save_store
-from agentmerge.checkpoint import Readable
+from agentmerge.checkpoint import Readable, is_hub_ref
 from agentmerge.config import MergeConfig
 from agentmerge.probe import AgentStats, agent_stats
 from agentmerge.spec import ParamValue
@@ -64,7 +64,7 @@ def reproducibility_record(
     sums = (hashes or InputHashes([f for c in checkpoints for f in c.weight_files])).result()
     files = {}
     for ckpt in checkpoints:
-        files[str(ckpt.path)] = [
+        files[input_ref(ckpt.ref)] = [
             {"file": f.name, "bytes": f.stat().st_size, "sha256": sums.get(str(f))} for f in ckpt.weight_files
         ]
     return {
@@ -72,12 +72,67 @@ def reproducibility_record(
         "torch": torch.__version__,
         "python": platform.python_version(),
         "created": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
-        "config": cfg.model_dump(mode="json"),
+        "config": recorded_config(cfg),
         "resolved_params": result.params,
         "inputs": files,
         "probe": [a.__dict__ | {"rho": a.rho if a.rho != float("inf") else "inf"} for a in result.agents() or []],
         "seconds": round(result.seconds, 3),
     }
+
+
+def input_ref(ref: str) -> str:
+    """How merge.json and the model card name an input: its Hub id, else its absolute path (never cwd-relative)."""
+    return ref if is_hub_ref(ref) else str(Path(ref).expanduser().resolve())
+
+
+def recorded_config(cfg: MergeConfig) -> dict[str, Any]:
+    """The resolved configuration with every input named by ``input_ref``."""
+    data = cfg.model_dump(mode="json")
+    for key in ("base", "tokenizer_source"):
+        if data.get(key):
+            data[key] = input_ref(data[key])
+    for model in data["models"]:
+        model["path"] = input_ref(model["path"])
+        if model.get("fisher"):
+            model["fisher"] = input_ref(model["fisher"])
+    return data
+
+
+def hub_ids(cfg: MergeConfig) -> list[str]:
+    """The inputs (base first, then the models) that came from the Hugging Face Hub."""
+    refs = ([cfg.base] if cfg.base else []) + [m.path for m in cfg.models]
+    return list(dict.fromkeys(r for r in refs if is_hub_ref(r)))
+
+
+def duplicate_inputs(cfg: MergeConfig, record: dict[str, Any]) -> list[str]:
+    """Warnings for models given twice: the same folder (after resolving links), or the same weight files."""
+    warnings = []
+    seen: dict[str, str] = {}
+    by_files: dict[tuple[str, ...], str] = {}
+    if cfg.base:
+        seen[input_ref(cfg.base)] = cfg.base
+        by_files[_file_sums(record, input_ref(cfg.base))] = cfg.base
+    for m in cfg.models:
+        ref = input_ref(m.path)
+        if cfg.base and seen.get(ref) == cfg.base:
+            warnings.append(f"{m.path} is the base as well: its task vector is zero")
+            continue
+        if ref in seen:
+            warnings.append(f"{m.path} is given twice as a model ({seen[ref]} and {m.path}): it counts as two agents")
+            continue
+        seen[ref] = m.path
+        sums = _file_sums(record, ref)
+        if sums and sums in by_files:
+            what = "the base's weights" if by_files[sums] == cfg.base else f"the same weights as {by_files[sums]}"
+            warnings.append(f"{m.path} holds {what} (same sha256)")
+        by_files.setdefault(sums, m.path)
+    return warnings
+
+
+def _file_sums(record: dict[str, Any], ref: str) -> tuple[str, ...]:
+    """The sha256 of an input's weight files as merge.json records them; () when unknown or not hashed."""
+    sums = tuple(str(f.get("sha256")) for f in record.get("inputs", {}).get(ref, []))
+    return sums if sums and "None" not in sums else ()
 
 
 # --------------------------------------------------------------------------- input hashes

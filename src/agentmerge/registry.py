@@ -2,7 +2,10 @@
 
 ``METHODS`` is the only registry: the config, the CLI (`agentmerge methods`), the driver and the
 mergekit translation all read it. A method's reference kernel lives in ``methods.py`` (RAM family,
-linear, task arithmetic) or ``baselines.py``; its compiled twin, when it has one, in ``fused/``.
+linear, task arithmetic) or ``baselines.py``; its compiled twin, when it has one, in ``fused/``. The
+entries name them as ``Lazy`` references (``rm("ram")`` is ``agentmerge.methods:ram``), imported on first
+use: the table itself, and everything that only reads it (`agentmerge methods`, config checks), loads
+without torch or numba.
 ``MERGEKIT`` below maps mergekit's method names onto these entries.
 """
 
@@ -12,12 +15,30 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from types import MappingProxyType
 
-from agentmerge import baselines as bl
-from agentmerge import methods as rm
-from agentmerge.fused import kernels as fk
-from agentmerge.fused.ties import TiesForm, family
-from agentmerge.spec import EPSILON, Method, Param
-from agentmerge.stats import stat_blocks
+from agentmerge.spec import EPSILON, Lazy, Method, Param, Params
+
+
+def rm(name: str) -> Lazy:
+    """A reference kernel (or hook) of ``methods.py``, imported on first use."""
+    return Lazy(f"agentmerge.methods:{name}")
+
+
+def bl(name: str) -> Lazy:
+    """A reference kernel (or hook) of ``baselines.py``, imported on first use."""
+    return Lazy(f"agentmerge.baselines:{name}")
+
+
+def fk(name: str) -> Lazy:
+    """A compiled form (``Compiled``) in ``fused/kernels.py`` (RAM family, linear, task arithmetic)."""
+    return Lazy(f"agentmerge.fused.kernels:{name}")
+
+
+def ft(name: str) -> Lazy:
+    """A compiled form (``Compiled``) of the TIES family in ``fused/ties.py``."""
+    return Lazy(f"agentmerge.fused.ties:{name}")
+
+
+STAT_BLOCKS = Lazy("agentmerge.stats:stat_blocks")
 
 # --------------------------------------------------------------------------- shared parameters
 
@@ -39,22 +60,47 @@ RAM_PLUS_PARAMS = (
     Param("scope", "global", "rho counted over the whole model (global) or per tensor", choices=("global", "tensor")),
 )
 
+# --------------------------------------------------------------------------- cross-parameter checks
+
+
+def check_dare(params: Params) -> None:
+    if float(params["p"]) >= 1.0:
+        raise ValueError(f"parameter 'p' = {params['p']} must be below 1 (1 drops everything)")
+
+
+def check_della(params: Params) -> None:
+    p, eps = float(params["p"]), float(params["eps"])
+    if p - eps / 2 < 0 or p + eps / 2 >= 1:
+        raise ValueError(f"della: drop probabilities p +- eps/2 = [{p - eps / 2}, {p + eps / 2}] must lie in [0, 1)")
+
+
+def check_crumbs(params: Params) -> None:
+    if float(params["density"]) + float(params["gamma"]) > 1.0:
+        raise ValueError("breadcrumbs: density + gamma must not exceed 1")
+
+
 # --------------------------------------------------------------------------- the table
 
 _ALL = (
-    Method("ram", "RAM: mean where 2+ agents updated, unique updates kept whole", rm.ram, (EPSILON,), compiled=fk.RAM),
+    Method(
+        "ram",
+        "RAM: mean where 2+ agents updated, unique updates kept whole",
+        rm("ram"),
+        (EPSILON,),
+        compiled_at=fk("RAM"),
+    ),
     Method(
         "ram_plus",
         "RAM+: RAM with each agent's unique updates scaled up by its overlap-unique ratio",
-        rm.ram_plus,
+        rm("ram_plus"),
         RAM_PLUS_PARAMS,
         needs_model_stats=True,
-        compiled=fk.RAM_PLUS,
+        compiled_at=fk("RAM_PLUS"),
     ),
     Method(
         "unique_only",
         "dilution ablation: base + scale * (one agent's unique updates only)",
-        rm.unique_only,
+        rm("unique_only"),
         (
             EPSILON,
             Param("agent", 0, "index of the agent whose unique updates are kept", low=0),
@@ -62,62 +108,67 @@ _ALL = (
         ),
     ),
     Method(
-        "linear", "weighted average of the models", rm.linear, uses_weights=True, needs_base=False, compiled=fk.LINEAR
+        "linear",
+        "weighted average of the models",
+        rm("linear"),
+        uses_weights=True,
+        needs_base=False,
+        compiled_at=fk("LINEAR"),
     ),
     Method(
         "task_arithmetic",
         "base + lambda * sum of weighted task vectors",
-        rm.task_arithmetic,
+        rm("task_arithmetic"),
         (Param("lambda", 1.0, "scaling coefficient of the summed task vectors"),),
         uses_weights=True,
-        compiled=fk.TASK_ARITHMETIC,
+        compiled_at=fk("TASK_ARITHMETIC"),
     ),
     Method(
         "ties",
         "TIES: trim to top-density magnitudes, elect signs by mass, disjoint mean",
-        bl.ties,
+        bl("ties"),
         (DENSITY, LAMBDA),
         uses_weights=True,
-        prepare=bl.ties_prepare,
-        compiled=family(TiesForm(drop=False, elect=True, trim=True)),
+        prepare=bl("ties_prepare"),
+        compiled_at=ft("TIES"),
     ),
     Method(
         "dare_linear",
         "DARE + task arithmetic: random drop with rescale, then lambda * weighted sum",
-        bl.dare_linear,
+        bl("dare_linear"),
         (DROP, LAMBDA),
         uses_weights=True,
-        validate=bl.check_dare,
-        compiled=family(TiesForm(drop=True, elect=False, trim=False)),
+        validate=check_dare,
+        compiled_at=ft("DARE_LINEAR"),
     ),
     Method(
         "dare_ties",
         "DARE + TIES: random drop with rescale, then (optional trim,) sign election and disjoint mean",
-        bl.dare_ties,
+        bl("dare_ties"),
         (DROP, Param("density", 1.0, "TIES trim after the drop (1: none)", 0.0, 1.0, per_model=True), LAMBDA),
         uses_weights=True,
-        prepare=bl.dare_ties_prepare,
-        validate=bl.check_dare,
-        compiled=family(TiesForm(drop=True, elect=True, trim=True)),
+        prepare=bl("dare_ties_prepare"),
+        validate=check_dare,
+        compiled_at=ft("DARE_TIES"),
     ),
     Method(
         "breadcrumbs",
         "Model Breadcrumbs: drop the largest gamma and smallest magnitudes, keep density; task arithmetic",
-        bl.breadcrumbs,
+        bl("breadcrumbs"),
         (
             Param("density", 0.9, "fraction of each agent's entries kept per tensor", 0.0, 1.0, per_model=True),
             Param("gamma", 0.01, "fraction of largest-magnitude entries dropped", 0.0, 1.0, per_model=True),
             LAMBDA,
         ),
         uses_weights=True,
-        prepare=bl.breadcrumbs_prepare,
-        validate=bl.check_crumbs,
-        compiled=family(TiesForm(drop=False, elect=False, trim=True, ranks=bl.crumb_ranks, always=True)),
+        prepare=bl("breadcrumbs_prepare"),
+        validate=check_crumbs,
+        compiled_at=ft("BREADCRUMBS"),
     ),
     Method(
         "della",
         "DELLA: magnitude-ranked random drop per row with rescale, sign election, disjoint mean",
-        bl.della,
+        bl("della"),
         (
             Param("p", 0.5, "mean drop probability", 0.0, 1.0, per_model=True),
             Param(
@@ -131,20 +182,20 @@ _ALL = (
             LAMBDA,
         ),
         uses_weights=True,
-        chunk_multiple=bl.row_length,
-        validate=bl.check_della,
+        chunk_multiple=bl("row_length"),
+        validate=check_della,
     ),
     Method(
         "model_stock",
         "Model Stock: average of the models pulled toward the base by their task vectors' mean cosine",
-        bl.model_stock,
-        prepare=bl.model_stock_prepare,
-        chunk_multiple=stat_blocks,
+        bl("model_stock"),
+        prepare=bl("model_stock_prepare"),
+        chunk_multiple=STAT_BLOCKS,
     ),
     Method(
         "slerp",
         "spherical interpolation of two models' weights per tensor (lerp when nearly colinear)",
-        bl.slerp,
+        bl("slerp"),
         (
             Param("t", 0.5, "interpolation: 0 gives the first model, 1 the second", 0.0, 1.0),
             Param("colinear", 0.9995, "|cos| above which plain linear interpolation is used", 0.0, 1.0),
@@ -152,26 +203,26 @@ _ALL = (
         min_models=2,
         max_models=2,
         needs_base=False,
-        prepare=bl.slerp_prepare,
-        chunk_multiple=stat_blocks,
+        prepare=bl("slerp_prepare"),
+        chunk_multiple=STAT_BLOCKS,
     ),
     Method(
         "ram_ties",
         "RAM authors' arm-ties: unique updates kept whole, TIES (keep fraction) on the shared region",
-        bl.ram_ties,
+        bl("ram_ties"),
         (
             EPSILON,
             Param(
                 "keep", 0.1, "fraction of the shared region each agent keeps, by magnitude", 0.0, 1.0, per_model=True
             ),
         ),
-        prepare=bl.ram_ties_prepare,
-        compiled=family(TiesForm(drop=False, elect=True, trim=True, ranks=bl.keep_ranks, always=True, region=True)),
+        prepare=bl("ram_ties_prepare"),
+        compiled_at=ft("RAM_TIES"),
     ),
     Method(
         "fisher",
         "diagonal Fisher merging: sum_i w_i F_i theta_i / sum_i w_i F_i",
-        bl.fisher,
+        bl("fisher"),
         (
             Param(
                 "floor",

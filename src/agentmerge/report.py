@@ -4,13 +4,16 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import agentmerge
 from agentmerge.config import MergeConfig
 from agentmerge.probe import AgentStats, ProbeResult
-from agentmerge.provenance import MergeResult
-from agentmerge.spec import EPSILON_DEFAULT
+from agentmerge.provenance import MergeResult, hub_ids, input_ref
+from agentmerge.spec import EPSILON_DEFAULT, ParamValue
+
+if TYPE_CHECKING:
+    from agentmerge.evaluation import EvalRun
 
 
 def _pct(x: float) -> str:
@@ -108,10 +111,16 @@ def _layer_heatmap(fig: Any, ax: Any, p: ProbeResult, names: list[str]) -> None:
 
 def model_card(cfg: MergeConfig, result: MergeResult) -> str:
     """README.md for the merged model, with front matter the Hugging Face hub reads."""
-    base = cfg.base or cfg.models[0].path
-    front = [
-        "---",
-        f"base_model: {json.dumps(base)}",
+    base = input_ref(cfg.base or cfg.models[0].path)
+    hub = hub_ids(cfg)
+    front = ["---"]
+    if hub:  # the Hub reads base_model as repository ids only
+        front += (
+            [f"base_model: {json.dumps(hub[0])}"]
+            if len(hub) == 1
+            else ["base_model:", *[f"- {json.dumps(h)}" for h in hub]]
+        )
+    front += [
         "library_name: transformers",
         "tags:",
         "- merge",
@@ -125,7 +134,7 @@ def model_card(cfg: MergeConfig, result: MergeResult) -> str:
         f"# Merged with agentmerge ({cfg.method})\n",
         f"Method: **{cfg.method}** — {cfg.spec.summary}. Parameters: {params}.\n",
         f"Base: `{base}`\n\nModels:\n",
-        *[f"- `{m.path}`" + (f" (weight {m.weight:g})" if m.weight != 1.0 else "") for m in cfg.models],
+        *[f"- `{input_ref(m.path)}`" + (f" (weight {m.weight:g})" if m.weight != 1.0 else "") for m in cfg.models],
         "",
         f"Output dtype: {cfg.dtype or 'as the base'}; {result.merged_tensors} of {result.tensors} tensors merged; "
         f"seed {cfg.seed}; agentmerge {agentmerge.__version__}.\n",
@@ -139,3 +148,139 @@ def model_card(cfg: MergeConfig, result: MergeResult) -> str:
         ]
     body.append("The resolved configuration and the input files are recorded in `merge.json`.\n")
     return "\n".join(front + body)
+
+
+# --------------------------------------------------------------------------- what a merge did, on stderr
+
+# (method, parameter) -> why its default usually needs tuning when more than one model is merged
+TUNE_HINTS = {
+    ("task_arithmetic", "lambda"): "lambda = 1 adds every task vector whole; try 1/N to 0.5 or a small sweep",
+    ("dare_linear", "lambda"): "lambda = 1 adds every rescaled task vector whole; try 1/N to 0.5 or a sweep",
+    ("breadcrumbs", "lambda"): "lambda = 1 adds every pruned task vector whole; try 1/N to 0.5 or a sweep",
+}
+
+
+def merge_summary(cfg: MergeConfig, result: MergeResult, warnings: list[str]) -> str:
+    """A few lines: per agent density, unique share, rho and lambda; the regions; then every warning."""
+    lines = [f"merged {len(cfg.models)} models with {cfg.method} into {result.out_dir} in {result.seconds:.1f} s"]
+    agents = result.agents()
+    if agents and result.numel:
+        lines += _agent_lines(cfg, result, agents)
+        lines.append(_regions_line(result))
+    lines += [f"warning: {w}" for w in warnings + tuning_warnings(cfg)]
+    return "\n".join(lines)
+
+
+def _agent_lines(cfg: MergeConfig, result: MergeResult, agents: list[AgentStats]) -> list[str]:
+    from agentmerge.methods import ram_lambda
+
+    plus = cfg.method == "ram_plus" and result.params.get("scope") == "global"
+    lines = []
+    for a in agents:
+        line = (
+            f"  {a.name}: density {_pct(a.density)} %, unique {_pct(a.overlap[0])} % of its updates, rho {_rho(a.rho)}"
+        )
+        if plus:
+            line += f", lambda {ram_lambda(a.rho, result.params):.4f}"
+        lines.append(line)
+    if plus:
+        bound = lambda_bound(result.params)
+        at_bound = [a.name for a in agents if ram_lambda(a.rho, result.params) == bound[1]]
+        if len(at_bound) == len(agents):
+            lines.append(
+                f"  every lambda sits at its clip bound ({bound[0]}): RAM+ here is RAM with unique updates "
+                f"scaled by the constant {bound[1]:g}"
+            )
+        elif at_bound:
+            lines.append(f"  lambda at its clip bound ({bound[0]}) for {', '.join(at_bound)}")
+    elif cfg.method == "ram_plus":
+        lines.append("  lambda per tensor (scope: tensor); merge.json has the overlap statistics")
+    return lines
+
+
+def lambda_bound(params: dict[str, ParamValue]) -> tuple[str, float]:
+    """RAM+'s largest lambda and when it is reached (``rho >= alpha`` in the paper form)."""
+    if params.get("form", "paper") == "authors":
+        return "rho >= 1", float(params["rescale_factor"])
+    return f"rho >= alpha = {params['alpha']:g}", 1.0 + float(params["r"]) * float(params["alpha"])
+
+
+def _regions_line(result: MergeResult) -> str:
+    """Elements updated by no agent, by exactly one, by two or more (over the merged tensors)."""
+    hist = result.model_hist or []
+    unique = sum(row[0] for row in hist)
+    shared = sum(row[k] / (k + 1) for row in hist for k in range(1, len(row)))
+    n = result.numel
+    return (
+        f"  elements: {_pct((n - unique - shared) / n)} % untouched, {_pct(unique / n)} % unique to one agent, "
+        f"{_pct(shared / n)} % shared by 2+"
+    )
+
+
+def tuning_warnings(cfg: MergeConfig) -> list[str]:
+    """Parameters left at a default that usually needs tuning for this many models."""
+    out = []
+    for (method, name), why in TUNE_HINTS.items():
+        if cfg.method == method and len(cfg.models) > 1 and name not in cfg.params:
+            out.append(
+                f"{method}: {name} left at its default with {len(cfg.models)} models; {why} (--param {name}=...)"
+            )
+    return out
+
+
+# --------------------------------------------------------------------------- evaluation on the user's tasks
+
+
+def percent(mean: float, se: float) -> str:
+    """``0.725, 0.05`` -> ``72.5 % ± 5.0``."""
+    return f"{100 * mean:.1f} % ± {100 * se:.1f}"
+
+
+def eval_markdown(run: EvalRun, samples: bool = True) -> str:
+    """Scores (percent of outputs that match, ± standard error) per task and checkpoint; shares; samples."""
+    cks = run.checkpoints
+    head = ["task", "n", *[f"{c.label} ({c.role})" if c.role != "model" else c.label for c in cks]]
+    lines = ["| " + " | ".join(head) + " |", "|---|" + "---:|" * (len(head) - 1)]
+    for t in run.tasks:
+        lines.append(f"| {t} | {cks[0].count[t]} | " + " | ".join(percent(c.mean[t], c.se[t]) for c in cks) + " |")
+    if len(run.tasks) > 1:
+        means = [sum(c.mean.values()) / len(c.mean) for c in cks]
+        lines.append("| mean of tasks | | " + " | ".join(f"{100 * m:.1f} %" for m in means) + " |")
+    plain = [c.label for c in cks if not c.chat_template]
+    if plain:
+        lines.append(f"\nPrompts used as written (no chat template) for: {', '.join(plain)}.")
+    lines += _shares_markdown(run.shares())
+    if samples:
+        lines += _samples_markdown(run)
+    return "\n".join(lines) + "\n"
+
+
+def _shares_markdown(shares: list[dict[str, Any]]) -> list[str]:
+    if not shares:
+        return []
+    lines = [
+        "",
+        "Share of gain kept: (merge - base) / (specialist - base), averaged over the specialist's tasks "
+        "(those where it gains the most over the base).",
+        "",
+        "| merge | specialist | its tasks | share of gain kept |",
+        "|---|---|---|---:|",
+    ]
+    for s in shares:
+        lines.append(f"| {s['merge']} | {s['specialist']} | {', '.join(s['tasks'])} | {100 * s['share']:.0f} % |")
+    return lines
+
+
+def _samples_markdown(run: EvalRun) -> list[str]:
+    lines: list[str] = []
+    for c in run.checkpoints:
+        for s in c.samples:
+            mark = "correct" if s.correct else "wrong"
+            lines += [
+                "",
+                f"**{c.label} / {s.task}** ({mark})",
+                f"- prompt: {json.dumps(s.prompt, ensure_ascii=False)}",
+                f"- output: {json.dumps(s.output, ensure_ascii=False)}",
+                f"- reference: {json.dumps(s.reference, ensure_ascii=False)}",
+            ]
+    return lines

@@ -13,12 +13,15 @@ overlap statistics and the RAM+ ratio all read it from ``ChunkSpec.eps`` / ``upd
 
 from __future__ import annotations
 
+import functools
+import importlib
 import math
 from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field, fields
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-import torch
+if TYPE_CHECKING:  # annotations only: this module, and the method table built from it, load without torch
+    import torch
 
 ParamValue = float | int | str | bool
 Params = Mapping[str, ParamValue]
@@ -163,7 +166,7 @@ class CompiledResult:
 
 
 # (ref [E], models [N, E] as stored, spec, out [E] float32 buffer) -> CompiledResult
-CompiledKernel = Callable[[torch.Tensor, torch.Tensor, ChunkSpec, torch.Tensor], CompiledResult]
+CompiledKernel = Callable[["torch.Tensor", "torch.Tensor", ChunkSpec, "torch.Tensor"], CompiledResult]
 
 
 @dataclass(frozen=True)
@@ -190,12 +193,35 @@ class Compiled:
 
 
 @dataclass(frozen=True)
+class Lazy:
+    """An object named ``"module:name"``, imported the first time it is used.
+
+    The method table refers to its kernels this way, so listing methods or checking a config imports
+    neither torch nor numba; calling a ``Lazy`` function imports its module (once) and calls it.
+    """
+
+    target: str  # e.g. "agentmerge.methods:ram"
+
+    def get(self) -> Any:
+        return _load(self.target)
+
+    def __call__(self, *args: Any, **kwargs: Any) -> Any:
+        return _load(self.target)(*args, **kwargs)
+
+
+@functools.cache
+def _load(target: str) -> Any:
+    module, _, name = target.partition(":")
+    return getattr(importlib.import_module(module), name)
+
+
+@dataclass(frozen=True)
 class Method:
     """A merge method: its kernel, its parameters and what the driver must provide it."""
 
     name: str
     summary: str
-    kernel: Callable[[Chunk], torch.Tensor]
+    kernel: Callable[[Chunk], torch.Tensor]  # usually a ``Lazy``: imported on first call
     params: tuple[Param, ...] = ()
     needs_model_stats: bool = False  # run the overlap statistics pass over the whole model first
     uses_weights: bool = False
@@ -208,7 +234,16 @@ class Method:
     # chunks of a tensor of this shape start on multiples of this (e.g. whole rows); None: any
     chunk_multiple: Callable[[tuple[int, ...]], int] | None = None
     validate: Callable[[Params], None] | None = None  # cross-parameter check (ValueError)
-    compiled: Compiled | None = None  # the fused kernel, when there is one
+    compiled_at: Lazy | None = None  # where its compiled form (a ``Compiled``) lives, when it has one
+
+    @property
+    def compiled(self) -> Compiled | None:
+        """The fused kernel (imports ``agentmerge.fused`` on first use), or None."""
+        if self.compiled_at is None:
+            return None
+        form = self.compiled_at.get()
+        assert isinstance(form, Compiled), self.compiled_at
+        return form
 
     def defaults(self) -> dict[str, ParamValue]:
         return {p.name: p.default for p in self.params}

@@ -11,16 +11,14 @@ import torch
 from safetensors.torch import load_file
 from transformers import AutoModelForCausalLM, AutoTokenizer
 
+from agentmerge.cli import build_parser
 from agentmerge.zoo.build import build_zoo
-from agentmerge.zoo.cli import register
 from agentmerge.zoo.config import DOMAINS, smoke_config
 from agentmerge.zoo.modeling import read_stage
 
 
 def _parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="agentmerge")
-    register(parser.add_subparsers(dest="command", required=True))
-    return parser
+    return build_parser()  # zoo build/bench come from agentmerge.zoo.cli.register, eval is the main parser's
 
 
 def _run(*argv: str) -> int:
@@ -60,10 +58,12 @@ def test_build_is_resumable(zoo: Path) -> None:
     assert before == {d: read_stage(zoo / "seed0" / f"agent_{d}")["seconds"] for d in DOMAINS}
 
 
-def test_eval_cli_writes_json(zoo: Path, tmp_path: Path) -> None:
+def test_eval_cli_writes_json(zoo: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     out = tmp_path / "eval.json"
     ckpt = str(zoo / "seed0" / "base")
     assert _run("eval", ckpt, "--suite", "zoo", "--n", "8", "--json", str(out), "--quiet", "--threads", "1") == 0
+    line = next(x for x in capsys.readouterr().out.splitlines() if "reverse.char" in x)
+    assert " % ± " in line and "(n=8)" in line  # percent, with its sign
     report = json.loads(out.read_text())
     assert set(report["metrics"]) >= {"code.exact", "tool.f1", "memory.long", "reverse.char"}
     assert all(0.0 <= v <= 1.0 for v in report["metrics"].values())

@@ -22,7 +22,7 @@ from typing import Any
 import numpy as np
 import torch
 
-from agentmerge.baselines import agent_values, all_dense, f32_at_least, top_ranks
+from agentmerge.baselines import agent_values, all_dense, crumb_ranks, f32_at_least, keep_ranks, top_ranks
 from agentmerge.fused.kernels import RawChunk, f32, output, raw_chunk
 from agentmerge.fused.rng import seeded_uniform
 from agentmerge.fused.ties_loops import lower_loop, ties_loop, upper_loop
@@ -180,3 +180,11 @@ def family(form: TiesForm) -> Compiled:
         return CompiledResult(merged, torch.from_numpy(patterns), not bad)
 
     return Compiled(kernel, threshold_rounds(form))
+
+
+# the compiled entries of the registry (``registry.fk``): one per member of the family
+TIES = family(TiesForm(drop=False, elect=True, trim=True))
+DARE_LINEAR = family(TiesForm(drop=True, elect=False, trim=False))
+DARE_TIES = family(TiesForm(drop=True, elect=True, trim=True))
+BREADCRUMBS = family(TiesForm(drop=False, elect=False, trim=True, ranks=crumb_ranks, always=True))
+RAM_TIES = family(TiesForm(drop=False, elect=True, trim=True, ranks=keep_ranks, always=True, region=True))

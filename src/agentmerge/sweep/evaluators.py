@@ -3,6 +3,9 @@
 - ``zoo`` (``zoo:test``, ``zoo:validation``; default validation, the split to tune on): the zoo suite's
   metrics and ``agentic_avg``, their mean over the trained domains (the default objective).
 - ``lm-eval:T1,T2``: lm-evaluation-harness tasks; metrics named ``task.metric``.
+- ``tasks:FILE.jsonl``: the user's own task file (docs/evaluate.md), greedy in the chat template; metrics
+  ``tasks.<task>`` (share right) and ``tasks_avg``, their mean (the default objective). A relative FILE is
+  looked up in the sweep file's folder first.
 - ``python:MODULE:FUNCTION``: ``FUNCTION(path_to_merged_folder)`` returns ``{metric: float}``; MODULE is
   imported from the sweep file's folder, the current folder or the installed packages.
 """
@@ -19,18 +22,22 @@ from typing import Any
 from agentmerge.errors import ConfigError
 
 Evaluator = Callable[[Path], dict[str, float]]
-KINDS = ("zoo", "lm-eval", "python")
+KINDS = ("zoo", "lm-eval", "python", "tasks")
 
 
 def parse(spec: str) -> tuple[str, str]:
     """``"lm-eval:hellaswag"`` -> ``("lm-eval", "hellaswag")``; a ``ConfigError`` for anything else."""
     kind, _, arg = spec.partition(":")
     if kind not in KINDS:
-        raise ConfigError(f"evaluate: {spec!r} is not one of zoo, lm-eval:TASKS, python:MODULE:FUNCTION")
+        raise ConfigError(
+            f"evaluate: {spec!r} is not one of zoo, lm-eval:TASKS, python:MODULE:FUNCTION, tasks:FILE.jsonl"
+        )
     if kind == "python" and arg.count(":") != 1:
         raise ConfigError(f"evaluate: {spec!r}: write python:MODULE:FUNCTION")
     if kind == "lm-eval" and not arg:
         raise ConfigError(f"evaluate: {spec!r}: name the tasks, e.g. lm-eval:hellaswag,arc_easy")
+    if kind == "tasks" and not arg:
+        raise ConfigError(f"evaluate: {spec!r}: name the task file, e.g. tasks:my-tasks.jsonl")
     if kind == "zoo" and arg not in ("", "test", "validation"):
         raise ConfigError(f"evaluate: {spec!r}: the zoo's splits are test and validation")
     return kind, arg
@@ -38,7 +45,8 @@ def parse(spec: str) -> tuple[str, str]:
 
 def default_objective(spec: str) -> str | None:
     """The metric a sweep ranks by when the file names none (None: the only metric, whatever it is)."""
-    return "agentic_avg" if parse(spec)[0] == "zoo" else None
+    kind = parse(spec)[0]
+    return "agentic_avg" if kind == "zoo" else "tasks_avg" if kind == "tasks" else None
 
 
 def resolve(spec: str, search_path: Sequence[str] = (), threads: int = 1) -> Evaluator:
@@ -49,6 +57,8 @@ def resolve(spec: str, search_path: Sequence[str] = (), threads: int = 1) -> Eva
     if kind == "lm-eval":
         tasks = [t for t in arg.split(",") if t]
         return lambda folder: _lm_eval(folder, tasks)
+    if kind == "tasks":
+        return _own_tasks(arg, search_path, threads)
     return _python(arg, search_path)
 
 
@@ -119,3 +129,25 @@ def _lm_eval(folder: Path, tasks: list[str]) -> dict[str, float]:
             if isinstance(value, int | float) and not isinstance(value, bool) and "stderr" not in name:
                 out[f"{task}.{name.split(',')[0]}"] = float(value)
     return checked(out, f"evaluate: lm-eval:{','.join(tasks)}")
+
+
+def _own_tasks(file: str, search_path: Sequence[str], threads: int) -> Evaluator:
+    """Score on the user's task file (read and checked now, so a mistake stops the sweep before any trial)."""
+    from agentmerge.taskfile import load_tasks
+
+    path = next((p for f in search_path if (p := Path(f) / file).is_file()), Path(file))
+    examples = load_tasks(path)
+
+    def run(folder: Path) -> dict[str, float]:
+        import torch
+
+        from agentmerge.evaluation import evaluate
+
+        torch.set_num_threads(threads)
+        scores = evaluate([folder], examples, quiet=True).checkpoints[0]
+        metrics = {f"tasks.{t}": v for t, v in scores.mean.items()}
+        return checked(
+            {**metrics, "tasks_avg": sum(scores.mean.values()) / len(scores.mean)}, f"evaluate: tasks:{file}"
+        )
+
+    return run

@@ -1,4 +1,4 @@
-"""Command-line pieces of the zoo: ``agentmerge zoo build``, ``agentmerge zoo bench`` and ``agentmerge eval``.
+"""Command-line pieces of the zoo: ``agentmerge zoo build``, ``agentmerge zoo bench``, and ``eval --suite zoo``.
 
 The main ``agentmerge`` parser calls :func:`register` to add these subcommands.
 """
@@ -20,12 +20,11 @@ DEFAULT_WORK = "bench-work"
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
-    """Add ``zoo {build,bench}`` and ``eval`` to the main parser's subcommands."""
+    """Add ``zoo {build,bench}`` to the main parser's subcommands (``eval`` is the main parser's own)."""
     zoo = subparsers.add_parser("zoo", help="build the CPU agent zoo and benchmark merge methods on it")
     zoo_sub = zoo.add_subparsers(dest="zoo_command", required=True)
     _build_parser(zoo_sub)
     _bench_parser(zoo_sub)
-    _eval_parser(subparsers)
 
 
 def _common(p: argparse.ArgumentParser) -> None:
@@ -59,20 +58,6 @@ def _bench_parser(sub: Any) -> None:
     p.add_argument("--render-only", action="store_true", help="only re-render results.md from results.json")
     _common(p)
     p.set_defaults(func=cmd_bench)
-
-
-def _eval_parser(sub: Any) -> None:
-    p = sub.add_parser("eval", help="score a checkpoint folder on an evaluation suite (greedy, batched)")
-    p.add_argument("checkpoint", help="model folder (transformers causal LM with its tokenizer)")
-    p.add_argument("--suite", default="zoo", choices=("zoo",), help="evaluation suite (default zoo)")
-    p.add_argument("--split", default="test", choices=("val", "test"))
-    p.add_argument("--n", type=int, default=None, help="prompts per task (default 1000 test, 300 val)")
-    p.add_argument("--tasks", default=None, help="comma-separated task names (default: all)")
-    p.add_argument("--batch-size", type=int, default=250)
-    p.add_argument("--json", dest="json_out", default=None, help="write the report as JSON here")
-    p.add_argument("--threads", type=int, default=None, help="torch threads (default: all cores)")
-    p.add_argument("--quiet", action="store_true", help="no progress bar")
-    p.set_defaults(func=cmd_eval)
 
 
 def _threads(n: int | None) -> int:
@@ -194,14 +179,20 @@ def _command(args: argparse.Namespace) -> str:
 
 
 def cmd_eval(args: argparse.Namespace) -> int:
+    """``agentmerge eval CKPT ... --suite zoo``: every checkpoint on the zoo's held-out split."""
     from agentmerge.zoo.evaluate import evaluate
 
     _threads(args.threads)
     n = args.n or (1000 if args.split == "test" else 300)
     tasks = [t for t in args.tasks.split(",") if t] if args.tasks else None
-    report = evaluate(args.checkpoint, split=args.split, n=n, tasks=tasks, batch_size=args.batch_size, quiet=args.quiet)
-    for metric, value in report.metrics.items():
-        print(f"{metric:<16} {value * 100:6.2f} ± {report.stderr[metric] * 100:.2f}  (n={report.count[metric]})")
+    reports = []
+    for ckpt in args.checkpoints:
+        report = evaluate(ckpt, split=args.split, n=n, tasks=tasks, batch_size=args.batch_size, quiet=args.quiet)
+        print(f"{ckpt}:")
+        for metric, value in report.metrics.items():
+            se, count = report.stderr[metric] * 100, report.count[metric]
+            print(f"  {metric:<16} {value * 100:6.2f} % ± {se:.2f}  (n={count})")
+        reports.append(report.to_dict())
     if args.json_out:
-        Path(args.json_out).write_text(json.dumps(report.to_dict(), indent=2) + "\n")
+        Path(args.json_out).write_text(json.dumps(reports[0] if len(reports) == 1 else reports, indent=2) + "\n")
     return 0

@@ -12,11 +12,14 @@ from typing import Any
 from tqdm import tqdm
 from transformers import AutoTokenizer
 
+from agentmerge.errors import ConfigError
+from agentmerge.userinput import did_you_mean
 from agentmerge.zoo.generation import complete
 from agentmerge.zoo.modeling import load_model
 from agentmerge.zoo.quiet import quiet_transformers
 from agentmerge.zoo.splits import eval_set
 from agentmerge.zoo.tasks import all_tasks
+from agentmerge.zoo.vocab import char_vocab
 
 DEFAULT_N = 1000
 
@@ -67,10 +70,18 @@ def evaluate(
     """Greedy-decode every prompt of the chosen tasks and score the completions with the task verifiers."""
     quiet_transformers()
     started = time.perf_counter()
-    model = load_model(checkpoint)
     tokenizer = AutoTokenizer.from_pretrained(str(checkpoint))
+    if tokenizer.get_vocab() != char_vocab():
+        raise ConfigError(
+            f"{checkpoint}: not a zoo model (its tokenizer is not the zoo's character tokenizer), so the zoo suite "
+            "would score it zero; evaluate it on your own tasks with --tasks FILE.jsonl (docs/evaluate.md)"
+        )
     suite = all_tasks()
     names = list(tasks) if tasks is not None else list(suite)
+    for name in names:
+        if name not in suite:
+            raise ConfigError(f"unknown zoo task {name!r}{did_you_mean(name, tuple(suite))}")
+    model = load_model(checkpoint)
     report = EvalReport(str(checkpoint), split)
     for name in tqdm(names, desc=f"eval {Path(checkpoint).name}", disable=quiet, leave=False):
         task = suite[name]

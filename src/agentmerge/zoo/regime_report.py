@@ -366,6 +366,12 @@ def regime_section(name: str, res: dict[str, Any]) -> list[str]:
         *dilution_table(res),
         "",
     ]
+    return lines + _regime_notes(res)
+
+
+def _regime_notes(res: dict[str, Any]) -> list[str]:
+    """The regime's optional parts: RAM+ ablation, two-agent merges, chosen lambdas, skipped merges."""
+    lines: list[str] = []
     abl = ablation_lines(res)
     if abl:
         lines += ["### RAM+ ablation", "", *abl]
