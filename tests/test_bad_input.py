@@ -110,10 +110,26 @@ def test_shape_mismatch(tmp_path: Path, family: tuple[Path, Path, Path]) -> None
     run_expecting(tmp_path, cfg_for(base, a, other), MergeError, "'embed.weight' has shape [17, 8]")
 
 
-def test_dtype_mismatch(tmp_path: Path, family: tuple[Path, Path, Path]) -> None:
+def test_fp32_agents_on_a_bf16_base_are_a_normal_input(tmp_path: Path, family: tuple[Path, Path, Path]) -> None:
+    """Floating dtypes may differ (verl and ToolRL release fp32 agents of bf16 bases); the output keeps the base's."""
     base, a, _ = family
     other = make_model(tmp_path / "f32", 3, dtype=torch.float32)
-    run_expecting(tmp_path, cfg_for(base, a, other), MergeError, "torch.float32")
+    merge(cfg_for(base, a, other), tmp_path / "out", quiet=True)
+    from safetensors.torch import load_file
+
+    assert {t.dtype for t in load_file(tmp_path / "out" / "model.safetensors").values()} == {torch.bfloat16}
+
+
+def test_integer_dtype_mismatch_is_refused(tmp_path: Path, family: tuple[Path, Path, Path]) -> None:
+    base, a, _ = family
+    other = make_model(tmp_path / "int", 3)
+    from safetensors.torch import load_file
+
+    t = load_file(other / "model.safetensors")
+    name = next(iter(t))
+    t[name] = t[name].to(torch.int32)
+    save_file(t, other / "model.safetensors")
+    run_expecting(tmp_path, cfg_for(base, a, other), MergeError, "torch.int32")
 
 
 @pytest.mark.parametrize("bad", [math.nan, math.inf, -math.inf])
