@@ -25,16 +25,30 @@ from __future__ import annotations
 
 import difflib
 import fnmatch
+import functools
+import math
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
 from agentmerge.checkpoint import dtype_from_name, parse_size
 from agentmerge.errors import ConfigError
+from agentmerge.limits import PatternSet, read_config_yaml
 from agentmerge.methods import METHODS, Method, ParamValue
+
+MAX_WEIGHT = 1e6  # |weight| above this is a typo or an attack, not a merge
+NEAR_ZERO_SUM = 1e-6  # |sum of weights| below this fraction of sum |weights| is refused
+
+
+def check_weight(v: float) -> float:
+    """A model weight must be finite and at most ``MAX_WEIGHT`` in size."""
+    if not math.isfinite(v):
+        raise ValueError(f"model weight must be a finite number (got {v})")
+    if abs(v) > MAX_WEIGHT:
+        raise ValueError(f"model weight {v:g} is out of range [-{MAX_WEIGHT:g}, {MAX_WEIGHT:g}]")
+    return v
 
 
 def did_you_mean(word: str, options: list[str] | tuple[str, ...]) -> str:
@@ -55,6 +69,11 @@ class ModelSpec(_Frozen):
     name: str | None = None
     params: dict[str, ParamValue] = Field(default_factory=dict)
     fisher: str | None = None  # folder or file of this model's diagonal Fisher (for method: fisher)
+
+    @field_validator("weight")
+    @classmethod
+    def _sane_weight(cls, v: float) -> float:
+        return check_weight(v)
 
     @property
     def label(self) -> str:
@@ -95,8 +114,9 @@ class MergeConfig(_Frozen):
     @field_validator("dtype")
     @classmethod
     def _known_dtype(cls, v: str | None) -> str | None:
-        if v is not None:
-            dtype_from_name(v)
+        dtype = None if v is None else dtype_from_name(v)
+        if dtype is not None and (not dtype.is_floating_point or dtype.itemsize < 2):  # no bool, int or fp8
+            raise ValueError(f"output dtype {v!r} is not a floating type; use bfloat16, float16 or float32")
         return v
 
     @field_validator("max_shard_size", "max_memory")
@@ -130,6 +150,11 @@ class MergeConfig(_Frozen):
             raise ValueError(f"method {m.name!r} does not use model weights; remove 'weight' from models")
         if m.uses_weights and sum(weights) == 0:
             raise ValueError("model weights sum to zero")
+        if m.uses_weights and abs(sum(weights)) < NEAR_ZERO_SUM * sum(abs(w) for w in weights):
+            raise ValueError(
+                f"model weights sum to {sum(weights):.3g}, nearly zero next to their sizes; dividing by it "
+                "would blow the merge up; choose weights that do not cancel out"
+            )
 
     @property
     def spec(self) -> Method:
@@ -160,8 +185,16 @@ class MergeConfig(_Frozen):
 
     def selected(self, tensor: str) -> bool:
         """Whether ``tensor`` is merged (True) or copied from the base (False) by include/exclude."""
-        inc = not self.include or any(fnmatch.fnmatchcase(tensor, p) for p in self.include)
-        return inc and not any(fnmatch.fnmatchcase(tensor, p) for p in self.exclude)
+        inc = self._include.empty or self._include.matches(tensor)
+        return inc and not self._exclude.matches(tensor)
+
+    @functools.cached_property
+    def _include(self) -> PatternSet:
+        return PatternSet(self.include)
+
+    @functools.cached_property
+    def _exclude(self) -> PatternSet:
+        return PatternSet(self.exclude)
 
 
 def resolve_params(method: Method, given: Mapping[str, Any], n_models: int) -> dict[str, ParamValue]:
@@ -216,18 +249,17 @@ def config_from_dict(data: Mapping[str, Any], source: str = "config") -> MergeCo
 
 def read_yaml(path: Path) -> Any:
     """Parse a YAML file safely (no tags that run code); unreadable or invalid files give a ``ConfigError``."""
-    try:
-        return yaml.safe_load(path.read_text())
-    except OSError as e:
-        raise ConfigError(f"{path}: cannot read ({e.strerror})") from None
-    except yaml.YAMLError as e:
-        raise ConfigError(f"{path}: not valid YAML ({e})") from None
+    return read_config_yaml(path)
 
 
 def load_config(path: str | Path) -> dict[str, Any]:
     """Read a YAML config file into a plain dict (validated later, after flags are applied)."""
     p = Path(path)
-    data = read_yaml(p)
+    return native_config(read_yaml(p), p)
+
+
+def native_config(data: Any, p: Path) -> dict[str, Any]:
+    """A parsed config document as the plain dict ``load_config`` returns (a mergekit one translated)."""
     if not isinstance(data, dict):
         raise ConfigError(f"{p}: expected a mapping with keys such as method, base, models")
     if "merge_method" in data:  # a mergekit config: translate it (see agentmerge.mergekit_compat)

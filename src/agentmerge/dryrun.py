@@ -16,8 +16,9 @@ from typing import Any
 
 from agentmerge.checkpoint import Checkpoint, plan_shards
 from agentmerge.config import MergeConfig
-from agentmerge.errors import CheckpointError
-from agentmerge.merge import Inputs, _refuse_output_inside_inputs, chunk_elements, plan_jobs, planned_tensors
+from agentmerge.merge import Inputs, chunk_elements, plan_jobs, planned_tensors
+from agentmerge.safety import check_output_target, check_writable_parent
+from agentmerge.validate import check_tokenizer_source, input_refs
 
 PROBE_BYTES = 64 * 1024 * 1024
 _PROBE_BLOCK = 4 * 1024 * 1024
@@ -72,13 +73,15 @@ def _gb(n: int) -> str:
     return f"{n / 1e9:.3f} GB" if n >= 10**8 else f"{n / 1e6:.2f} MB"
 
 
-def plan_merge(cfg: MergeConfig, out_dir: str | Path, *, force: bool = False, probe: bool = True) -> MergePlan:
+def plan_merge(
+    cfg: MergeConfig, out_dir: str | Path, *, force: bool = False, probe: bool = True, force_any: bool = False
+) -> MergePlan:
     """Open and check the inputs and plan the merge exactly as ``merge`` would, without writing."""
     out = Path(out_dir)
-    refs = ([cfg.base] if cfg.base else []) + [m.path for m in cfg.models]
-    _refuse_output_inside_inputs(out, refs)
-    if out.exists() and (not out.is_dir() or any(out.iterdir())) and not force:
-        raise CheckpointError(f"{out}: output folder exists and is not empty (pass --force to replace it)")
+    check_output_target(out, input_refs(cfg), force=force, force_any=force_any)
+    check_writable_parent(out)
+    if cfg.tokenizer_source:
+        check_tokenizer_source(cfg.tokenizer_source)
     threads = cfg.threads or os.cpu_count() or 1
     extras = {kind: [getattr(m, kind) for m in cfg.models] for kind in cfg.spec.model_inputs}  # e.g. Fisher
     inputs = Inputs(

@@ -42,8 +42,11 @@ from agentmerge.checkpoint import (
 )
 from agentmerge.config import MergeConfig
 from agentmerge.deltas import RNG_BLOCK, histogram_from_patterns, overlap_histogram, task_vectors, update_mask
-from agentmerge.errors import CheckpointError, MergeError
+from agentmerge.errors import MergeError
+from agentmerge.headers import read_json_object
 from agentmerge.methods import Chunk, Method, ParamValue, TensorSource, TensorStats
+from agentmerge.safety import check_output_target
+from agentmerge.validate import check_fisher_role, check_output_chunk, check_tokenizer_source, input_refs
 
 if TYPE_CHECKING:
     from agentmerge.report import InputHashes
@@ -71,11 +74,14 @@ class Inputs:
         self.base = Checkpoint(base) if base is not None else None
         try:
             self.models = [Checkpoint(m) for m in models]
+            for c in [self.reference, *self.models]:
+                check_fisher_role(c, fisher=False)
             check_compatible(self.reference, self.models, allow_dtype_mismatch)
             for kind, paths in (extras or {}).items():
                 self.extras[kind] = []
                 for path in paths:
                     self.extras[kind].append(Checkpoint(path))
+                    check_fisher_role(self.extras[kind][-1], fisher=kind == "fisher")
         except BaseException:
             self.close()
             raise
@@ -210,11 +216,9 @@ def _architecture(c: Checkpoint) -> tuple[str, ...] | None:
     cfg = c.folder / "config.json"
     if not cfg.exists():
         return None
-    try:
-        data = json.loads(cfg.read_text())
-    except ValueError:
-        raise CheckpointError(f"{cfg}: not valid JSON") from None
+    data = read_json_object(cfg, "config.json")
     arch = data.get("architectures") or [data.get("model_type")]
+    arch = arch if isinstance(arch, list) else [arch]
     return tuple(str(a) for a in arch) if any(arch) else None
 
 
@@ -511,7 +515,9 @@ class _Merger:
         def task() -> None:
             assert self.writer is not None
             if not job.merged:
-                self.writer.write(job.name, start, self.inputs.reference.read(job.name, start, stop).to(job.out_dtype))
+                copied = self.inputs.reference.read(job.name, start, stop).to(job.out_dtype)
+                check_output_chunk(job.name, start, copied)
+                self.writer.write(job.name, start, copied)
                 return
             if self._fused_chunk(job, start, stop):
                 return
@@ -520,7 +526,9 @@ class _Merger:
             delta = self.method.kernel(self._make_chunk(job, start, stop, ref, tau))
             if not self.method.needs_model_stats:
                 self._add_hist(job.name, overlap_histogram(update_mask(tau, self.eps)))
-            self.writer.write(job.name, start, (ref + delta).to(job.out_dtype))
+            merged = (ref + delta).to(job.out_dtype)
+            check_output_chunk(job.name, start, merged)
+            self.writer.write(job.name, start, merged)
 
         return task
 
@@ -541,8 +549,9 @@ class _Merger:
             return False  # the reference path reads again and names the broken checkpoint
         if not self.method.needs_model_stats:
             self._add_hist(job.name, histogram_from_patterns(result.patterns))
-        out = self.scratch.get("out", stop - start, job.out_dtype)
-        self.writer.write(job.name, start, out.copy_(result.merged))
+        out = self.scratch.get("out", stop - start, job.out_dtype).copy_(result.merged)
+        check_output_chunk(job.name, start, out)
+        self.writer.write(job.name, start, out)
         return True
 
     def _make_chunk(self, job: TensorJob, start: int, stop: int, ref: torch.Tensor, tau: torch.Tensor) -> Chunk:
@@ -585,12 +594,18 @@ class _Merger:
                 self.tensor_hists[name] = hist
 
 
-def merge(cfg: MergeConfig, out_dir: str | Path, *, force: bool = False, quiet: bool = False) -> MergeResult:
-    """Merge ``cfg.models`` into ``out_dir`` (written atomically). Returns what was done."""
+def merge(
+    cfg: MergeConfig, out_dir: str | Path, *, force: bool = False, quiet: bool = False, force_any: bool = False
+) -> MergeResult:
+    """Merge ``cfg.models`` into ``out_dir`` (written atomically). Returns what was done.
+
+    ``force`` replaces an earlier agentmerge output at ``out_dir``; ``force_any`` any other folder (see ``safety``).
+    """
     t0 = time.perf_counter()
     out = Path(out_dir)
-    refs = ([cfg.base] if cfg.base else []) + [m.path for m in cfg.models]
-    _refuse_output_inside_inputs(out, refs)
+    check_output_target(out, input_refs(cfg), force=force, force_any=force_any)
+    if cfg.tokenizer_source:
+        check_tokenizer_source(cfg.tokenizer_source)
     threads = cfg.threads or os.cpu_count() or 1
     extras = {kind: [getattr(m, kind) for m in cfg.models] for kind in cfg.spec.model_inputs}
     inputs = Inputs(
@@ -602,7 +617,7 @@ def merge(cfg: MergeConfig, out_dir: str | Path, *, force: bool = False, quiet: 
         run = _Merger(cfg, inputs, threads, quiet)
         hashes = InputHashes.start(inputs)  # sha256 of the inputs for merge.json, on a background thread
         try:
-            with torch_threads(1), atomic_output_dir(out, force=force) as tmp:
+            with torch_threads(1), atomic_output_dir(out, force=force or force_any) as tmp:
                 if run.method.needs_model_stats:
                     run.stats_pass()
                 run.thresholds_pass()
