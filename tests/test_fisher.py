@@ -14,6 +14,7 @@ from agentmerge.checkpoint import Checkpoint
 from agentmerge.cli import main
 from agentmerge.errors import MergeError
 from agentmerge.fisher import Sample, diagonal_fisher, load_causal_lm, write_fisher
+from agentmerge.validate import FISHER_MARK
 
 Family = tuple[Path, list[Path]]
 
@@ -143,7 +144,8 @@ def test_equal_or_zero_fisher_is_linear(tiny_family: Family, fishers: list[Path]
     for label, value in (("equal", 0.25), ("zero", 0.0)):
         folder = tmp_path / label
         folder.mkdir()
-        save_file({k: torch.full_like(v, value) for k, v in ref.items()}, str(folder / "model.safetensors"))
+        fisher = {k: torch.full_like(v, value) for k, v in ref.items()}
+        save_file(fisher, str(folder / "model.safetensors"), metadata=dict([FISHER_MARK]))
         cfg = fisher_config(tiny_family, [folder] * 3)
         merge(cfg, tmp_path / f"m_{label}", quiet=True)
         lin = MergeConfig(
@@ -160,7 +162,7 @@ def test_equal_or_zero_fisher_is_linear(tiny_family: Family, fishers: list[Path]
 def test_fisher_missing_tensor(tiny_family: Family, fishers: list[Path], tmp_path: Path) -> None:
     ref = tensors_of(fishers[0])
     ref.pop("model.norm.weight")
-    save_file(ref, str(tmp_path / "partial.safetensors"))
+    save_file(ref, str(tmp_path / "partial.safetensors"), metadata=dict([FISHER_MARK]))
     with pytest.raises(MergeError, match=r"model\.norm\.weight"):
         merge(fisher_config(tiny_family, [tmp_path / "partial.safetensors"] * 3), tmp_path / "out", quiet=True)
 

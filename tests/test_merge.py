@@ -174,9 +174,14 @@ def test_existing_output_refused_unless_force(tiny_family: tuple[Path, list[Path
     with pytest.raises(CheckpointError, match="--force"):
         merge(family_config(tiny_family, "ram"), out, quiet=True)
     assert (out / "keep.txt").read_text() == "mine"
-    merge(family_config(tiny_family, "ram"), out, force=True, quiet=True)
+    with pytest.raises(CheckpointError, match="--force-any"):  # --force replaces only an earlier merge output
+        merge(family_config(tiny_family, "ram"), out, force=True, quiet=True)
+    assert (out / "keep.txt").read_text() == "mine"
+    merge(family_config(tiny_family, "ram"), out, force_any=True, quiet=True)
     assert not (out / "keep.txt").exists() and (out / "model.safetensors").exists()
-    assert [p.name for p in tmp_path.iterdir()] == ["o"]  # no temporary or old folders left
+    merge(family_config(tiny_family, "linear"), out, force=True, quiet=True)  # an earlier output: --force is enough
+    assert json.loads((out / "merge.json").read_text())["config"]["method"] == "linear"
+    assert [p.name for p in tmp_path.iterdir()] == ["o"]  # no temporary, old or lock files left
 
 
 def test_card_and_record(tiny_family: tuple[Path, list[Path]], tmp_path: Path) -> None:

@@ -156,9 +156,9 @@ def test_failed_merge_cancels_hashing(
     cancelled: list[bool] = []
     monkeypatch.setattr(InputHashes, "cancel", lambda self: cancelled.append(True))
     base, agents = tiny_family
-    (tmp_path / "o").mkdir()
-    (tmp_path / "o" / "keep").write_text("x")  # a non-empty output without force: the merge fails
+    from agentmerge.safety import output_lock
+
     cfg = MergeConfig(method="ram", base=str(base), models=[ModelSpec(path=str(a)) for a in agents])
-    with pytest.raises(CheckpointError):
+    with output_lock(tmp_path / "o"), pytest.raises(CheckpointError):  # another run holds the output: this one fails
         merge(cfg, tmp_path / "o", quiet=True)
     assert cancelled == [True]

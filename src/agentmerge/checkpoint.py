@@ -35,6 +35,8 @@ from typing import Protocol
 import torch
 
 from agentmerge.errors import CheckpointError
+from agentmerge.headers import check_data_covered, header_metadata, parse_header_json, read_json_object
+from agentmerge.safety import TMP_MARKER, mark_tmp, output_lock, remove_stale_siblings
 
 SAFE_DTYPES: dict[str, torch.dtype] = {
     "F64": torch.float64,
@@ -129,8 +131,16 @@ def read_safetensors_header(path: Path) -> dict[str, TensorInfo]:
 
     Rejects (``CheckpointError``) a truncated file, an oversized or malformed header, unknown dtypes,
     negative or non-integer shapes, byte ranges that disagree with dtype x shape, ranges out of the
-    file's bounds and ranges that overlap.
+    file's bounds and ranges that overlap; and, as the safetensors library does, a header that is not
+    UTF-8, repeats a name or has a non-string ``__metadata__``, and data bytes no tensor covers.
     """
+    return read_safetensors_file(path)[0]
+
+
+def read_safetensors_file(path: Path) -> tuple[dict[str, TensorInfo], dict[str, str]]:
+    """``(tensors, __metadata__)`` of a safetensors file, validated as ``read_safetensors_header`` says."""
+    if path.is_dir():
+        raise CheckpointError(f"{path}: is a folder, not a safetensors file; remove or rename it")
     size = _file_size(path)
     if size < 8:
         raise CheckpointError(f"{path}: {size} bytes is too short for a safetensors file (truncated?)")
@@ -142,17 +152,13 @@ def read_safetensors_header(path: Path) -> dict[str, TensorInfo]:
                 "(corrupt or truncated file)"
             )
         raw = f.read(n)
-    try:
-        header = json.loads(raw)
-    except (UnicodeDecodeError, json.JSONDecodeError) as e:
-        raise CheckpointError(f"{path}: the safetensors header is not valid JSON ({e})") from None
-    if not isinstance(header, dict):
-        raise CheckpointError(f"{path}: the safetensors header is not a JSON object")
-    header.pop("__metadata__", None)
+    header = parse_header_json(path, raw)
+    metadata = header_metadata(path, header.pop("__metadata__", None))
     data_start, data_len = 8 + n, size - 8 - n
     infos = {name: _parse_entry(path, name, entry, data_start) for name, entry in header.items()}
     _check_ranges(path, infos, data_start, data_len)
-    return infos
+    check_data_covered(path, infos, data_start, data_len)
+    return infos, metadata
 
 
 def _parse_entry(path: Path, name: object, entry: object, data_start: int) -> TensorInfo:
@@ -257,6 +263,7 @@ class Checkpoint:
         self.path = resolve_model_path(ref)
         self.folder = self.path if self.path.is_dir() else self.path.parent
         self.tensors: dict[str, TensorInfo] = {}
+        self.metadata: dict[Path, dict[str, str]] = {}  # each safetensors file's __metadata__
         self._fds: dict[Path, int] = {}
         self._bin: dict[str, torch.Tensor] = {}
         self._open()
@@ -311,7 +318,7 @@ class Checkpoint:
                 self._load_bin(f)
             return
         for f in files:
-            infos = read_safetensors_header(f)
+            infos, self.metadata[f] = read_safetensors_file(f)
             dup = infos.keys() & self.tensors.keys()
             if dup:
                 raise CheckpointError(f"{f}: tensor {sorted(dup)[0]!r} also appears in another shard")
@@ -329,6 +336,7 @@ class Checkpoint:
                 raise CheckpointError(f"{self.path}: expected a model folder or a .safetensors file")
             return [self.path], None
         index = self.path / INDEX_FILE
+        refuse_ambiguous_weights(self.path)
         if index.exists():
             weight_map = _read_weight_map(index)
             files = [_inside(self.path, s, index) for s in dict.fromkeys(weight_map.values())]
@@ -337,7 +345,7 @@ class Checkpoint:
                     raise CheckpointError(f"{index}: shard {f.name!r} is listed but missing from {self.path}")
             return files, weight_map
         if (self.path / SINGLE_FILE).exists():
-            return [self.path / SINGLE_FILE], None
+            return [_inside(self.path, SINGLE_FILE, self.path / SINGLE_FILE)], None
         return None, None
 
     def _bin_files(self) -> list[Path]:
@@ -345,12 +353,14 @@ class Checkpoint:
             index = self.path / BIN_INDEX_FILE
             return [_inside(self.path, s, index) for s in dict.fromkeys(_read_weight_map(index).values())]
         if (self.path / BIN_FILE).exists():
-            return [self.path / BIN_FILE]
+            return [_inside(self.path, BIN_FILE, self.path / BIN_FILE)]
         raise CheckpointError(f"{self.path}: no weights found (expected {SINGLE_FILE}, {INDEX_FILE} or {BIN_FILE})")
 
     def _load_bin(self, f: Path) -> None:
         try:
-            state = torch.load(f, map_location="cpu", weights_only=True, mmap=True)
+            state = load_plain_pickle(f)
+        except CheckpointError:
+            raise
         except Exception as e:  # pickle with code in it, or a corrupt file
             raise CheckpointError(
                 f"{f}: refused to load ({type(e).__name__}: {str(e).splitlines()[0][:200]}). Only plain "
@@ -374,8 +384,8 @@ def _check_index(f: Path, infos: dict[str, TensorInfo], weight_map: dict[str, st
 
 def _read_weight_map(index: Path) -> dict[str, str]:
     try:
-        weight_map = json.loads(index.read_text())["weight_map"]
-    except (OSError, ValueError, KeyError, TypeError) as e:
+        weight_map = read_json_object(index, "index")["weight_map"]
+    except KeyError as e:
         raise CheckpointError(f"{index}: unreadable index ({type(e).__name__}: {e})") from None
     if not isinstance(weight_map, dict) or not all(isinstance(v, str) for v in weight_map.values()):
         raise CheckpointError(f"{index}: 'weight_map' must map tensor names to shard file names")
@@ -426,12 +436,15 @@ class ShardPlan:
     size: int
 
 
-def plan_shards(tensors: Sequence[PlannedTensor], max_shard_size: int) -> list[ShardPlan]:
+def plan_shards(
+    tensors: Sequence[PlannedTensor], max_shard_size: int, metadata: dict[str, str] | None = None
+) -> list[ShardPlan]:
     """Split tensors, in order, into files of at most ``max_shard_size`` data bytes.
 
     A tensor larger than the limit gets a file of its own. One file is named ``model.safetensors``,
     several ``model-0000i-of-0000n.safetensors``. Inside a file, tensors are laid out by decreasing
-    element size so every tensor is aligned to its element size.
+    element size so every tensor is aligned to its element size. ``metadata`` is added to each header's
+    ``__metadata__`` (after ``format: pt``).
     """
     groups: list[list[PlannedTensor]] = [[]]
     used = 0
@@ -443,12 +456,12 @@ def plan_shards(tensors: Sequence[PlannedTensor], max_shard_size: int) -> list[S
         used += t.nbytes
     n = len(groups)
     names = [SINGLE_FILE] if n == 1 else [f"model-{i + 1:05d}-of-{n:05d}.safetensors" for i in range(n)]
-    return [_layout(name, group) for name, group in zip(names, groups, strict=True)]
+    return [_layout(name, group, metadata) for name, group in zip(names, groups, strict=True)]
 
 
-def _layout(file_name: str, group: list[PlannedTensor]) -> ShardPlan:
+def _layout(file_name: str, group: list[PlannedTensor], metadata: dict[str, str] | None = None) -> ShardPlan:
     ordered = sorted(group, key=lambda t: -torch.empty((), dtype=t.dtype).element_size())
-    entries: dict[str, object] = {"__metadata__": {"format": "pt"}}
+    entries: dict[str, object] = {"__metadata__": {"format": "pt", **(metadata or {})}}
     pos = 0
     for t in ordered:
         entries[t.name] = {"dtype": DTYPE_NAMES[t.dtype], "shape": list(t.shape), "data_offsets": [pos, pos + t.nbytes]}
@@ -578,14 +591,31 @@ def atomic_output_dir(out: Path, *, force: bool = False) -> Iterator[Path]:
     ``.NAME.tmp-PID-*`` sibling, which the next run removes.
     """
     out = out.resolve()
-    if out.exists() and (not out.is_dir() or any(out.iterdir())) and not force:
-        raise CheckpointError(f"{out}: output folder exists and is not empty (pass --force to replace it)")
-    out.parent.mkdir(parents=True, exist_ok=True)
-    _remove_stale_tmp(out)
+    try:
+        out.parent.mkdir(parents=True, exist_ok=True)
+    except OSError as e:
+        raise CheckpointError(f"{out}: cannot create its parent folder ({e.strerror}); choose another output") from None
+    with output_lock(out):
+        if out.exists() and (not out.is_dir() or any(out.iterdir())) and not force:
+            raise CheckpointError(f"{out}: output folder exists and is not empty (pass --force to replace it)")
+        _remove_stale_tmp(out)
+        remove_stale_siblings(out.parent)
+        with _atomic_tmp(out) as tmp:
+            yield tmp
+
+
+@contextlib.contextmanager
+def _atomic_tmp(out: Path) -> Iterator[Path]:
     tmp = out.parent / f".{out.name}.tmp-{os.getpid()}-{uuid.uuid4().hex[:8]}"
-    tmp.mkdir()
+    try:
+        tmp.mkdir()
+        mark_tmp(tmp)
+    except OSError as e:
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise CheckpointError(f"{out}: cannot write in {out.parent} ({e.strerror}); choose another output") from None
     try:
         yield tmp
+        (tmp / TMP_MARKER).unlink(missing_ok=True)
         _fsync_tree(tmp)
         _replace(tmp, out)
     except OSError as e:
@@ -677,7 +707,7 @@ def set_config_dtype(folder: Path, dtype: torch.dtype) -> None:
     cfg_path = folder / "config.json"
     if not cfg_path.exists():
         return
-    cfg = json.loads(cfg_path.read_text())
+    cfg = read_json_object(cfg_path, "config.json")
     keys = [k for k in ("torch_dtype", "dtype") if k in cfg] or ["torch_dtype"]
     for k in keys:
         cfg[k] = torch_dtype_name(dtype)
@@ -695,3 +725,23 @@ def finish_model_files(folder: Path, model: Path, tokenizer: Path | None, dtype:
     copy_aux_files(tokenizer or model, folder, TOKENIZER_FILES)
     if dtype:
         set_config_dtype(folder, dtype_from_name(dtype))
+
+
+def refuse_ambiguous_weights(folder: Path) -> None:
+    """A folder with both ``model.safetensors`` and an index is ambiguous (transformers would load the single file,
+    agentmerge the shards): refused, naming both."""
+    if (folder / INDEX_FILE).exists() and (folder / SINGLE_FILE).exists():
+        raise CheckpointError(
+            f"{folder}: holds both {SINGLE_FILE} and {INDEX_FILE}, so which weights are meant is ambiguous "
+            "(transformers loads the single file); remove the one that does not belong"
+        )
+
+
+def load_plain_pickle(f: Path) -> object:
+    """A pickle of plain tensors (``weights_only=True``): memory-mapped when it is a zip archive (torch >= 1.6),
+    read whole when it is the legacy (non-zip) format, which cannot be mapped."""
+    import zipfile
+
+    if zipfile.is_zipfile(f):
+        return torch.load(f, map_location="cpu", weights_only=True, mmap=True)
+    return torch.load(f, map_location="cpu", weights_only=True)

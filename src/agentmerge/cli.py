@@ -26,6 +26,16 @@ from typing import Any
 from agentmerge import __version__
 from agentmerge.errors import AgentMergeError, ConfigError
 from agentmerge.registry import METHODS
+from agentmerge.safety import (
+    Terminated,
+    check_report_path,
+    interrupted_message,
+    refuse_overlap,
+    refuse_report_inside_inputs,
+    terminate_as_exception,
+    write_report,
+    write_report_with,
+)
 from agentmerge.spec import EPSILON_DEFAULT, ParamValue
 
 
@@ -62,6 +72,28 @@ def parse_value(text: str) -> ParamValue:
     return text
 
 
+def parse_weights(text: str) -> list[float]:
+    """``"1,0.5"`` -> [1.0, 0.5]; anything that is not a number is one clear error."""
+    out = []
+    for i, item in enumerate(text.split(",")):
+        try:
+            out.append(float(item))
+        except ValueError:
+            raise ConfigError(
+                f"--weights: value {i + 1} ({item.strip()!r}) is not a number; write e.g. 1,0.5"
+            ) from None
+    return out
+
+
+def check_fisher_args(args: argparse.Namespace) -> None:
+    """fisher's counts must be positive, and its output must not lie in (or be) an input folder."""
+    if args.samples is not None and args.samples < 1:
+        raise ConfigError(f"--samples must be at least 1 (got {args.samples})")
+    if args.max_tokens < 1:
+        raise ConfigError(f"--max-tokens must be at least 1 (got {args.max_tokens}); 0 tokens give an all-zero Fisher")
+    refuse_overlap(Path(args.out), [args.model, args.tokenizer], "fisher output folder")
+
+
 def parse_params(items: Sequence[str]) -> dict[str, ParamValue]:
     out = {}
     for item in items:
@@ -95,7 +127,16 @@ def _merge_parser(sub: Any) -> None:
     p.add_argument("--threads", type=int, help="worker threads (default: all cores)")
     p.add_argument("--max-memory", help="memory budget for chunks in flight, e.g. 1GB (default)")
     p.add_argument("--chunk-size", type=int, help="elements per chunk (default: from --max-memory)")
-    p.add_argument("--force", action="store_true", help="replace a non-empty output folder")
+    p.add_argument(
+        "--force",
+        action="store_true",
+        help="replace an earlier agentmerge output (a folder with merge.json and only the files a merge writes)",
+    )
+    p.add_argument(
+        "--force-any",
+        action="store_true",
+        help="replace whatever is at the output path (never an input, a parent of one, or the current folder)",
+    )
     p.add_argument("--quiet", action="store_true", help="no progress bars")
     p.add_argument("--json", action="store_true", help="print the result as JSON")
     p.add_argument("--dry-run", action="store_true", help="check inputs and print the plan; write nothing")
@@ -130,7 +171,7 @@ def merge_config_data(args: argparse.Namespace) -> tuple[dict[str, Any], str]:
     if args.model:
         data["models"] = [{"path": m} for m in args.model]
     if args.weights:
-        weights = [float(w) for w in args.weights.split(",")]
+        weights = parse_weights(args.weights)
         if len(weights) != len(data.get("models", [])):
             raise ConfigError(f"--weights has {len(weights)} values for {len(data.get('models', []))} models")
         data["models"] = [{**m, "weight": w} for m, w in zip(data["models"], weights, strict=True)]
@@ -167,10 +208,10 @@ def cmd_merge(args: argparse.Namespace) -> int:
         if cfg.spec.compiled_at is not None:
             cfg.spec.compiled_at.get()  # its compiled kernels (numba), loaded with the collector paused too
     if args.dry_run:
-        plan = plan_merge(cfg, out, force=args.force)
+        plan = plan_merge(cfg, out, force=args.force, force_any=args.force_any)
         print(json.dumps(plan.to_dict(), indent=2) if args.json else plan.text())
         return 0
-    result = merge(cfg, out, force=args.force, quiet=args.quiet)
+    result = merge(cfg, out, force=args.force, quiet=args.quiet, force_any=args.force_any)
     if args.json:
         print(json.dumps(result.to_dict(), indent=2))
     elif not args.quiet:
@@ -207,17 +248,36 @@ def cmd_probe(args: argparse.Namespace) -> int:
         from agentmerge.probe import probe
         from agentmerge.report import agents_table, plot_probe, probe_markdown
 
+    check_probe_args(args)
     result = probe(
         args.base, args.models, epsilon=args.epsilon, r=args.r, alpha=args.alpha, threads=args.threads, quiet=args.quiet
     )
     print(agents_table(result.agents, result.independent))
     if args.json_out:
-        Path(args.json_out).write_text(json.dumps(result.to_dict(), indent=2) + "\n")
+        write_report(args.json_out, json.dumps(result.to_dict(), indent=2) + "\n", "--json")
     if args.markdown:
-        Path(args.markdown).write_text(probe_markdown(result))
+        write_report(args.markdown, probe_markdown(result), "--markdown")
     if args.plot:
-        plot_probe(result, args.plot)
+        write_report_with(args.plot, "--plot", lambda tmp: plot_probe(result, tmp))
     return 0
+
+
+def check_probe_args(args: argparse.Namespace) -> None:
+    """probe's parameters are checked as merge checks them (ram_plus's ranges), and no report lands in an input."""
+    spec = METHODS["ram_plus"]
+    for name, value in (("epsilon", args.epsilon), ("r", args.r), ("alpha", args.alpha)):
+        param = spec.param(name)
+        assert param is not None
+        try:
+            param.check(value, "probe")
+        except ValueError as e:
+            raise ConfigError(f"--{name}: {e}") from None
+    if args.threads is not None and args.threads < 1:
+        raise ConfigError(f"--threads must be at least 1 (got {args.threads})")
+    for flag, path in (("--json", args.json_out), ("--markdown", args.markdown), ("--plot", args.plot)):
+        if path:
+            refuse_report_inside_inputs(Path(path), [args.base, *args.models], flag)
+            check_report_path(Path(path), flag)
 
 
 # --------------------------------------------------------------------------- fisher
@@ -239,6 +299,7 @@ def _fisher_parser(sub: Any) -> None:
 def cmd_fisher(args: argparse.Namespace) -> int:
     from agentmerge.fisher import estimate_fisher
 
+    check_fisher_args(args)
     texts = None
     if args.texts:
         try:
@@ -357,7 +418,7 @@ def cmd_lm_eval(args: argparse.Namespace) -> int:
     for path in results.get("samples_files", []):
         print(f"samples: {path}")
     if args.json_out:
-        Path(args.json_out).write_text(json.dumps(results, indent=2) + "\n")
+        write_report(args.json_out, json.dumps(results, indent=2) + "\n", "--json")
     return 0
 
 
@@ -497,10 +558,15 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
     try:
-        return int(args.func(args))
+        with terminate_as_exception():
+            return int(args.func(args))
     except AgentMergeError as e:
         print(f"agentmerge: error: {e}", file=sys.stderr)
         return 2
+    except (KeyboardInterrupt, Terminated) as e:  # cleanup already ran on the way out
+        line, status = interrupted_message(e)
+        print(line, file=sys.stderr)
+        return status
 
 
 if __name__ == "__main__":

@@ -24,6 +24,8 @@ Unknown keys, methods and parameters are refused with the closest valid name sug
 from __future__ import annotations
 
 import fnmatch
+import functools
+import math
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
@@ -31,11 +33,24 @@ from typing import Any
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
 from agentmerge.errors import ConfigError
+from agentmerge.limits import PatternSet
 from agentmerge.mergekit_compat import from_mergekit, is_mergekit
 from agentmerge.registry import METHODS
 from agentmerge.spec import Method, ParamValue
-from agentmerge.units import check_dtype_name, parse_size
+from agentmerge.units import FLOAT_DTYPE_NAMES, check_dtype_name, parse_size
 from agentmerge.userinput import did_you_mean, read_yaml
+
+MAX_WEIGHT = 1e6  # |weight| above this is a typo or an attack, not a merge
+NEAR_ZERO_SUM = 1e-6  # |sum of weights| below this fraction of sum |weights| is refused
+
+
+def check_weight(v: float) -> float:
+    """A model weight must be finite and at most ``MAX_WEIGHT`` in size."""
+    if not math.isfinite(v):
+        raise ValueError(f"model weight must be a finite number (got {v})")
+    if abs(v) > MAX_WEIGHT:
+        raise ValueError(f"model weight {v:g} is out of range [-{MAX_WEIGHT:g}, {MAX_WEIGHT:g}]")
+    return v
 
 
 class _Frozen(BaseModel):
@@ -50,6 +65,11 @@ class ModelSpec(_Frozen):
     name: str | None = None
     params: dict[str, ParamValue] = Field(default_factory=dict)
     fisher: str | None = None  # folder or file of this model's diagonal Fisher (for method: fisher)
+
+    @field_validator("weight")
+    @classmethod
+    def _sane_weight(cls, v: float) -> float:
+        return check_weight(v)
 
     @property
     def label(self) -> str:
@@ -92,6 +112,8 @@ class MergeConfig(_Frozen):
     def _known_dtype(cls, v: str | None) -> str | None:
         if v is not None:
             check_dtype_name(v)
+            if v.lower().removeprefix("torch.") not in FLOAT_DTYPE_NAMES:  # no bool, int or fp8 output
+                raise ValueError(f"output dtype {v!r} is not a floating type; use bfloat16, float16 or float32")
         return v
 
     @field_validator("max_shard_size", "max_memory")
@@ -125,6 +147,11 @@ class MergeConfig(_Frozen):
             raise ValueError(f"method {m.name!r} does not use model weights; remove 'weight' from models")
         if m.uses_weights and sum(weights) == 0:
             raise ValueError("model weights sum to zero")
+        if m.uses_weights and abs(sum(weights)) < NEAR_ZERO_SUM * sum(abs(w) for w in weights):
+            raise ValueError(
+                f"model weights sum to {sum(weights):.3g}, nearly zero next to their sizes; dividing by it "
+                "would blow the merge up; choose weights that do not cancel out"
+            )
 
     @property
     def spec(self) -> Method:
@@ -155,8 +182,16 @@ class MergeConfig(_Frozen):
 
     def selected(self, tensor: str) -> bool:
         """Whether ``tensor`` is merged (True) or copied from the base (False) by include/exclude."""
-        inc = not self.include or any(fnmatch.fnmatchcase(tensor, p) for p in self.include)
-        return inc and not any(fnmatch.fnmatchcase(tensor, p) for p in self.exclude)
+        inc = self._include.empty or self._include.matches(tensor)
+        return inc and not self._exclude.matches(tensor)
+
+    @functools.cached_property
+    def _include(self) -> PatternSet:
+        return PatternSet(self.include)
+
+    @functools.cached_property
+    def _exclude(self) -> PatternSet:
+        return PatternSet(self.exclude)
 
 
 def resolve_params(method: Method, given: Mapping[str, Any], n_models: int) -> dict[str, ParamValue]:

@@ -16,9 +16,10 @@ from typing import Any
 
 from agentmerge.checkpoint import Readable, plan_shards
 from agentmerge.config import MergeConfig
-from agentmerge.errors import CheckpointError
-from agentmerge.plan import make_plan, planned_tensors, refuse_output_inside_inputs
+from agentmerge.plan import make_plan, planned_tensors
+from agentmerge.safety import check_output_target, check_writable_parent
 from agentmerge.stream import Inputs
+from agentmerge.validate import check_tokenizer_source, input_refs
 
 PROBE_BYTES = 64 * 1024 * 1024
 _PROBE_BLOCK = 4 * 1024 * 1024
@@ -74,12 +75,15 @@ def _gb(n: int) -> str:
     return f"{n / 1e9:.3f} GB" if n >= 10**8 else f"{n / 1e6:.2f} MB"
 
 
-def plan_merge(cfg: MergeConfig, out_dir: str | Path, *, force: bool = False, probe: bool = True) -> DryRunPlan:
+def plan_merge(
+    cfg: MergeConfig, out_dir: str | Path, *, force: bool = False, probe: bool = True, force_any: bool = False
+) -> DryRunPlan:
     """Open and check the inputs and plan the merge exactly as ``merge`` would, without writing."""
     out = Path(out_dir)
-    refuse_output_inside_inputs(out, ([cfg.base] if cfg.base else []) + [m.path for m in cfg.models])
-    if out.exists() and (not out.is_dir() or any(out.iterdir())) and not force:
-        raise CheckpointError(f"{out}: output folder exists and is not empty (pass --force to replace it)")
+    check_output_target(out, input_refs(cfg), force=force, force_any=force_any)
+    check_writable_parent(out)
+    if cfg.tokenizer_source:
+        check_tokenizer_source(cfg.tokenizer_source)
     inputs = Inputs.for_merge(cfg)
     try:
         n = len(inputs.models)

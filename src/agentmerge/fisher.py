@@ -20,10 +20,10 @@ Cost: memory ~ 12 bytes per parameter (float32 weights, gradients and the runnin
 from __future__ import annotations
 
 import json
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 import torch
 
@@ -31,11 +31,26 @@ from agentmerge.checkpoint import (
     Checkpoint,
     PlannedTensor,
     ShardWriter,
+    atomic_output_dir,
     dtype_from_name,
     plan_shards,
 )
 from agentmerge.errors import AgentMergeError
 from agentmerge.units import parse_size
+from agentmerge.validate import FISHER_MARK, check_fisher_role
+
+T = TypeVar("T")
+
+
+def _transformers_step(path: str | Path, what: str, step: Callable[[], T]) -> T:
+    """Run a transformers step; any failure of a bad model folder is one ``AgentMergeError`` line."""
+    try:
+        return step()
+    except AgentMergeError:
+        raise
+    except Exception as e:  # transformers raises OSError, ValueError, KeyError, RuntimeError... for bad folders
+        first = (str(e).strip().splitlines() or [""])[0][:200]
+        raise AgentMergeError(f"{path}: cannot {what} ({type(e).__name__}: {first})") from None
 
 
 @dataclass(frozen=True)
@@ -119,30 +134,38 @@ def write_fisher(
     max_shard_size: str | int = "5GB",
     meta: dict[str, Any] | None = None,
 ) -> Path:
-    """Write one Fisher tensor per floating tensor of the checkpoint (its name and shape) into ``out``."""
+    """Write one Fisher tensor per floating tensor of the checkpoint (its name and shape) into ``out``.
+
+    Written like a merge: into a hidden sibling renamed into place when complete (a killed run leaves no
+    valid-looking file), each file marked ``agentmerge: fisher`` in its metadata so a merge never takes
+    it for model weights.
+    """
     folder = Path(out)
-    folder.mkdir(parents=True, exist_ok=True)
-    if any(folder.glob("*.safetensors")):
-        raise AgentMergeError(f"{folder}: already holds safetensors files; choose an empty folder")
+    if folder.exists() and (not folder.is_dir() or any(folder.iterdir())):
+        raise AgentMergeError(f"{folder}: already holds files; choose a new or empty folder for the Fisher")
     torch_dtype = dtype_from_name(dtype)
     with Checkpoint(model_path) as ckpt:
         infos = [i for i in ckpt.tensors.values() if i.dtype.is_floating_point]
     planned = [PlannedTensor(i.name, torch_dtype, i.shape) for i in infos]
-    writer = ShardWriter(folder, plan_shards(planned, parse_size(max_shard_size)), planned)
-    missing = []
-    try:
-        for info in infos:
-            value = fisher.get(info.name)
-            if value is None:
-                missing.append(info.name)
-                value = torch.zeros(info.shape)
-            elif tuple(value.shape) != tuple(info.shape):
-                raise AgentMergeError(f"fisher: {info.name!r} has shape {list(value.shape)}, checkpoint {info.shape}")
-            writer.write(info.name, 0, value.reshape(-1).to(torch_dtype))
-    finally:
-        writer.close()
-    record = {**(meta or {}), "model": str(model_path), "dtype": dtype, "no_parameter": missing}
-    (folder / "fisher.json").write_text(json.dumps(record, indent=2) + "\n")
+    with atomic_output_dir(folder) as tmp:
+        mark = dict([FISHER_MARK])
+        writer = ShardWriter(tmp, plan_shards(planned, parse_size(max_shard_size), mark), planned)
+        missing = []
+        try:
+            for info in infos:
+                value = fisher.get(info.name)
+                if value is None:
+                    missing.append(info.name)
+                    value = torch.zeros(info.shape)
+                elif tuple(value.shape) != tuple(info.shape):
+                    raise AgentMergeError(
+                        f"fisher: {info.name!r} has shape {list(value.shape)}, checkpoint {info.shape}"
+                    )
+                writer.write(info.name, 0, value.reshape(-1).to(torch_dtype))
+        finally:
+            writer.close()
+        record = {**(meta or {}), "model": str(model_path), "dtype": dtype, "no_parameter": missing}
+        (tmp / "fisher.json").write_text(json.dumps(record, indent=2) + "\n")
     return folder
 
 
@@ -161,21 +184,28 @@ def estimate_fisher(
 
     ``tokenizer`` (a folder; default the model's) is used only with ``texts``.
     """
+    if (samples is not None and samples < 1) or max_tokens < 1:
+        raise AgentMergeError(f"fisher: samples ({samples}) and max_tokens ({max_tokens}) must be at least 1")
+    with Checkpoint(model_path) as ckpt:  # a broken folder fails here with agentmerge's own one-line errors
+        check_fisher_role(ckpt, fisher=False)
     torch.manual_seed(seed)
-    model = load_causal_lm(model_path)
+    model = _transformers_step(model_path, "load it as a transformers causal LM", lambda: load_causal_lm(model_path))
     if texts is not None:
         from transformers import AutoTokenizer
 
         chosen = list(texts)[:samples] if samples else list(texts)
-        tok = AutoTokenizer.from_pretrained(str(tokenizer or model_path))
+        source = tokenizer or model_path
+        tok = _transformers_step(source, "load its tokenizer", lambda: AutoTokenizer.from_pretrained(str(source)))
         data = text_samples(tok, chosen, max_tokens)
         mode = "texts"
     else:
         cfg = model.config
         bos = cfg.bos_token_id if cfg.bos_token_id is not None else 0
         eos = cfg.eos_token_id if isinstance(cfg.eos_token_id, int) else None
-        data = sample_completions(model, samples or 64, max_tokens, seed, bos, eos)
+        data = _transformers_step(
+            model_path, "sample from it", lambda: sample_completions(model, samples or 64, max_tokens, seed, bos, eos)
+        )
         mode = "sampled"
-    fisher = diagonal_fisher(model, data)
+    fisher = _transformers_step(model_path, "compute its gradients", lambda: diagonal_fisher(model, data))
     meta = {"mode": mode, "samples": len(data), "max_tokens": max_tokens, "seed": seed}
     return write_fisher(fisher, model_path, out, dtype=dtype, meta=meta)

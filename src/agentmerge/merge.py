@@ -25,27 +25,36 @@ from tqdm import tqdm
 from agentmerge.checkpoint import ShardWriter, atomic_output_dir, finish_model_files, plan_shards
 from agentmerge.config import MergeConfig
 from agentmerge.deltas import histogram_from_patterns, overlap_histogram, update_mask
-from agentmerge.plan import MergePlan, TensorJob, make_plan, planned_tensors, refuse_output_inside_inputs
+from agentmerge.plan import MergePlan, TensorJob, make_plan, planned_tensors
 from agentmerge.provenance import InputHashes, MergeResult, reproducibility_record
 from agentmerge.report import model_card
+from agentmerge.safety import check_output_target
 from agentmerge.spec import TensorSource, TensorStats
 from agentmerge.stream import Inputs, Scratch, overlap_stats, run_parallel, run_rounds, torch_threads
+from agentmerge.validate import check_output_chunk, check_tokenizer_source, input_refs
 
 __all__ = ["MergeResult", "count_overlaps", "merge"]
 
 
-def merge(cfg: MergeConfig, out_dir: str | Path, *, force: bool = False, quiet: bool = False) -> MergeResult:
-    """Merge ``cfg.models`` into ``out_dir`` (written atomically). Returns what was done."""
+def merge(
+    cfg: MergeConfig, out_dir: str | Path, *, force: bool = False, quiet: bool = False, force_any: bool = False
+) -> MergeResult:
+    """Merge ``cfg.models`` into ``out_dir`` (written atomically). Returns what was done.
+
+    ``force`` replaces an earlier agentmerge output at ``out_dir``; ``force_any`` any other folder (see ``safety``).
+    """
     t0 = time.perf_counter()
     out = Path(out_dir)
-    refuse_output_inside_inputs(out, ([cfg.base] if cfg.base else []) + [m.path for m in cfg.models])
+    check_output_target(out, input_refs(cfg), force=force, force_any=force_any)
+    if cfg.tokenizer_source:
+        check_tokenizer_source(cfg.tokenizer_source)
     inputs = Inputs.for_merge(cfg)
     try:
         plan = make_plan(cfg, inputs.reference, len(inputs.models), cfg.threads or os.cpu_count() or 1)
         inputs.check_extras([j.name for j in plan.merged])
         hashes = InputHashes.start(inputs.checkpoints)  # sha256 of the inputs for merge.json, in the background
         try:
-            with torch_threads(1), atomic_output_dir(out, force=force) as tmp:
+            with torch_threads(1), atomic_output_dir(out, force=force or force_any) as tmp:
                 collected = statistics_pass(plan, inputs, quiet)
                 write_pass(plan, inputs, collected, tmp, quiet)
                 result = _result(cfg, plan, collected, tmp, time.perf_counter() - t0)
@@ -153,7 +162,7 @@ class ChunkWriter:
 
     def write(self, job: TensorJob, start: int, stop: int) -> None:
         if not job.merged:
-            self.writer.write(job.name, start, self.inputs.reference.read(job.name, start, stop).to(job.out_dtype))
+            self._put(job, start, self.inputs.reference.read(job.name, start, stop).to(job.out_dtype))
         elif not (self.plan.compiled and self._compiled(job, start, stop)):
             self._reference(job, start, stop)
 
@@ -168,8 +177,7 @@ class ChunkWriter:
             return False
         if not self.plan.method.needs_model_stats:
             self.collected.add_hist(job.name, histogram_from_patterns(result.patterns))
-        out = self.scratch.get("out", stop - start, job.out_dtype)
-        self.writer.write(job.name, start, out.copy_(result.merged))
+        self._put(job, start, self.scratch.get("out", stop - start, job.out_dtype).copy_(result.merged))
         return True
 
     def _reference(self, job: TensorJob, start: int, stop: int) -> None:
@@ -179,7 +187,12 @@ class ChunkWriter:
         delta = self.plan.method.kernel(spec.with_values(ref, tau, self._extras(job, start, stop)))
         if not self.plan.method.needs_model_stats:
             self.collected.add_hist(job.name, overlap_histogram(update_mask(tau, job.eps)))
-        self.writer.write(job.name, start, (ref + delta).to(job.out_dtype))
+        self._put(job, start, (ref + delta).to(job.out_dtype))
+
+    def _put(self, job: TensorJob, start: int, values: torch.Tensor) -> None:
+        """Write a chunk, unless it holds NaN or Inf (an overflow of the output dtype: the merge fails, naming it)."""
+        check_output_chunk(job.name, start, values)
+        self.writer.write(job.name, start, values)
 
     def _extras(self, job: TensorJob, start: int, stop: int) -> dict[str, torch.Tensor]:
         return self.inputs.read_extras(job.name, start, stop) if self.inputs.extras else {}

@@ -9,14 +9,12 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from pathlib import Path
 
 import torch
 
 from agentmerge.checkpoint import PlannedTensor, Readable, dtype_from_name
 from agentmerge.config import MergeConfig
 from agentmerge.deltas import RNG_BLOCK
-from agentmerge.errors import MergeError
 from agentmerge.fused.jit import available
 from agentmerge.spec import ChunkSpec, Method, Params, TensorStats, update_threshold
 
@@ -141,15 +139,3 @@ def plan_jobs(cfg: MergeConfig, ref: Readable, chunk: int) -> list[TensorJob]:
 
 def planned_tensors(jobs: Sequence[TensorJob]) -> list[PlannedTensor]:
     return [PlannedTensor(j.name, j.out_dtype, j.shape) for j in jobs]
-
-
-def refuse_output_inside_inputs(out: Path, refs: Sequence[str]) -> None:
-    """A ``MergeError`` when the output folder is, contains or lies inside an input folder."""
-    target = out.resolve()
-    for ref in refs:
-        src = Path(ref).expanduser()
-        if not src.exists():
-            continue
-        folder = src.resolve() if src.is_dir() else src.resolve().parent
-        if target == folder or folder in target.parents or target in folder.parents:
-            raise MergeError(f"{out}: the output folder must not be, contain or lie inside input {ref}")

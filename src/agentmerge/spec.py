@@ -63,9 +63,12 @@ class Param:
             value = _number(value)
         if isinstance(value, bool) or not isinstance(value, int | float):
             raise ValueError(f"{where} must be a number (got {value!r})")
-        if kind is int and float(value) != int(value):
-            raise ValueError(f"{where} must be a whole number (got {value!r})")
-        number: float | int = int(value) if kind is int else float(value)
+        try:
+            if kind is int and float(value) != int(value):
+                raise ValueError(f"{where} must be a whole number (got {value!r})")
+            number: float | int = int(value) if kind is int else float(value)
+        except OverflowError:  # inf for an int parameter, or an integer too large for a float
+            raise ValueError(f"{where} must be a finite number of sensible size (got {str(value)[:40]})") from None
         self._check_range(where, number)
         return number
 

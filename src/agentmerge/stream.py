@@ -9,7 +9,6 @@ a compiled method's whole-tensor statistics (e.g. exact thresholds) in chunk-par
 from __future__ import annotations
 
 import contextlib
-import json
 import math
 import os
 import threading
@@ -28,9 +27,11 @@ from agentmerge.deltas import histogram_from_patterns, overlap_histogram, task_v
 from agentmerge.errors import CheckpointError, MergeError
 from agentmerge.fused.jit import available
 from agentmerge.fused.kernels import counts
+from agentmerge.headers import read_json_object
 from agentmerge.lora import LoraModel, is_adapter, split_model_plus_adapter
 from agentmerge.plan import MergePlan, TensorJob
 from agentmerge.spec import Rounds
+from agentmerge.validate import check_fisher_role
 
 # --------------------------------------------------------------------------- inputs
 
@@ -51,11 +52,15 @@ class Inputs:
         self.base = Checkpoint(base) if base is not None else None
         try:
             self.models = [open_model(m, self.base) for m in models]
+            for c in self.checkpoints:
+                if isinstance(c, Checkpoint):
+                    check_fisher_role(c, fisher=False)
             check_compatible(self.reference, self.models, allow_dtype_mismatch)
             for kind, paths in (extras or {}).items():
                 self.extras[kind] = []
                 for path in paths:
                     self.extras[kind].append(Checkpoint(path))
+                    check_fisher_role(self.extras[kind][-1], fisher=kind == "fisher")
         except BaseException:
             self.close()
             raise
@@ -228,11 +233,9 @@ def _architecture(c: Readable) -> tuple[str, ...] | None:
     cfg = c.folder / "config.json"
     if not cfg.exists():
         return None
-    try:
-        data = json.loads(cfg.read_text())
-    except ValueError:
-        raise CheckpointError(f"{cfg}: not valid JSON") from None
+    data = read_json_object(cfg, "config.json")
     arch = data.get("architectures") or [data.get("model_type")]
+    arch = arch if isinstance(arch, list) else [arch]
     return tuple(str(a) for a in arch) if any(arch) else None
 
 

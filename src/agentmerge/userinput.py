@@ -7,9 +7,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-import yaml
-
-from agentmerge.errors import ConfigError
+from agentmerge.limits import read_config_yaml
 
 
 def did_you_mean(word: str, options: Sequence[str]) -> str:
@@ -19,10 +17,5 @@ def did_you_mean(word: str, options: Sequence[str]) -> str:
 
 
 def read_yaml(path: Path) -> Any:
-    """Parse a YAML file safely (no tags that run code); unreadable or invalid files give a ``ConfigError``."""
-    try:
-        return yaml.safe_load(path.read_text())
-    except OSError as e:
-        raise ConfigError(f"{path}: cannot read ({e.strerror})") from None
-    except yaml.YAMLError as e:
-        raise ConfigError(f"{path}: not valid YAML ({e})") from None
+    """Parse a YAML file safely (no code-running tags), within ``limits``' bounds; failures: ``ConfigError``."""
+    return read_config_yaml(path)

@@ -1,0 +1,101 @@
+"""Strict JSON for the files agentmerge reads: safetensors headers (parsed as the safetensors library
+parses them), config.json and index files. Every failure is one ``CheckpointError`` line, never a
+``RecursionError`` (deeply nested JSON) or ``ValueError`` (a 5000-digit integer) traceback.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+from agentmerge.errors import CheckpointError
+
+
+class _Duplicate(ValueError):
+    def __init__(self, key: str) -> None:
+        super().__init__(key)
+        self.key = key
+
+
+def _unique_pairs(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
+    out: dict[str, Any] = {}
+    for key, value in pairs:
+        if key in out:
+            raise _Duplicate(key)
+        out[key] = value
+    return out
+
+
+def loads_strict(text: str | bytes, where: str) -> Any:
+    """``json.loads`` refusing duplicate keys, non-UTF-8 bytes, deep nesting and huge integers, one line each."""
+    if isinstance(text, bytes):
+        try:
+            text = text.decode("utf-8")
+        except UnicodeDecodeError:
+            raise CheckpointError(f"{where}: not valid JSON (not UTF-8; re-export the file)") from None
+    try:
+        return json.loads(text, object_pairs_hook=_unique_pairs)
+    except _Duplicate as e:
+        raise CheckpointError(
+            f"{where}: the name {e.key!r} appears twice; the file is ambiguous, re-export it"
+        ) from None
+    except RecursionError:
+        raise CheckpointError(f"{where}: JSON nested too deeply (corrupt or hostile file)") from None
+    except ValueError as e:  # JSONDecodeError, and ints longer than Python's digit limit
+        raise CheckpointError(f"{where}: not valid JSON ({str(e)[:200]})") from None
+
+
+def parse_header_json(path: Path, raw: bytes) -> dict[str, Any]:
+    """The header object of a safetensors file, as strict as the safetensors library."""
+    header = loads_strict(raw, f"{path}: safetensors header")
+    if not isinstance(header, dict):
+        raise CheckpointError(f"{path}: the safetensors header is not a JSON object")
+    if not raw.startswith(b"{"):  # the safetensors library refuses leading whitespace too
+        raise CheckpointError(
+            f"{path}: the safetensors header is not valid JSON for safetensors (must start with '{{')"
+        )
+    return header
+
+
+def header_metadata(path: Path, meta: object) -> dict[str, str]:
+    """``__metadata__``: absent, null or a mapping of strings to strings (else refused, as the library does)."""
+    if meta is None:
+        return {}
+    if not isinstance(meta, Mapping) or not all(isinstance(v, str) for v in meta.values()):
+        raise CheckpointError(f"{path}: __metadata__ must map strings to strings (got {str(meta)[:80]}); re-export it")
+    return dict(meta)
+
+
+def check_data_covered(path: Path, infos: Mapping[str, Any], data_start: int, data_len: int) -> None:
+    """The tensors must cover the data bytes exactly, from 0 to the end of the file (no gaps, no trailing bytes)."""
+    spans = sorted((i.offset - data_start, i.offset - data_start + i.nbytes, i.name) for i in infos.values())
+    pos = 0
+    for begin, end, name in spans:
+        if begin != pos:
+            raise CheckpointError(
+                f"{path}: bytes {pos}:{begin} before tensor {name!r} belong to no tensor (corrupt file)"
+            )
+        pos = end
+    if pos != data_len:
+        raise CheckpointError(
+            f"{path}: {data_len - pos} trailing bytes after the last tensor belong to no tensor (corrupt file)"
+        )
+
+
+def read_json_file(path: Path, what: str = "file") -> Any:
+    """A JSON file such as config.json or an index; unreadable or invalid gives one ``CheckpointError``."""
+    try:
+        text = path.read_bytes()
+    except OSError as e:
+        raise CheckpointError(f"{path}: cannot read this {what} ({e.strerror})") from None
+    return loads_strict(text, str(path))
+
+
+def read_json_object(path: Path, what: str = "file") -> dict[str, Any]:
+    """``read_json_file`` that must give a JSON object."""
+    data = read_json_file(path, what)
+    if not isinstance(data, dict):
+        raise CheckpointError(f"{path}: this {what} must be a JSON object, not {type(data).__name__}")
+    return data
