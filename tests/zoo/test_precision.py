@@ -133,7 +133,6 @@ def test_probe_and_merge_accept_bf16_base_with_fp32_agents(
     tmp_path: Path, tiny_family: tuple[Path, list[Path]]
 ) -> None:
     from agentmerge.config import MergeConfig, ModelSpec
-    from agentmerge.errors import MergeError
     from agentmerge.merge import merge
     from agentmerge.probe import probe
 
@@ -150,8 +149,6 @@ def test_probe_and_merge_accept_bf16_base_with_fp32_agents(
             {k: v.float() if v.is_floating_point() else v for k, v in tensors.items()}, str(out / "model.safetensors")
         )
         fp32.append(out)
-    with pytest.raises(MergeError):
-        probe(str(base), [str(p) for p in fp32], quiet=True)
     same = probe(str(base), [str(p) for p in agents], quiet=True)
     mixed = probe(str(base), [str(p) for p in fp32], quiet=True, allow_dtype_mismatch=True)
     assert [a.density for a in mixed.agents] == [a.density for a in same.agents]
