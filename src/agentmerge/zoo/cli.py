@@ -58,6 +58,7 @@ def _bench_parser(sub: Any) -> None:
         "with --smoke: bf16,fp32_fp32,paper_like); results of other regimes already in results.json are kept",
     )
     p.add_argument("--no-pairs", action="store_true", help="skip the three 2-agent merges")
+    p.add_argument("--no-ablation", action="store_true", help="skip the RAM+ ablation of the paper-like regime")
     p.add_argument(
         "--methods",
         default=None,
@@ -141,6 +142,8 @@ def cmd_bench(args: argparse.Namespace) -> int:
         if args.methods:
             keep = set(CORE_METHODS) if args.methods == "core" else set(args.methods.split(","))
             plan = replace(plan, methods=tuple(m for m in plan.methods if m.label in keep))
+        if args.no_ablation:
+            plan = replace(plan, ablation=())
         records = run_bench(cfg, plan, Path(args.zoo), Path(args.work), log, threads)
         meta = {
             "command": _command(args),
@@ -200,6 +203,8 @@ def _command(args: argparse.Namespace) -> str:
         parts.append("--no-pairs")
     if args.methods:
         parts += ["--methods", args.methods]
+    if args.no_ablation:
+        parts.append("--no-ablation")
     if args.smoke:
         parts.append("--smoke")
     if args.threads:
