@@ -25,6 +25,9 @@ from agentmerge.zoo.report_md import (
 )
 from agentmerge.zoo.results import _jsonable, is_ablation
 
+FULL_SEEDS = 3
+RESUME_COMMAND = "PYTHONPATH=src nohup nice -n 10 bash scripts/zoo_full_run.sh > full-run.log 2>&1 &"
+
 # The paper's Figure 2 (Qwen2.5-7B agents): density and w.0 / w.1 / w.2 in percent.
 PAPER_FIG2 = {
     "agent_code": (3.2, (6.3, 49.1, 44.6)),
@@ -330,7 +333,8 @@ def regime_section(name: str, res: dict[str, Any]) -> list[str]:
         f"{REGIMES[name]}.",
         "",
         f"Command: `{res['command']}`. Seeds: {res['seeds']}; {res['config']['n_test']} test prompts per task; "
-        f"{res.get('wall_seconds', 0.0) / 60:.1f} min for this regime in that command (shared stages cached).",
+        f"{res.get('wall_seconds', 0.0) / 60:.1f} min for this regime in that command "
+        "(stages, merges and evaluations already cached are reused, so an aggregating rerun is short).",
         "",
         *_table(["agent", "storage", "export", "lr", "steps", "prompts/step"], recipe_rows),
         "",
@@ -392,8 +396,17 @@ def render_combined(combined: dict[str, Any], figure: str | None) -> str:
         "Every cell is mean ± standard error over seeds (std / sqrt(seeds)), in percent or points.",
         "",
     ]
-    if missing:
-        lines += [f"**Partial:** regimes not run yet: {', '.join(missing)}.", ""]
+    short = [f"`{r}` ({len(v['seeds'])})" for r, v in regimes.items() if len(v["seeds"]) < FULL_SEEDS]
+    if missing or short:
+        parts = []
+        if missing:
+            parts.append(f"regimes not run yet: {', '.join(missing)}")
+        if short:
+            parts.append(f"regimes on fewer than {FULL_SEEDS} seeds: {', '.join(short)}")
+        lines += [
+            f"**Partial:** {'; '.join(parts)}. The full run resumes from the caches with `{RESUME_COMMAND}`.",
+            "",
+        ]
     lines += ["## The regime map", "", *regime_map_lines(combined, figure)]
     for name, res in regimes.items():
         lines += regime_section(name, res)
