@@ -235,7 +235,7 @@ def plot_regime_map(combined: dict[str, Any], path: Path) -> Path | None:
     ax.axhline(0, color="black", lw=0.8)
     ax.axvline(1, color="grey", lw=0.8, ls="--")
     ax.set_xlabel("overlap excess: measured w.0 / independent-mask w.0 (mean of agents)")
-    ax.set_ylabel("paired difference, agentic avg (pts)")
+    ax.set_ylabel("paired difference (pts): agentic avg; own domain for merge − specialist")
     ax.set_title("Where RAM wins: zoo precision regimes (mean ± SE over seeds)")
     ax.legend(fontsize=8)
     fig.tight_layout()
