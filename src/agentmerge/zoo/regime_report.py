@@ -397,8 +397,17 @@ def render_combined(combined: dict[str, Any], figure: str | None) -> str:
         "",
     ]
     short = [f"`{r}` ({len(v['seeds'])})" for r, v in regimes.items() if len(v["seeds"]) < FULL_SEEDS]
-    if missing or short:
+    no_pairs = [f"`{r}`" for r, v in regimes.items() if not v.get("pairs")]
+    core = [f"`{r}`" for r, v in regimes.items() if "--methods" in v.get("command", "")]
+    no_ablation = "paper_like" in regimes and not regimes["paper_like"].get("ablation")
+    if missing or short or no_pairs or core or no_ablation:
         parts = []
+        if no_pairs:
+            parts.append(f"the 2-agent pairs were not run for {', '.join(no_pairs)}")
+        if core:
+            parts.append(f"{', '.join(core)} ran a shorter method list (see each regime's command)")
+        if no_ablation:
+            parts.append("the RAM+ ablation was not run")
         if missing:
             parts.append(f"regimes not run yet: {', '.join(missing)}")
         if short:
