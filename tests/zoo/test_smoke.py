@@ -102,4 +102,5 @@ def test_bench_smoke_writes_results(zoo: Path, tmp_path: Path) -> None:
     assert "## The regime map" in markdown
     assert "## Regime `paper_like`" in markdown and "### RAM+ ablation" in markdown
     assert "### Two-agent merges" in markdown and "### Overlap by base-weight magnitude" in markdown
-    assert "**Partial:** regimes not run yet: fp32_bf16." in markdown
+    assert "**Partial:** regimes not run yet: fp32_bf16; regimes on fewer than 3 seeds:" in markdown
+    assert "scripts/zoo_full_run.sh" in markdown

@@ -12,10 +12,12 @@ import os
 import shlex
 import time
 from collections.abc import Iterator
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
 DEFAULT_ZOO = ".zoo-cache"
+CORE_METHODS = ("linear", "task_arithmetic", "ties", "dare_ties", "ram", "ram_plus")
 DEFAULT_WORK = "bench-work"
 
 
@@ -55,6 +57,14 @@ def _bench_parser(sub: Any) -> None:
         "with --smoke: bf16,fp32_fp32,paper_like); results of other regimes already in results.json are kept",
     )
     p.add_argument("--no-pairs", action="store_true", help="skip the three 2-agent merges")
+    p.add_argument("--no-ablation", action="store_true", help="skip the RAM+ ablation of the paper-like regime")
+    p.add_argument(
+        "--methods",
+        default=None,
+        help="comma-separated method labels of the 3-agent table (default: all; 'core' = "
+        + ",".join(CORE_METHODS)
+        + ")",
+    )
     p.add_argument("--render-only", action="store_true", help="only re-render results.md from results.json")
     _common(p)
     p.set_defaults(func=cmd_bench)
@@ -114,6 +124,11 @@ def cmd_bench(args: argparse.Namespace) -> int:
         cfg = _config(args.smoke, regime)
         started = time.perf_counter()
         plan = _plan(args.smoke, seeds, regime, not args.no_pairs)
+        if args.methods:
+            keep = set(CORE_METHODS) if args.methods == "core" else set(args.methods.split(","))
+            plan = replace(plan, methods=tuple(m for m in plan.methods if m.label in keep))
+        if args.no_ablation:
+            plan = replace(plan, ablation=())
         records = run_bench(cfg, plan, Path(args.zoo), Path(args.work), log, threads)
         meta = {
             "command": _command(args),
@@ -171,6 +186,10 @@ def _command(args: argparse.Namespace) -> str:
         parts += ["--regimes", args.regimes]
     if args.no_pairs:
         parts.append("--no-pairs")
+    if args.methods:
+        parts += ["--methods", args.methods]
+    if args.no_ablation:
+        parts.append("--no-ablation")
     if args.smoke:
         parts.append("--smoke")
     if args.threads:

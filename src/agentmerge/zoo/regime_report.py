@@ -25,6 +25,9 @@ from agentmerge.zoo.report_md import (
 )
 from agentmerge.zoo.results import _jsonable, is_ablation
 
+FULL_SEEDS = 3
+RESUME_COMMAND = "PYTHONPATH=src nohup nice -n 10 bash scripts/zoo_full_run.sh > full-run.log 2>&1 &"
+
 # The paper's Figure 2 (Qwen2.5-7B agents): density and w.0 / w.1 / w.2 in percent.
 PAPER_FIG2 = {
     "agent_code": (3.2, (6.3, 49.1, 44.6)),
@@ -114,6 +117,7 @@ def map_rows(combined: dict[str, Any]) -> list[list[str]]:
                 dens,
                 excess,
                 f"{_cell(m.get('ram_minus_best_baseline'))} (vs {m.get('best_baseline')})",
+                _cell(m.get("ram_minus_linear")),
                 _cell(m.get("ram_plus_minus_ram"), 2),
                 f"{best_spec} ({m.get('best_merge')})",
                 top_spec,
@@ -128,6 +132,7 @@ def regime_map_lines(combined: dict[str, Any], figure: str | None) -> list[str]:
         "density % (code / tool / memory)",
         "overlap excess: measured w.0 / independent w.0",
         "RAM − best baseline (pts)",
+        "RAM − linear (pts)",
         "RAM+ − RAM (pts)",
         "best merge − specialist, code / tool / memory (pts)",
         "best merge on that domain − specialist (pts)",
@@ -197,6 +202,8 @@ def plot_regime_map(combined: dict[str, Any], path: Path) -> Path | None:
         if not math.isfinite(x) or "ram_minus_best_baseline" not in m:
             continue
         ys: dict[str, tuple[float, float]] = {"RAM − best baseline": _pair(m["ram_minus_best_baseline"])}
+        if m.get("ram_minus_linear"):
+            ys["RAM − linear (averaging)"] = _pair(m["ram_minus_linear"])
         if m.get("ram_plus_minus_ram"):
             ys["RAM+ − RAM"] = _pair(m["ram_plus_minus_ram"])
         spec = [c for c in (m["merge_minus_specialist"][d].get("best_merge") for d in DOMAINS) if c]
@@ -215,6 +222,7 @@ def plot_regime_map(combined: dict[str, Any], path: Path) -> Path | None:
     fig, ax = plt.subplots(figsize=(7.5, 4.5))
     for label, marker in (
         ("RAM − best baseline", "o"),
+        ("RAM − linear (averaging)", "D"),
         ("RAM+ − RAM", "s"),
         ("best merge − specialist (domain mean)", "^"),
     ):
@@ -232,9 +240,17 @@ def plot_regime_map(combined: dict[str, Any], path: Path) -> Path | None:
     ax.axhline(0, color="black", lw=0.8)
     ax.axvline(1, color="grey", lw=0.8, ls="--")
     ax.set_xlabel("overlap excess: measured w.0 / independent-mask w.0 (mean of agents)")
-    ax.set_ylabel("paired difference, agentic avg (pts)")
-    ax.set_title("Where RAM wins: zoo precision regimes (mean ± SE over seeds)")
-    ax.legend(fontsize=8)
+    ax.set_ylabel("paired difference (pts)")
+    ax.set_title("Where RAM wins: zoo precision regimes (mean ± SE over seeds)", fontsize=10)
+    ax.text(
+        0.01,
+        0.01,
+        "agentic average; merge − specialist: own-domain score, mean of the 3 domains",
+        transform=ax.transAxes,
+        fontsize=7,
+        color="grey",
+    )
+    ax.legend(fontsize=8, loc="lower right")
     fig.tight_layout()
     fig.savefig(path, dpi=110)
     plt.close(fig)
@@ -330,7 +346,8 @@ def regime_section(name: str, res: dict[str, Any]) -> list[str]:
         f"{REGIMES[name]}.",
         "",
         f"Command: `{res['command']}`. Seeds: {res['seeds']}; {res['config']['n_test']} test prompts per task; "
-        f"{res.get('wall_seconds', 0.0) / 60:.1f} min for this regime in that command (shared stages cached).",
+        f"{res.get('wall_seconds', 0.0) / 60:.1f} min for this regime in that command "
+        "(stages, merges and evaluations already cached are reused, so an aggregating rerun is short).",
         "",
         *_table(["agent", "storage", "export", "lr", "steps", "prompts/step"], recipe_rows),
         "",
@@ -398,8 +415,26 @@ def render_combined(combined: dict[str, Any], figure: str | None) -> str:
         "Every cell is mean ± standard error over seeds (std / sqrt(seeds)), in percent or points.",
         "",
     ]
-    if missing:
-        lines += [f"**Partial:** regimes not run yet: {', '.join(missing)}.", ""]
+    short = [f"`{r}` ({len(v['seeds'])})" for r, v in regimes.items() if len(v["seeds"]) < FULL_SEEDS]
+    no_pairs = [f"`{r}`" for r, v in regimes.items() if not v.get("pairs")]
+    core = [f"`{r}`" for r, v in regimes.items() if "--methods" in v.get("command", "")]
+    no_ablation = "paper_like" in regimes and not regimes["paper_like"].get("ablation")
+    if missing or short or no_pairs or core or no_ablation:
+        parts = []
+        if no_pairs:
+            parts.append(f"the 2-agent pairs were not run for {', '.join(no_pairs)}")
+        if core:
+            parts.append(f"{', '.join(core)} ran a shorter method list (see each regime's command)")
+        if no_ablation:
+            parts.append("the RAM+ ablation was not run")
+        if missing:
+            parts.append(f"regimes not run yet: {', '.join(missing)}")
+        if short:
+            parts.append(f"regimes on fewer than {FULL_SEEDS} seeds: {', '.join(short)}")
+        lines += [
+            f"**Partial:** {'; '.join(parts)}. The full run resumes from the caches with `{RESUME_COMMAND}`.",
+            "",
+        ]
     lines += ["## The regime map", "", *regime_map_lines(combined, figure)]
     for name, res in regimes.items():
         lines += regime_section(name, res)

@@ -148,6 +148,8 @@ def regime_point(records: Sequence[dict[str, Any]], labels: Sequence[str]) -> di
         out["ram_minus_best_baseline"] = stat(
             [agentic(r["rows"]["ram"]) - agentic(r["rows"][best_base]) for r in records]
         )
+    if "ram" in labels and "linear" in labels:
+        out["ram_minus_linear"] = stat([agentic(r["rows"]["ram"]) - agentic(r["rows"]["linear"]) for r in records])
     if "ram_plus" in labels and best_base:
         out["ram_plus_minus_best_baseline"] = stat(
             [agentic(r["rows"]["ram_plus"]) - agentic(r["rows"][best_base]) for r in records]
