@@ -13,8 +13,8 @@ from agentmerge import MergeConfig, ModelSpec, merge
 from agentmerge.checkpoint import Checkpoint
 from agentmerge.cli import main
 from agentmerge.errors import MergeError
-from agentmerge.validate import FISHER_MARK
 from agentmerge.fisher import Sample, diagonal_fisher, load_causal_lm, write_fisher
+from agentmerge.validate import FISHER_MARK
 
 Family = tuple[Path, list[Path]]
 

@@ -56,7 +56,9 @@ def parse_header_json(path: Path, raw: bytes) -> dict[str, Any]:
     if not isinstance(header, dict):
         raise CheckpointError(f"{path}: the safetensors header is not a JSON object")
     if not raw.startswith(b"{"):  # the safetensors library refuses leading whitespace too
-        raise CheckpointError(f"{path}: the safetensors header is not valid JSON for safetensors (must start with '{{')")
+        raise CheckpointError(
+            f"{path}: the safetensors header is not valid JSON for safetensors (must start with '{{')"
+        )
     return header
 
 
