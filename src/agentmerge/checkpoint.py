@@ -36,6 +36,7 @@ import torch
 
 from agentmerge.errors import CheckpointError
 from agentmerge.headers import check_data_covered, header_metadata, parse_header_json, read_json_object
+from agentmerge.localpath import looks_local, missing_local_message
 from agentmerge.safety import TMP_MARKER, mark_tmp, output_lock, remove_stale_siblings
 
 SAFE_DTYPES: dict[str, torch.dtype] = {
@@ -215,8 +216,8 @@ def resolve_model_path(ref: str | Path) -> Path:
     path = Path(ref).expanduser()
     if path.exists():
         return path
-    if not _HUB_ID.match(str(ref)):
-        raise CheckpointError(f"{ref}: no such file or folder")
+    if not _HUB_ID.match(str(ref)) or looks_local(str(ref)):
+        raise CheckpointError(missing_local_message(str(ref)))
     try:
         from huggingface_hub import snapshot_download
     except ImportError:

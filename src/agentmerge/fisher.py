@@ -70,6 +70,16 @@ def load_causal_lm(path: str | Path) -> Any:
     return model
 
 
+def config_parameters(path: str | Path) -> int:
+    """Parameters of the causal LM that ``path``'s config.json describes, counted on the meta device (no memory)."""
+    from transformers import AutoConfig, AutoModelForCausalLM
+
+    config = AutoConfig.from_pretrained(str(path))
+    with torch.device("meta"):
+        skeleton = AutoModelForCausalLM.from_config(config)  # type: ignore[no-untyped-call]
+    return int(sum(p.numel() for p in skeleton.parameters()))
+
+
 def sequence_logprob(model: Any, sample: Sample) -> torch.Tensor:
     """Scalar: sum of log p(x[t] | x[<t]) over the scored tokens ``t >= prompt``."""
     ids = sample.ids[None, :]
@@ -169,6 +179,20 @@ def write_fisher(
     return folder
 
 
+def check_causal_lm_folder(model_path: str | Path) -> None:
+    """One-line errors, before transformers builds anything, for a folder that cannot be a causal LM: broken
+    weights (agentmerge's own checks), a Fisher file, or a config.json that does not match the weights."""
+    with Checkpoint(model_path) as ckpt:  # a broken folder fails here with agentmerge's own one-line errors
+        check_fisher_role(ckpt, fisher=False)
+        stored = sum(i.numel for i in ckpt.tensors.values() if i.dtype.is_floating_point)
+    wanted = _transformers_step(model_path, "read its config.json", lambda: config_parameters(model_path))
+    if wanted > 1.5 * stored + 1024:  # e.g. a config.json without sizes: transformers would build a 7B default
+        raise AgentMergeError(
+            f"{model_path}: config.json describes a model of {wanted:,} parameters but the weights hold {stored:,}; "
+            "the folder's config does not match its weights (fix config.json)"
+        )
+
+
 def estimate_fisher(
     model_path: str | Path,
     out: str | Path,
@@ -186,8 +210,7 @@ def estimate_fisher(
     """
     if (samples is not None and samples < 1) or max_tokens < 1:
         raise AgentMergeError(f"fisher: samples ({samples}) and max_tokens ({max_tokens}) must be at least 1")
-    with Checkpoint(model_path) as ckpt:  # a broken folder fails here with agentmerge's own one-line errors
-        check_fisher_role(ckpt, fisher=False)
+    check_causal_lm_folder(model_path)
     torch.manual_seed(seed)
     model = _transformers_step(model_path, "load it as a transformers causal LM", lambda: load_causal_lm(model_path))
     if texts is not None:

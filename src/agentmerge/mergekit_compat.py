@@ -91,7 +91,7 @@ def from_mergekit(data: object, source: str = "mergekit config") -> Converted:
     if base is not None:
         out["base"] = base
     specs: list[dict[str, Any]] = [{"path": path} for path, _ in models]
-    params: dict[str, Any] = {**mmap.defaults, **mmap.fixed}
+    params: dict[str, Any] = dict(mmap.fixed)
     overrides: list[dict[str, Any]] = []
     per_model_keys = {k for _, p in models for k in p if k not in SPECIAL}
     for key in sorted(per_model_keys):
@@ -99,6 +99,11 @@ def from_mergekit(data: object, source: str = "mergekit config") -> Converted:
     for key, value in top.items():
         if key not in SPECIAL and key not in per_model_keys and value is not None:
             overrides += _global_param(key, value, params, mmap, method, source)
+    given = per_model_keys | {k for k, v in top.items() if v is not None}
+    _fill_defaults(given, params, mmap, method, source, notes)
+    _no_sparsification(
+        method.name, [params, *(s.get("params", {}) for s in specs), *(o["params"] for o in overrides)], notes
+    )
     weights = _weights(models, top, method, source)
     weights = _normalize(top.get("normalize"), weights, params, mmap, method, source, notes)
     _rescale(top.get("rescale"), params, mmap, method, source)
@@ -118,6 +123,31 @@ def from_mergekit(data: object, source: str = "mergekit config") -> Converted:
 
 
 # --------------------------------------------------------------------------- pieces
+
+
+def _fill_defaults(
+    given: set[str], params: dict[str, Any], mmap: MethodMap, method: Method, source: str, notes: list[str]
+) -> None:
+    """Apply mergekit's default of every parameter the config leaves out, and say so (one note each)."""
+    for key, value in mmap.defaults.items():
+        if key in given:
+            continue
+        name, ours = _translate(key, value, mmap, method, f"{source}: default {key}")
+        params[name] = ours
+        as_ours = "" if (name, ours) == (key, value) else f", agentmerge's {name} = {ours}"
+        notes.append(f"{key} not given: mergekit's default {key} = {value} filled in{as_ours}")
+
+
+def _no_sparsification(method: str, groups: Sequence[dict[str, Any]], notes: list[str]) -> None:
+    """mergekit does not sparsify at all at density >= 1 (breadcrumbs' gamma and della's epsilon then do
+    nothing): the same parameters here are gamma = 0 and, with p = 0, eps = 0."""
+    for params in groups:
+        if method == "breadcrumbs" and float(params.get("density", 0.0)) >= 1.0 and params.get("gamma", 0.0) != 0.0:
+            params["gamma"] = 0.0
+            notes.append("breadcrumbs with density 1.0: mergekit does not sparsify, so gamma is set to 0")
+        if method == "della" and "p" in params and float(params["p"]) <= 0.0 and params.get("eps", 0.0) != 0.0:
+            params["eps"] = 0.0
+            notes.append("della with density 1.0: mergekit does not prune, so eps is set to 0")
 
 
 def _check_top_keys(data: Mapping[str, Any], source: str) -> None:

@@ -251,7 +251,8 @@ class MethodMap:
     """How one mergekit method maps onto ours.
 
     ``target``: our method name. ``fixed``: parameters implied by the mergekit method itself.
-    ``defaults``: mergekit defaults that differ from ours, applied when the config leaves them out.
+    ``defaults``: mergekit's defaults (its names and values, as in mergekit 0.1.5), applied when the config
+    leaves a parameter out, each with a note, so a config means what it means in mergekit.
     ``normalize`` / ``rescale``: mergekit's defaults for those flags (None: it has no such flag);
     ``ours_normalize``: what our method computes (weighted mean: True, weighted sum: False).
     ``convert``: mergekit name -> (our name, a, b), our value = a + b * mergekit's value.
@@ -270,6 +271,9 @@ class MethodMap:
 
 
 _KEEP_TO_DROP = {"density": ("p", 1.0, -1.0)}  # mergekit keeps a fraction; ours drops one
+# mergekit 0.1.5's defaults (generalized_task_arithmetic.py): density 1.0 (no trim, no drop) for every
+# sparsifying method, lambda 1.0, breadcrumbs' gamma 0.01, della's epsilon 0.15.
+_GTA = {"density": 1.0}  # lambda: mergekit 1.0, the same as ours (not filled in)
 
 MERGEKIT: Mapping[str, MethodMap] = MappingProxyType(
     {
@@ -277,15 +281,20 @@ MERGEKIT: Mapping[str, MethodMap] = MappingProxyType(
         "ramplus_tl": MethodMap("ram_plus", fixed={"scope": "tensor"}, defaults={"alpha": 0.2}),
         "linear": MethodMap("linear", normalize=True, ours_normalize=True, uses_base=False),
         "task_arithmetic": MethodMap("task_arithmetic", normalize=False, ours_normalize=False, rescale=False),
-        "ties": MethodMap("ties", normalize=True, ours_normalize=True, rescale=False),
-        "dare_ties": MethodMap("dare_ties", normalize=False, ours_normalize=True, rescale=True, convert=_KEEP_TO_DROP),
-        "dare_linear": MethodMap(
-            "dare_linear", normalize=False, ours_normalize=False, rescale=True, convert=_KEEP_TO_DROP
+        "ties": MethodMap("ties", defaults=_GTA, normalize=True, ours_normalize=True, rescale=False),
+        "dare_ties": MethodMap(
+            "dare_ties", defaults=_GTA, normalize=False, ours_normalize=True, rescale=True, convert=_KEEP_TO_DROP
         ),
-        "breadcrumbs": MethodMap("breadcrumbs", normalize=False, ours_normalize=False, rescale=False),
+        "dare_linear": MethodMap(
+            "dare_linear", defaults=_GTA, normalize=False, ours_normalize=False, rescale=True, convert=_KEEP_TO_DROP
+        ),
+        "breadcrumbs": MethodMap(
+            "breadcrumbs", defaults={**_GTA, "gamma": 0.01}, normalize=False, ours_normalize=False, rescale=False
+        ),
         "breadcrumbs_ties": MethodMap("breadcrumbs_ties", normalize=False, rescale=False),
         "della": MethodMap(
             "della",
+            defaults={**_GTA, "epsilon": 0.15},
             normalize=True,
             ours_normalize=True,
             rescale=True,

@@ -2,13 +2,15 @@
 
 - ``input_refs``: every path a merge reads (base, models, Fisher files, tokenizer source), for the output guards.
 - ``check_tokenizer_source``: a ``tokenizer_source`` must be a model folder that holds tokenizer files.
-- ``check_output_chunk``: every merged chunk is finite in the output dtype before it is written (one
-  ``torch.isfinite(...).all()`` over values already in hand), else the merge stops naming the tensor.
+- ``check_output_chunk``: every output chunk is finite in the output dtype before it is written (one sum over
+  values already in hand, the exact ``torch.isfinite`` test only when that sum is not finite), else the merge
+  stops naming the tensor.
 - ``check_fisher_role``: a Fisher file is never read as a model, and a model never as a Fisher file.
 """
 
 from __future__ import annotations
 
+import math
 from collections.abc import Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -51,7 +53,11 @@ def check_tokenizer_source(ref: str) -> Path:
 
 def check_output_chunk(name: str, start: int, values: torch.Tensor) -> None:
     """``MergeError`` when a chunk about to be written holds NaN or Inf (overflow of the output dtype)."""
-    if values.dtype.is_floating_point and not bool(torch.isfinite(values).all()):
+    if not values.dtype.is_floating_point or values.numel() == 0:
+        return
+    if math.isfinite(float(values.sum())):  # a finite sum has no NaN or Inf in it (~0.1 ms per 1M elements)
+        return
+    if not bool(torch.isfinite(values).all()):  # the exact test only when the sum is not finite
         bad = int(torch.nonzero(~torch.isfinite(values))[0, 0]) + start
         dtype = str(values.dtype).removeprefix("torch.")
         raise MergeError(

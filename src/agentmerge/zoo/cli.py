@@ -16,6 +16,8 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
+from agentmerge.safety import check_report_path, write_report
+
 DEFAULT_ZOO = ".zoo-cache"
 CORE_METHODS = ("linear", "task_arithmetic", "ties", "dare_ties", "ram", "ram_plus")
 DEFAULT_WORK = "bench-work"
@@ -201,6 +203,7 @@ def cmd_eval(args: argparse.Namespace) -> int:
     """``agentmerge eval CKPT ... --suite zoo``: every checkpoint on the zoo's held-out split."""
     from agentmerge.zoo.evaluate import evaluate
 
+    check_eval_args(args)
     _threads(args.threads)
     n = args.n or (1000 if args.split == "test" else 300)
     tasks = [t for t in args.tasks.split(",") if t] if args.tasks else None
@@ -213,5 +216,25 @@ def cmd_eval(args: argparse.Namespace) -> int:
             print(f"  {metric:<16} {value * 100:6.2f} % ± {se:.2f}  (n={count})")
         reports.append(report.to_dict())
     if args.json_out:
-        Path(args.json_out).write_text(json.dumps(reports[0] if len(reports) == 1 else reports, indent=2) + "\n")
+        write_report(args.json_out, json.dumps(reports[0] if len(reports) == 1 else reports, indent=2) + "\n", "--json")
     return 0
+
+
+def check_eval_args(args: argparse.Namespace) -> None:
+    """Counts must be positive, and the checkpoint a loadable causal LM with a tokenizer (one-line errors)."""
+    from agentmerge.errors import ConfigError
+    from agentmerge.fisher import _transformers_step, check_causal_lm_folder
+
+    for flag, value in (("--n", args.n), ("--batch-size", args.batch_size), ("--threads", args.threads)):
+        if value is not None and value < 1:
+            raise ConfigError(f"{flag} must be at least 1 (got {value})")
+    if args.json_out:
+        check_report_path(Path(args.json_out), "--json")
+    check_causal_lm_folder(args.checkpoint)
+
+    def tokenizer() -> object:
+        from transformers import AutoTokenizer
+
+        return AutoTokenizer.from_pretrained(str(args.checkpoint))
+
+    _transformers_step(args.checkpoint, "load its tokenizer", tokenizer)
