@@ -611,10 +611,10 @@ def test_ctrl_c_is_one_line(
     base, a, b = family
     merge_module = sys.modules["agentmerge.merge"]
 
-    def interrupted(self: object, folder: Path) -> None:
+    def interrupted(*args: object) -> None:
         raise KeyboardInterrupt
 
-    monkeypatch.setattr(merge_module._Merger, "write", interrupted)
+    monkeypatch.setattr(merge_module, "write_pass", interrupted)
     out = tmp_path / "out"
     one_line_error(capsys, [*flags(base, a, b), "-o", str(out)], "interrupted", status=130)
     assert not out.exists() and not [p for p in tmp_path.iterdir() if p.name.startswith(".out.")]

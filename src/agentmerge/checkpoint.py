@@ -38,6 +38,7 @@ from agentmerge.errors import CheckpointError
 from agentmerge.headers import check_data_covered, header_metadata, parse_header_json, read_json_object
 from agentmerge.localpath import looks_local, missing_local_message
 from agentmerge.safety import TMP_MARKER, mark_tmp, output_lock, remove_stale_siblings
+from agentmerge.units import MODEL_FILES, TOKENIZER_FILES
 
 SAFE_DTYPES: dict[str, torch.dtype] = {
     "F64": torch.float64,
@@ -60,18 +61,6 @@ SINGLE_FILE = "model.safetensors"
 INDEX_FILE = "model.safetensors.index.json"
 BIN_FILE = "pytorch_model.bin"
 BIN_INDEX_FILE = "pytorch_model.bin.index.json"
-MODEL_FILES = ("config.json", "generation_config.json")
-TOKENIZER_FILES = (
-    "tokenizer.json",
-    "tokenizer_config.json",
-    "special_tokens_map.json",
-    "added_tokens.json",
-    "vocab.json",
-    "merges.txt",
-    "tokenizer.model",
-    "chat_template.jinja",
-    "chat_template.json",
-)
 _HUB_ID = re.compile(r"^[A-Za-z0-9][\w.-]*/[\w.-]+$")
 
 

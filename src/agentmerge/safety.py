@@ -29,27 +29,12 @@ from pathlib import Path
 from types import FrameType
 
 from agentmerge.errors import CheckpointError, MergeError
+from agentmerge.units import MODEL_FILES, TOKENIZER_FILES
 
 TMP_MARKER = ".agentmerge-tmp"  # written into every hidden temporary folder, so stale ones are recognisable
 MERGE_RECORD = "merge.json"
 _MERGE_OUTPUT_FILES = frozenset(
-    {
-        MERGE_RECORD,
-        "README.md",
-        "config.json",
-        "generation_config.json",
-        "model.safetensors",
-        "model.safetensors.index.json",
-        "tokenizer.json",
-        "tokenizer_config.json",
-        "special_tokens_map.json",
-        "added_tokens.json",
-        "vocab.json",
-        "merges.txt",
-        "tokenizer.model",
-        "chat_template.jinja",
-        "chat_template.json",
-    }
+    {MERGE_RECORD, "README.md", "model.safetensors", "model.safetensors.index.json", *MODEL_FILES, *TOKENIZER_FILES}
 )
 _SHARD = re.compile(r"model-\d{5}-of-\d{5}\.safetensors")
 _TMP_SIBLING = re.compile(r"\..+\.(?:tmp|old)-(\d+)-[0-9a-f]{8}")

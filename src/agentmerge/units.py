@@ -4,6 +4,19 @@ from __future__ import annotations
 
 import re
 
+MODEL_FILES = ("config.json", "generation_config.json")  # copied next to merged weights from the base
+TOKENIZER_FILES = (  # copied from the base, or from tokenizer_source
+    "tokenizer.json",
+    "tokenizer_config.json",
+    "special_tokens_map.json",
+    "added_tokens.json",
+    "vocab.json",
+    "merges.txt",
+    "tokenizer.model",
+    "chat_template.jinja",
+    "chat_template.json",
+)
+
 FLOAT_DTYPE_NAMES = {
     "bfloat16": "bfloat16",
     "bf16": "bfloat16",

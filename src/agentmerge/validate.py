@@ -38,7 +38,8 @@ def input_refs(cfg: MergeConfig) -> list[str]:
 
 def check_tokenizer_source(ref: str) -> Path:
     """The tokenizer source's folder; ``ConfigError`` when it is missing, not a folder or holds no tokenizer."""
-    from agentmerge.checkpoint import TOKENIZER_FILES, resolve_model_path
+    from agentmerge.checkpoint import resolve_model_path
+    from agentmerge.units import TOKENIZER_FILES
 
     folder = resolve_model_path(ref)
     if not folder.is_dir():

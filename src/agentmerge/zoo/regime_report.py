@@ -193,8 +193,8 @@ def verdict_lines(combined: dict[str, Any]) -> list[str]:
     return [*lines, ""]
 
 
-def plot_regime_map(combined: dict[str, Any], path: Path) -> Path | None:
-    """x: mean overlap excess; y: RAM − best baseline, RAM+ − RAM, best merge − specialist (mean of domains)."""
+def _map_points(combined: dict[str, Any]) -> list[tuple[str, float, dict[str, tuple[float, float]]]]:
+    """Per regime: its name, mean overlap excess and the paired differences (mean, SE) the map plots."""
     points: list[tuple[str, float, dict[str, tuple[float, float]]]] = []
     for name, res in combined["regimes"].items():
         m = res.get("map", {})
@@ -212,6 +212,12 @@ def plot_regime_map(combined: dict[str, Any], path: Path) -> Path | None:
             se = math.sqrt(sum(_num(c["se"]) ** 2 for c in spec)) / len(spec)
             ys["best merge − specialist (domain mean)"] = (mean, se)
         points.append((name, x, ys))
+    return points
+
+
+def plot_regime_map(combined: dict[str, Any], path: Path) -> Path | None:
+    """x: mean overlap excess; y: RAM − best baseline, RAM+ − RAM, best merge − specialist (mean of domains)."""
+    points = _map_points(combined)
     if not points:
         return None
     import matplotlib
