@@ -216,12 +216,13 @@ def cmd_eval(args: argparse.Namespace) -> int:
             print(f"  {metric:<16} {value * 100:6.2f} % ± {se:.2f}  (n={count})")
         reports.append(report.to_dict())
     if args.json_out:
-        write_report(args.json_out, json.dumps(reports[0] if len(reports) == 1 else reports, indent=2) + "\n", "--json")
+        text = json.dumps(reports[0] if len(reports) == 1 else reports, indent=2) + "\n"
+        write_report(args.json_out, text, "--json")
     return 0
 
 
 def check_eval_args(args: argparse.Namespace) -> None:
-    """Counts must be positive, and the checkpoint a loadable causal LM with a tokenizer (one-line errors)."""
+    """Counts must be positive, and each checkpoint a loadable causal LM with a tokenizer (one-line errors)."""
     from agentmerge.errors import ConfigError
     from agentmerge.fisher import _transformers_step, check_causal_lm_folder
 
@@ -230,11 +231,12 @@ def check_eval_args(args: argparse.Namespace) -> None:
             raise ConfigError(f"{flag} must be at least 1 (got {value})")
     if args.json_out:
         check_report_path(Path(args.json_out), "--json")
-    check_causal_lm_folder(args.checkpoint)
+    for ckpt in args.checkpoints:
+        check_causal_lm_folder(ckpt)
 
-    def tokenizer() -> object:
-        from transformers import AutoTokenizer
+        def tokenizer(folder: str = ckpt) -> object:
+            from transformers import AutoTokenizer
 
-        return AutoTokenizer.from_pretrained(str(args.checkpoint))
+            return AutoTokenizer.from_pretrained(str(folder))
 
-    _transformers_step(args.checkpoint, "load its tokenizer", tokenizer)
+        _transformers_step(ckpt, "load its tokenizer", tokenizer)
