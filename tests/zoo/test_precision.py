@@ -227,3 +227,17 @@ def test_verdict_needs_two_standard_errors() -> None:
     assert verdict({"mean": -0.03, "se": 0.01}).startswith("lower by 3.0")
     assert verdict({"mean": 0.03, "se": 0.02}).startswith("no clear difference")
     assert verdict(None) == "not measured"
+
+
+def test_zoo_fisher_files_are_accepted_by_the_engine(tmp_path: Path) -> None:
+    """The zoo's Fisher files carry the mark the engine checks (an unmarked one, from an older zoo, is redone)."""
+    from agentmerge.checkpoint import Checkpoint
+    from agentmerge.validate import check_fisher_role
+    from agentmerge.zoo.fisher import is_fisher_file, save_fisher
+
+    out = save_fisher({"w": torch.ones(2, 3)}, tmp_path / "f.safetensors")
+    assert is_fisher_file(out)
+    with Checkpoint(out) as ckpt:
+        check_fisher_role(ckpt, fisher=True)  # raises for a file without the mark
+    save_file({"w": torch.ones(2, 3)}, str(tmp_path / "old.safetensors"))
+    assert not is_fisher_file(tmp_path / "old.safetensors") and not is_fisher_file(tmp_path / "missing.safetensors")

@@ -19,7 +19,7 @@ from typing import Any
 from agentmerge.zoo.build import Logger, build_zoo
 from agentmerge.zoo.config import DOMAINS, ZooConfig
 from agentmerge.zoo.evaluate import evaluate
-from agentmerge.zoo.fisher import diagonal_fisher, save_fisher
+from agentmerge.zoo.fisher import diagonal_fisher, is_fisher_file, save_fisher
 from agentmerge.zoo.tasks import SUITE_VERSION, all_tasks
 
 DOMAIN_TASKS = {"code": ("code",), "tool": ("tool",), "memory": ("mem_short", "mem_long")}
@@ -237,7 +237,7 @@ class SeedBench:
         for i, domain in enumerate(DOMAINS):
             agent = self.zoo[f"agent_{domain}"]
             out = self.work / "fisher" / f"agent_{domain}.{file_digest(agent)}.safetensors"
-            if not out.is_file():
+            if not is_fisher_file(out):  # also a file of an older zoo, written without the Fisher mark
                 fisher = diagonal_fisher(agent, domain, self.plan.fisher_prompts, 7000 + 10 * self.seed + i)
                 save_fisher(fisher, out)
             paths[domain] = out

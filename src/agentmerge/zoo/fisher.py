@@ -15,10 +15,12 @@ from pathlib import Path
 from typing import Any
 
 import torch
+from safetensors import safe_open
 from safetensors.torch import save_file
 from transformers import AutoTokenizer
 
 from agentmerge import fisher
+from agentmerge.validate import FISHER_MARK, is_fisher
 from agentmerge.zoo.batching import completion_mask
 from agentmerge.zoo.generation import generate_ids
 from agentmerge.zoo.modeling import load_model
@@ -53,7 +55,18 @@ def diagonal_fisher(checkpoint: Path, domain: str, n: int, seed: int) -> dict[st
 
 
 def save_fisher(fisher_values: dict[str, torch.Tensor], out: Path) -> Path:
-    """Write the Fisher tensors (float32) to ``out`` (a .safetensors file)."""
+    """Write the Fisher tensors (float32) to ``out`` (a .safetensors file), marked as a Fisher file.
+
+    The mark (``FISHER_MARK`` in the metadata) is what the engine checks before it takes a file as Fisher.
+    """
     out.parent.mkdir(parents=True, exist_ok=True)
-    save_file(fisher_values, str(out))
+    save_file(fisher_values, str(out), metadata=dict([FISHER_MARK]))
     return out
+
+
+def is_fisher_file(path: Path) -> bool:
+    """Whether ``path`` is a Fisher file the engine accepts (written by ``save_fisher`` with its mark)."""
+    if not path.is_file():
+        return False
+    with safe_open(str(path), framework="pt") as handle:
+        return is_fisher(handle.metadata() or {})
