@@ -69,7 +69,7 @@ class BenchPlan:
     """What the benchmark runs besides the zoo itself."""
 
     seeds: tuple[int, ...] = (0, 1, 2)
-    ta_lambdas: tuple[float, ...] = (0.5, 0.75, 1.0, 1.25, 1.5, 2.0)
+    ta_lambdas: tuple[float, ...] = (0.5, 0.75, 1.0, 1.25, 1.5, 2.0, 2.5, 3.0)
     fisher_prompts: int = 64
     methods: tuple[MethodRun, ...] = METHOD_RUNS
     ablation: tuple[MethodRun, ...] = ()  # extra 3-agent merges (the RAM+ ablation in the paper-like regime)
