@@ -27,7 +27,7 @@ import shutil
 import struct
 import threading
 import uuid
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Protocol
@@ -38,7 +38,7 @@ from agentmerge.errors import CheckpointError
 from agentmerge.headers import check_data_covered, header_metadata, parse_header_json, read_json_object
 from agentmerge.localpath import looks_local, missing_local_message
 from agentmerge.safety import TMP_MARKER, mark_tmp, output_lock, remove_stale_siblings
-from agentmerge.units import MODEL_FILES, TOKENIZER_FILES
+from agentmerge.units import TOKENIZER_FILES
 
 SAFE_DTYPES: dict[str, torch.dtype] = {
     "F64": torch.float64,
@@ -704,15 +704,43 @@ def set_config_dtype(folder: Path, dtype: torch.dtype) -> None:
     cfg_path.write_text(json.dumps(cfg, indent=2, sort_keys=True) + "\n")
 
 
-def finish_model_files(folder: Path, model: Path, tokenizer: Path | None, dtype: str | None) -> None:
+def update_config(folder: Path, values: Mapping[str, object], vocab_size: int | None = None) -> None:
+    """Set ``values`` in the folder's ``config.json``, and ``vocab_size`` (also in ``text_config``, where it is)."""
+    cfg_path = folder / "config.json"
+    if not cfg_path.exists() or not (values or vocab_size):
+        return
+    cfg = read_json_object(cfg_path, "config.json")
+    cfg.update(values)
+    text = cfg.get("text_config")
+    nested = isinstance(text, dict) and "vocab_size" in text
+    if vocab_size is not None and nested:
+        text["vocab_size"] = vocab_size  # type: ignore[index]
+    if vocab_size is not None and ("vocab_size" in cfg or not nested):
+        cfg["vocab_size"] = vocab_size
+    cfg_path.write_text(json.dumps(cfg, indent=2, sort_keys=True) + "\n")
+
+
+def finish_model_files(
+    folder: Path,
+    model: Path,
+    tokenizer: Path | None,
+    dtype: str | None,
+    *,
+    generation: Path | None = None,
+    config_values: Mapping[str, object] | None = None,
+    vocab_size: int | None = None,
+) -> None:
     """Give a folder of freshly written shards the rest of a model folder.
 
-    ``config.json`` and ``generation_config.json`` come from ``model``, the tokenizer files from
-    ``tokenizer`` (default: ``model``), and ``config.json`` records ``dtype`` when the weights were
-    written in another dtype than the model's.
+    ``config.json`` comes from ``model``, ``generation_config.json`` from ``generation`` (default: ``model``),
+    the tokenizer files from ``tokenizer`` (default: ``model``); ``config.json`` then gets ``config_values``
+    (token ids from the tokenizer's source), ``vocab_size`` (added vocabulary rows) and ``dtype`` when the
+    weights were written in another dtype than the model's.
     """
-    copy_aux_files(model, folder, MODEL_FILES)
+    copy_aux_files(model, folder, ["config.json"])
+    copy_aux_files(generation or model, folder, ["generation_config.json"])
     copy_aux_files(tokenizer or model, folder, TOKENIZER_FILES)
+    update_config(folder, config_values or {}, vocab_size)
     if dtype:
         set_config_dtype(folder, dtype_from_name(dtype))
 

@@ -29,9 +29,11 @@ from agentmerge.plan import MergePlan, TensorJob, make_plan, planned_tensors
 from agentmerge.provenance import InputHashes, MergeResult, reproducibility_record
 from agentmerge.report import model_card
 from agentmerge.safety import check_output_target
+from agentmerge.sources import OutputSources, output_sources
 from agentmerge.spec import TensorSource, TensorStats
 from agentmerge.stream import Inputs, Scratch, overlap_stats, run_parallel, run_rounds, torch_threads
 from agentmerge.validate import check_output_chunk, check_tokenizer_source, input_refs
+from agentmerge.vocab import new_rows
 
 __all__ = ["MergeResult", "count_overlaps", "merge"]
 
@@ -50,7 +52,8 @@ def merge(
         check_tokenizer_source(cfg.tokenizer_source)
     inputs = Inputs.for_merge(cfg)
     try:
-        plan = make_plan(cfg, inputs.reference, len(inputs.models), cfg.threads or os.cpu_count() or 1)
+        sources = output_sources(cfg, inputs.reference, inputs.models, inputs.vocab)
+        plan = make_plan(cfg, inputs.reference, len(inputs.models), cfg.threads or os.cpu_count() or 1, inputs.vocab)
         inputs.check_extras([j.name for j in plan.merged])
         hashes = InputHashes.start(inputs.checkpoints)  # sha256 of the inputs for merge.json, in the background
         try:
@@ -58,7 +61,8 @@ def merge(
                 collected = statistics_pass(plan, inputs, quiet)
                 write_pass(plan, inputs, collected, tmp, quiet)
                 result = _result(cfg, plan, collected, tmp, time.perf_counter() - t0)
-                _finish_folder(cfg, inputs, result, hashes)
+                result = replace(result, vocab=inputs.vocab.record(result.model_labels), sources=sources.record())
+                _finish_folder(cfg, inputs, result, hashes, sources)
         except BaseException:
             hashes.cancel()
             raise
@@ -74,7 +78,7 @@ def count_overlaps(cfg: MergeConfig, *, quiet: bool = True) -> None:
     """
     inputs = Inputs.for_merge(cfg)
     try:
-        plan = make_plan(cfg, inputs.reference, len(inputs.models), cfg.threads or os.cpu_count() or 1)
+        plan = make_plan(cfg, inputs.reference, len(inputs.models), cfg.threads or os.cpu_count() or 1, inputs.vocab)
         with torch_threads(1):
             overlap_stats(inputs, plan.thresholds(), plan.threads, plan.chunk, quiet)
     finally:
@@ -137,6 +141,7 @@ def write_pass(plan: MergePlan, inputs: Inputs, collected: Collected, folder: Pa
     writer = ShardWriter(folder, plan_shards(tensors, plan.shard_bytes), tensors)
     chunks = ChunkWriter(plan, inputs, collected, writer)
     tasks = [chunks.task(job, s, e) for job in plan.jobs for s, e in job.chunks]
+    tasks += [chunks.added_task(job, s, e) for job, s, e in plan.added_tasks()]
     label = f"merge {plan.method.name} ({plan.kernels} kernels)"
     try:
         with tqdm(total=len(tasks), desc=label, unit="chunk", disable=quiet) as bar:
@@ -159,6 +164,16 @@ class ChunkWriter:
 
     def task(self, job: TensorJob, start: int, stop: int) -> Any:
         return lambda: self.write(job, start, stop)
+
+    def added_task(self, job: TensorJob, start: int, stop: int) -> Any:
+        return lambda: self.write_added(job, start, stop)
+
+    def write_added(self, job: TensorJob, start: int, stop: int) -> None:
+        """Added vocabulary rows: the adding agent's values, or the weighted mean of several (``vocab.new_rows``)."""
+        assert job.resized is not None
+        adders = list(job.resized.adders)
+        values = self.inputs.read_added(job.name, adders, start, stop)
+        self._put(job, start, new_rows(values, self.plan.weights[adders]).to(job.out_dtype))
 
     def write(self, job: TensorJob, start: int, stop: int) -> None:
         if not job.merged:
@@ -232,10 +247,20 @@ def _result(cfg: MergeConfig, plan: MergePlan, collected: Collected, out: Path, 
     )
 
 
-def _finish_folder(cfg: MergeConfig, inputs: Inputs, result: MergeResult, hashes: InputHashes) -> None:
-    """Config, tokenizer, merge.json and the model card next to the shards."""
-    tokenizer = Path(cfg.tokenizer_source).expanduser() if cfg.tokenizer_source else None
-    finish_model_files(result.out_dir, inputs.reference.folder, tokenizer, cfg.dtype)
+def _finish_folder(
+    cfg: MergeConfig, inputs: Inputs, result: MergeResult, hashes: InputHashes, sources: OutputSources
+) -> None:
+    """Config, tokenizer, generation config, merge.json and the model card next to the shards."""
+    gen = sources.generation_config
+    finish_model_files(
+        result.out_dir,
+        inputs.reference.folder,
+        sources.source.folder,
+        cfg.dtype,
+        generation=gen.folder if gen else None,
+        config_values=sources.config_ids,
+        vocab_size=inputs.vocab.out_rows,
+    )
     record = reproducibility_record(cfg, inputs.checkpoints, result, hashes)
     (result.out_dir / "merge.json").write_text(json.dumps(record, indent=2) + "\n")
     (result.out_dir / "README.md").write_text(model_card(cfg, result))

@@ -17,13 +17,18 @@ from agentmerge.config import MergeConfig
 from agentmerge.deltas import RNG_BLOCK
 from agentmerge.fused.jit import available
 from agentmerge.spec import ChunkSpec, Method, Params, TensorStats, update_threshold
+from agentmerge.vocab import ResizedTensor, VocabPlan
 
 MAX_CHUNK = RNG_BLOCK  # elements per chunk at most (see chunk_elements)
 
 
 @dataclass(frozen=True)
 class TensorJob:
-    """One output tensor: how it is produced, its element ranges and (when merged) its parameters."""
+    """One output tensor: how it is produced, its element ranges and (when merged) its parameters.
+
+    ``shape``, ``numel`` and ``chunks`` are the base's tensor (for a vocabulary tensor with added rows, its
+    first ``V_base`` rows); ``resized`` then names the rows past them, which come from the adding agents.
+    """
 
     name: str
     out_dtype: torch.dtype
@@ -33,6 +38,16 @@ class TensorJob:
     chunks: tuple[tuple[int, int], ...]
     params: Params = field(default_factory=dict)  # the method's parameters for this tensor (after overrides)
     model_params: tuple[Params, ...] = ()  # per model, when any model sets params
+    resized: ResizedTensor | None = None  # the vocabulary rows the agents added (vocab.py), else None
+
+    @property
+    def out_shape(self) -> tuple[int, ...]:
+        """The written tensor's shape: the base's, with the added vocabulary rows."""
+        return self.resized.out_shape if self.resized is not None else self.shape
+
+    def added_chunks(self, chunk: int) -> tuple[tuple[int, int], ...]:
+        """Element ranges of the added rows (whole rows, about ``chunk`` elements each); () when none."""
+        return self.resized.extra_chunks(chunk) if self.resized is not None else ()
 
     @property
     def eps(self) -> float:
@@ -62,6 +77,10 @@ class MergePlan:
     def merged(self) -> list[TensorJob]:
         return [j for j in self.jobs if j.merged]
 
+    def added_tasks(self) -> list[tuple[TensorJob, int, int]]:
+        """``(job, start, stop)`` of every chunk of added vocabulary rows."""
+        return [(j, s, e) for j in self.jobs for s, e in j.added_chunks(self.chunk)]
+
     @property
     def kernels(self) -> str:
         """Which kernels merge: ``compiled`` (numba) or ``reference`` (torch)."""
@@ -86,13 +105,15 @@ class MergePlan:
         )
 
 
-def make_plan(cfg: MergeConfig, ref: Readable, n_models: int, threads: int) -> MergePlan:
-    """Plan the merge of ``n_models`` models against the reference checkpoint ``ref``."""
+def make_plan(
+    cfg: MergeConfig, ref: Readable, n_models: int, threads: int, vocab: VocabPlan | None = None
+) -> MergePlan:
+    """Plan the merge of ``n_models`` models against the reference checkpoint ``ref`` (and added ``vocab`` rows)."""
     chunk = chunk_elements(cfg, n_models, threads)
     method = cfg.spec
     return MergePlan(
         method=method,
-        jobs=tuple(plan_jobs(cfg, ref, chunk)),
+        jobs=tuple(plan_jobs(cfg, ref, chunk, vocab or VocabPlan())),
         chunk=chunk,
         threads=threads,
         weights=torch.tensor([m.weight for m in cfg.models], dtype=torch.float32),
@@ -117,7 +138,7 @@ def chunk_elements(cfg: MergeConfig, n_models: int, threads: int) -> int:
     return min(MAX_CHUNK, max(RNG_BLOCK // 16, (n // RNG_BLOCK) * RNG_BLOCK or n))
 
 
-def plan_jobs(cfg: MergeConfig, ref: Readable, chunk: int) -> list[TensorJob]:
+def plan_jobs(cfg: MergeConfig, ref: Readable, chunk: int, vocab: VocabPlan | None = None) -> list[TensorJob]:
     """Decide, per tensor of the reference, its output dtype, whether it is merged, its chunks and parameters."""
     out_dtype = dtype_from_name(cfg.dtype) if cfg.dtype else None
     multiple = cfg.spec.chunk_multiple
@@ -133,9 +154,11 @@ def plan_jobs(cfg: MergeConfig, ref: Readable, chunk: int) -> list[TensorJob]:
         ranges = tuple((s, min(s + step, info.numel)) for s in range(0, info.numel, step)) or ((0, 0),)
         params = cfg.tensor_params(name) if merged else {}
         model_params = cfg.model_params(name) if merged else ()
-        jobs.append(TensorJob(name, dtype, info.shape, info.numel, merged, ranges, params, model_params))
+        resized = vocab.tensors.get(name) if vocab is not None else None
+        job = TensorJob(name, dtype, info.shape, info.numel, merged, ranges, params, model_params, resized)
+        jobs.append(job)
     return jobs
 
 
 def planned_tensors(jobs: Sequence[TensorJob]) -> list[PlannedTensor]:
-    return [PlannedTensor(j.name, j.out_dtype, j.shape) for j in jobs]
+    return [PlannedTensor(j.name, j.out_dtype, j.out_shape) for j in jobs]

@@ -78,6 +78,8 @@ class ProbeResult:
     per_layer: dict[str, list[AgentStats]] = field(default_factory=dict)
     per_module: dict[str, list[AgentStats]] = field(default_factory=dict)
     per_tensor: dict[str, list[AgentStats]] = field(default_factory=dict)
+    # {agent: {tensor: rows}}: vocabulary rows an agent added past the base's (not in the statistics above)
+    added_rows: dict[str, dict[str, int]] = field(default_factory=dict)
 
     def to_dict(self) -> dict[str, Any]:
         def rows(stats: list[AgentStats]) -> list[dict[str, Any]]:
@@ -93,6 +95,7 @@ class ProbeResult:
             "per_layer": {k: rows(v) for k, v in self.per_layer.items()},
             "per_module": {k: rows(v) for k, v in self.per_module.items()},
             "per_tensor": {k: rows(v) for k, v in self.per_tensor.items()},
+            "added_rows": self.added_rows,
         }
 
 
@@ -170,6 +173,7 @@ def probe(
 ) -> ProbeResult:
     """Read base and models once (streamed) and compute every statistic of ``ProbeResult``.
 
+    Vocabulary tensors with added rows count their base rows only; the added rows are reported per agent.
     ``allow_dtype_mismatch`` accepts models stored in another floating dtype than the base (e.g. a bf16 base
     with fp32 agents); task vectors are then computed in float32.
     """
@@ -181,9 +185,14 @@ def probe(
         numels = {n: inputs.reference.tensors[n].numel for n in names}
         with torch_threads(1):
             hists = overlap_stats(inputs, dict.fromkeys(names, epsilon), n_threads, chunk_size, quiet)
+        vocab = inputs.vocab
     finally:
         inputs.close()
-    return probe_from_histograms(hists, numels, base, list(models), labels, epsilon, r, alpha)
+    result = probe_from_histograms(hists, numels, base, list(models), labels, epsilon, r, alpha)
+    result.added_rows = {
+        labels[i]: {name: t.out_rows - t.base_rows for name, t in vocab.tensors.items()} for i in vocab.adders
+    }
+    return result
 
 
 def probe_from_histograms(

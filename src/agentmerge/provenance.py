@@ -36,6 +36,8 @@ class MergeResult:
     model_hist: list[list[int]] | None = None  # [N][N] overlap histogram over merged tensors
     model_labels: list[str] = field(default_factory=list)
     numel: int = 0
+    vocab: dict[str, Any] | None = None  # added vocabulary rows (vocab.VocabPlan.record), None when none
+    sources: dict[str, Any] | None = None  # tokenizer / generation config source and checks (sources.py)
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -48,6 +50,8 @@ class MergeResult:
             "model_hist": self.model_hist,
             "model_labels": self.model_labels,
             "numel": self.numel,
+            "vocab": self.vocab,
+            "sources": self.sources,
         }
 
     def agents(self) -> list[AgentStats] | None:
@@ -76,6 +80,8 @@ def reproducibility_record(
         "resolved_params": result.params,
         "inputs": files,
         "probe": [a.__dict__ | {"rho": a.rho if a.rho != float("inf") else "inf"} for a in result.agents() or []],
+        "vocab": result.vocab,
+        "sources": result.sources,
         "seconds": round(result.seconds, 3),
     }
 

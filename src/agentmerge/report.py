@@ -59,6 +59,15 @@ def probe_markdown(p: ProbeResult) -> str:
         "## Density % per module type\n\n" + density_grid(p.per_module, "module"),
         "## Density % per layer\n\n" + density_grid(p.per_layer, "layer"),
     ]
+    if p.added_rows:
+        listed = "; ".join(
+            f"{agent}: " + ", ".join(f"{rows} in {name}" for name, rows in tensors.items())
+            for agent, tensors in p.added_rows.items()
+        )
+        parts.append(
+            "## Added vocabulary rows\n\nRows past the base's vocabulary, not counted above (no base value to "
+            f"differ from): {listed}."
+        )
     return "\n\n".join(parts) + "\n"
 
 
@@ -146,6 +155,9 @@ def model_card(cfg: MergeConfig, result: MergeResult) -> str:
             agents_table(agents),
             "",
         ]
+    inputs = input_lines(result)
+    if inputs:
+        body += ["## Tokenizer and vocabulary\n", *[f"- {line}" for line in inputs], ""]
     body.append("The resolved configuration and the input files are recorded in `merge.json`.\n")
     return "\n".join(front + body)
 
@@ -167,8 +179,36 @@ def merge_summary(cfg: MergeConfig, result: MergeResult, warnings: list[str]) ->
     if agents and result.numel:
         lines += _agent_lines(cfg, result, agents)
         lines.append(_regions_line(result))
-    lines += [f"warning: {w}" for w in warnings + tuning_warnings(cfg)]
+    lines += [f"  {line}" for line in input_lines(result, warnings=False)]
+    source_warnings = list((result.sources or {}).get("warnings", []))
+    lines += [f"warning: {w}" for w in warnings + source_warnings + tuning_warnings(cfg)]
     return "\n".join(lines)
+
+
+def input_lines(result: MergeResult, warnings: bool = True) -> list[str]:
+    """Where the tokenizer, chat template and generation config came from; added vocabulary rows; warnings."""
+    lines = []
+    vocab, sources = result.vocab, result.sources
+    if vocab:
+        lines.append(
+            f"vocabulary: rows {vocab['base_rows']}..{vocab['out_rows'] - 1} of {', '.join(vocab['tensors'])} "
+            f"added by {', '.join(vocab['added_by'])} ({vocab['new_rows']}); the other rows merged by the method; "
+            f"config.json vocab_size {vocab['out_rows']}"
+        )
+    if sources:
+        tok = sources["tokenizer"]
+        eos = sources["eos_token_id"].get(tok["from"])
+        lines.append(
+            f"tokenizer and chat template from {tok['from']} ({_WHY.get(tok['why'], tok['why'])}), "
+            f"generation_config.json from {sources['generation_config'] or 'no input (none written)'}; "
+            f"EOS id(s) {eos if eos else 'unknown'}"
+        )
+        if warnings:
+            lines += [f"warning: {w}" for w in sources.get("warnings", [])]
+    return lines
+
+
+_WHY = {"tokenizer_source": "tokenizer_source", "added tokens": "it added the vocabulary rows", "base": "the default"}
 
 
 def _agent_lines(cfg: MergeConfig, result: MergeResult, agents: list[AgentStats]) -> list[str]:

@@ -12,7 +12,7 @@ import contextlib
 import math
 import os
 import threading
-from collections.abc import Callable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Collection, Iterator, Mapping, Sequence
 from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
 from pathlib import Path
 from typing import Any
@@ -32,6 +32,7 @@ from agentmerge.lora import LoraModel, is_adapter, split_model_plus_adapter
 from agentmerge.plan import MergePlan, TensorJob
 from agentmerge.spec import Rounds
 from agentmerge.validate import check_fisher_role
+from agentmerge.vocab import VocabPlan, plan_vocab
 
 # --------------------------------------------------------------------------- inputs
 
@@ -50,12 +51,14 @@ class Inputs:
         self.models: list[Readable] = []
         self.extras: dict[str, list[Checkpoint]] = {}  # per-model extra tensors, e.g. "fisher"
         self.base = Checkpoint(base) if base is not None else None
+        self.vocab = VocabPlan()
         try:
             self.models = [open_model(m, self.base) for m in models]
             for c in self.checkpoints:
                 if isinstance(c, Checkpoint):
                     check_fisher_role(c, fisher=False)
-            check_compatible(self.reference, self.models, allow_dtype_mismatch)
+            self.vocab = plan_vocab(self.reference, self.models)
+            check_compatible(self.reference, self.models, allow_dtype_mismatch, resized=self.vocab.tensors.keys())
             for kind, paths in (extras or {}).items():
                 self.extras[kind] = []
                 for path in paths:
@@ -88,12 +91,12 @@ class Inputs:
                 c.close()
 
     def check_extras(self, names: Sequence[str]) -> None:
-        """Every extra checkpoint holds each of ``names`` with the reference's shape, else ``MergeError``."""
+        """Every extra checkpoint holds each of ``names`` with its model's shape, else ``MergeError``."""
         for kind, group in self.extras.items():
-            for ckpt in group:
+            for ckpt, model in zip(group, self.models, strict=True):
                 for name in names:
                     info = ckpt.tensors.get(name)
-                    want = self.reference.tensors[name].shape
+                    want = model.tensors[name].shape
                     if info is None or info.shape != want:
                         got = "lacks it" if info is None else f"has shape {list(info.shape)}"
                         raise MergeError(
@@ -122,6 +125,18 @@ class Inputs:
         if not (all_finite(ref) and all_finite(models)):
             raise MergeError(_non_finite(name, ref, models, self))
         return ref, models
+
+    def read_added(self, name: str, adders: Sequence[int], start: int, stop: int) -> torch.Tensor:
+        """``[A, E]`` float32: elements ``start:stop`` of ``name`` in the models that added vocabulary rows."""
+        values = torch.empty(len(adders), stop - start)
+        for row, i in enumerate(adders):
+            values[row] = self.models[i].read(name, start, stop)
+            if not all_finite(values[row]):
+                raise MergeError(
+                    f"{self.models[i].path}: tensor {name!r} contains NaN or Inf values in its added rows; "
+                    "this checkpoint is broken, re-export it"
+                )
+        return values
 
     def read_stored(
         self, name: str, start: int, stop: int, scratch: Scratch | None = None
@@ -193,11 +208,17 @@ def _non_finite(name: str, ref: torch.Tensor, models: torch.Tensor, inputs: Inpu
     return f"{bad.path}: tensor {name!r} contains NaN or Inf values; this checkpoint is broken, re-export it"
 
 
-def check_compatible(ref: Readable, models: Sequence[Readable], allow_dtype_mismatch: bool = True) -> None:
+def check_compatible(
+    ref: Readable,
+    models: Sequence[Readable],
+    allow_dtype_mismatch: bool = True,
+    resized: Collection[str] = (),
+) -> None:
     """Same architecture, tensor names and shapes, and dtypes of the same kind; else a ``MergeError``.
 
     Floating tensors may differ in dtype (a bf16 base with fp32 agents is how verl and ToolRL release them);
     task vectors are float32 either way. ``allow_dtype_mismatch`` is kept for old callers and configs.
+    The vocabulary tensors in ``resized`` may have more rows (``vocab.plan_vocab`` checked them).
     """
     arch = _architecture(ref)
     for m in models:
@@ -212,14 +233,15 @@ def check_compatible(ref: Readable, models: Sequence[Readable], allow_dtype_mism
                 "models must share the base's architecture"
             )
         for name, info in ref.tensors.items():
-            _check_tensor(ref, m, info, m.tensors[name])
+            _check_tensor(ref, m, info, m.tensors[name], name in resized)
 
 
-def _check_tensor(ref: Readable, m: Readable, a: TensorInfo, b: TensorInfo) -> None:
-    if a.shape != b.shape:
+def _check_tensor(ref: Readable, m: Readable, a: TensorInfo, b: TensorInfo, resized: bool = False) -> None:
+    if a.shape != b.shape and not resized:
         raise MergeError(
             f"{m.path}: tensor {a.name!r} has shape {list(b.shape)} but {ref.path} has {list(a.shape)} "
-            "(vocabulary resized? merge only models with identical shapes)"
+            "(only vocabulary tensors, embedding and lm_head with config.json vocab_size rows, may grow; "
+            "merge models with this tensor's shape)"
         )
     floating = a.dtype.is_floating_point and b.dtype.is_floating_point  # bf16 base, fp32 agents: a normal case
     if a.dtype != b.dtype and not floating:
