@@ -195,6 +195,18 @@ def test_output_loads_and_generates_with_the_added_tokens(family: dict[str, Path
     out = model.generate(ids, max_new_tokens=3, do_sample=False)
     assert out.shape == (1, ids.shape[1] + 3)
     assert torch.equal(model.lm_head.weight[v:], tensors(family["tool"])["lm_head.weight"][v:])
+    card = (tmp_path / "o" / "README.md").read_text()
+    assert f"vocabulary: rows {v}..{v + 1} of lm_head.weight, model.embed_tokens.weight added by tool" in card
+
+
+def test_dry_run_names_the_added_rows(family: dict[str, Path], tmp_path: Path) -> None:
+    from agentmerge.dryrun import plan_merge
+
+    plan = plan_merge(config(family, "ties", ["tool", "math"]), tmp_path / "o", probe=False)
+    v = base_rows(family)
+    assert f"vocabulary: rows {v}..{v + 1}" in plan.text() and "tokenizer and chat template from tool" in plan.text()
+    out_bytes = sum(t.numel() * 2 for t in tensors(family["tool"]).values())
+    assert plan.bytes_written >= out_bytes and not (tmp_path / "o").exists()
 
 
 def test_probe_covers_common_rows_and_reports_added_rows(family: dict[str, Path]) -> None:

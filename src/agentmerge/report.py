@@ -155,7 +155,7 @@ def model_card(cfg: MergeConfig, result: MergeResult) -> str:
             agents_table(agents),
             "",
         ]
-    inputs = input_lines(result)
+    inputs = input_lines(result.vocab, result.sources)
     if inputs:
         body += ["## Tokenizer and vocabulary\n", *[f"- {line}" for line in inputs], ""]
     body.append("The resolved configuration and the input files are recorded in `merge.json`.\n")
@@ -179,16 +179,18 @@ def merge_summary(cfg: MergeConfig, result: MergeResult, warnings: list[str]) ->
     if agents and result.numel:
         lines += _agent_lines(cfg, result, agents)
         lines.append(_regions_line(result))
-    lines += [f"  {line}" for line in input_lines(result, warnings=False)]
+    lines += [f"  {line}" for line in input_lines(result.vocab, result.sources, warnings=False)]
     source_warnings = list((result.sources or {}).get("warnings", []))
     lines += [f"warning: {w}" for w in warnings + source_warnings + tuning_warnings(cfg)]
     return "\n".join(lines)
 
 
-def input_lines(result: MergeResult, warnings: bool = True) -> list[str]:
-    """Where the tokenizer, chat template and generation config came from; added vocabulary rows; warnings."""
+def input_lines(vocab: dict[str, Any] | None, sources: dict[str, Any] | None, warnings: bool = True) -> list[str]:
+    """Added vocabulary rows; where the tokenizer, chat template and generation config come from; warnings.
+
+    ``vocab`` and ``sources`` as merge.json records them (``VocabPlan.record``, ``OutputSources.record``).
+    """
     lines = []
-    vocab, sources = result.vocab, result.sources
     if vocab:
         lines.append(
             f"vocabulary: rows {vocab['base_rows']}..{vocab['out_rows'] - 1} of {', '.join(vocab['tensors'])} "

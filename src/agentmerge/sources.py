@@ -36,6 +36,7 @@ from typing import TYPE_CHECKING, Any
 
 from agentmerge.errors import MergeError
 from agentmerge.headers import read_json_object
+from agentmerge.validate import check_tokenizer_source
 from agentmerge.vocab import VocabPlan, added_token_table
 
 if TYPE_CHECKING:
@@ -115,8 +116,6 @@ def output_sources(
     cfg: MergeConfig, reference: Readable, models: Sequence[Readable], vocab: VocabPlan
 ) -> OutputSources:
     """``choose_sources`` for a merge: the base (or reference), the agents by label, the tokenizer source."""
-    from agentmerge.validate import check_tokenizer_source
-
     agents = [Input(spec.label, m.folder) for spec, m in zip(cfg.models, models, strict=True)]
     base = Input("base", reference.folder) if cfg.base else agents[0]
     named = None
