@@ -100,13 +100,14 @@ def input_bytes(folders: Sequence[Path]) -> int:
 
 @dataclass
 class Run:
-    """One timed process: wall seconds, peak anonymous memory and peak RSS (bytes), exit code."""
+    """One timed process: wall seconds, peak anonymous memory and peak RSS (bytes), exit code, CPU seconds."""
 
     seconds: float
     peak_anon: int
     peak_rss: int
     rc: int
     tail: str = ""
+    cpu: float = 0.0  # user + system time of the process (its own threads; not of its children)
 
 
 def _status_kb(pid: int, key: str) -> int:
@@ -156,12 +157,13 @@ def run_process(cmd: Sequence[str], env: dict[str, str] | None = None, interval:
     sampler.start()
     assert proc.stdout is not None
     output = proc.stdout.read()
-    _, status = os.waitpid(proc.pid, 0)
+    _, status, usage = os.wait4(proc.pid, 0)
     seconds = time.perf_counter() - t0
     done.set()
     sampler.join()
     proc.returncode = os.waitstatus_to_exitcode(status)
-    return Run(seconds, peak["anon"], peak["rss"], proc.returncode, output.decode(errors="replace")[-2000:])
+    tail = output.decode(errors="replace")[-2000:]
+    return Run(seconds, peak["anon"], peak["rss"], proc.returncode, tail, usage.ru_utime + usage.ru_stime)
 
 
 # --------------------------------------------------------------------------- the I/O floor
@@ -403,6 +405,7 @@ def first_merge(args: argparse.Namespace) -> dict[str, object]:
     shutil.rmtree(warm_cache, ignore_errors=True)
     run_process([*cmd, "--hash", "fast"], {**os.environ, "AGENTMERGE_CACHE": str(warm_cache)})  # fills it
     times: dict[str, list[float]] = {label: [] for label in FIRST_VARIANTS}
+    cpu: dict[str, list[float]] = {label: [] for label in FIRST_VARIANTS}
     for i in range(args.repeats):
         warm([base, *agents], out.parent)
         for label, (mode, cold) in FIRST_VARIANTS.items():
@@ -413,7 +416,8 @@ def first_merge(args: argparse.Namespace) -> dict[str, object]:
             if r.rc != 0:
                 raise SystemExit(f"{label} failed:\n{r.tail}")
             times[label].append(round(r.seconds, 2))
-            print(f"  round {i + 1}, {label}: {r.seconds:.2f} s", file=sys.stderr)
+            cpu[label].append(round(r.cpu, 2))
+            print(f"  round {i + 1}, {label}: {r.seconds:.2f} s, cpu {r.cpu:.2f} s", file=sys.stderr)
             if cold:
                 shutil.rmtree(cache, ignore_errors=True)
     shutil.rmtree(out, ignore_errors=True)
@@ -426,6 +430,7 @@ def first_merge(args: argparse.Namespace) -> dict[str, object]:
         "method": args.first_method,
         "input_gb": round(input_bytes([base, *agents]) / 1e9, 2),
         "seconds": times,
+        "cpu_seconds": cpu,
     }
 
 
@@ -435,12 +440,16 @@ def print_first_merge(results: dict[str, object]) -> None:
     print(f"# {results['command']}  ({results['when']}, {results['cpus']} CPUs)")
     print(f"# {results['method']} on {results['shape']}, base + 3 agents, {results['input_gb']} GB of input")
     print(f"# load average (1, 5, 15 min) before {load['before']}, after {load['after']}\n")
-    print("| merge | median s | runs s | x warm (medians) |")
-    print("|---|---|---|---|")
-    warm_s = statistics.median(times["warm (digests cached)"])
+    cpu: dict[str, list[float]] = results["cpu_seconds"]  # type: ignore[assignment]
+    print("| merge | wall s, median | wall s, runs | x warm | CPU s, median | CPU s, runs | CPU x warm |")
+    print("|---|---|---|---|---|---|---|")
+    warm_s, warm_cpu = (statistics.median(t["warm (digests cached)"]) for t in (times, cpu))
     for label, runs in times.items():
-        med = statistics.median(runs)
-        print(f"| {label} | {med:.2f} | {', '.join(f'{x:.2f}' for x in runs)} | {med / warm_s:.2f} |")
+        med, cmed = statistics.median(runs), statistics.median(cpu[label])
+        print(
+            f"| {label} | {med:.2f} | {', '.join(f'{x:.2f}' for x in runs)} | {med / warm_s:.2f} "
+            f"| {cmed:.2f} | {', '.join(f'{x:.2f}' for x in cpu[label])} | {cmed / warm_cpu:.2f} |"
+        )
     fast = statistics.median(times["first, --hash fast"]) / warm_s
     print(
         f"\n{'MET ' if fast <= 1.3 else 'MISS'} first merge with --hash fast: {fast:.2f}x the warm merge (target 1.3x)"
