@@ -9,10 +9,9 @@ from pathlib import Path
 import pytest
 import yaml
 
-from agentmerge import MergeConfig, ModelSpec, merge, provenance
+from agentmerge import MergeConfig, ModelSpec, merge
 from agentmerge.checkpoint import read_safetensors_header
 from agentmerge.cli import main
-from agentmerge.provenance import InputHashes
 from agentmerge.report import model_card
 
 
@@ -28,7 +27,7 @@ def _cfg(family: tuple[Path, list[Path]], method: str = "ram_plus") -> MergeConf
 
 def test_record_has_hashes_time_and_probe(tiny_family: tuple[Path, list[Path]], tmp_path: Path) -> None:
     base, agents = tiny_family
-    merge(_cfg(tiny_family), tmp_path / "out", quiet=True)
+    merge(_cfg(tiny_family), tmp_path / "out", quiet=True, hashing="sha256")  # the default, fast: test_digests.py
     record = json.loads((tmp_path / "out" / "merge.json").read_text())
     assert set(record["inputs"]) == {str(p) for p in [base, *agents]}
     for folder, files in record["inputs"].items():
@@ -38,19 +37,6 @@ def test_record_has_hashes_time_and_probe(tiny_family: tuple[Path, list[Path]], 
     assert record["seconds"] > 0 and record["config"]["method"] == "ram_plus"
     assert [a["name"] for a in record["probe"]] == [a.name for a in agents]
     assert all(0 < a["density"] < 1 for a in record["probe"])
-
-
-def test_hashes_are_cached_between_runs(
-    tiny_family: tuple[Path, list[Path]], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    base, agents = tiny_family
-    files = [base / "model.safetensors", *[a / "model.safetensors" for a in agents]]
-    first = InputHashes(files).result()
-    calls: list[Path] = []
-    monkeypatch.setattr(provenance, "sha256_file", lambda p: calls.append(p) or "0" * 64)
-    assert InputHashes(files, background=True).result() == first and calls == []
-    (tmp_path / "cache" / "sha256.json").write_text("not json")  # a broken cache is ignored, then rewritten
-    assert InputHashes(files[:1]).result() == {str(files[0]): "0" * 64} and len(calls) == 1
 
 
 def test_model_card_front_matter(tiny_family: tuple[Path, list[Path]], tmp_path: Path) -> None:
@@ -118,47 +104,3 @@ def test_dry_run_reports_input_problems(tiny_family: tuple[Path, list[Path]], tm
         ]
     )
     assert code == 2 and not (tmp_path / "out").exists()
-
-
-def test_hub_cache_files_are_named_by_their_sha256(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    data = b"weights"
-    digest = hashlib.sha256(data).hexdigest()
-    (tmp_path / "blobs").mkdir()
-    (tmp_path / "blobs" / digest).write_bytes(data)
-    (tmp_path / "snap").mkdir()
-    (tmp_path / "snap" / "model.safetensors").symlink_to(tmp_path / "blobs" / digest)
-    monkeypatch.setattr(provenance, "sha256_file", lambda p: pytest.fail("hashed a file the hub already named"))
-    assert InputHashes([tmp_path / "snap" / "model.safetensors"]).result() == {
-        str(tmp_path / "snap" / "model.safetensors"): digest
-    }
-    monkeypatch.setenv("AGENTMERGE_NO_HASH", "1")
-    assert InputHashes([tmp_path / "snap" / "model.safetensors"]).result() == {}
-
-
-def test_cancelled_hashing_reads_nothing_more(
-    tiny_family: tuple[Path, list[Path]], monkeypatch: pytest.MonkeyPatch
-) -> None:
-    base, agents = tiny_family
-    files = [base / "model.safetensors", *[a / "model.safetensors" for a in agents]]
-    monkeypatch.setenv("AGENTMERGE_CACHE", str(base.parent / "fresh-cache"))
-    monkeypatch.setattr(provenance, "sha256_file", lambda p: pytest.fail("hashed after cancel"))
-    hashes = InputHashes(files)
-    hashes.cancel()
-    assert hashes.result() == {}
-
-
-def test_failed_merge_cancels_hashing(
-    tiny_family: tuple[Path, list[Path]], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    from agentmerge import MergeConfig, ModelSpec, merge
-    from agentmerge.errors import CheckpointError
-
-    cancelled: list[bool] = []
-    monkeypatch.setattr(InputHashes, "cancel", lambda self: cancelled.append(True))
-    base, agents = tiny_family
-    from agentmerge.safety import output_lock
-
-    cfg = MergeConfig(method="ram", base=str(base), models=[ModelSpec(path=str(a)) for a in agents])
-    with output_lock(tmp_path / "o"), pytest.raises(CheckpointError):  # another run holds the output: this one fails
-        merge(cfg, tmp_path / "o", quiet=True)
-    assert cancelled == [True]

@@ -24,6 +24,7 @@ from pathlib import Path
 from typing import Any
 
 from agentmerge import __version__
+from agentmerge.digests import HASH_MODES
 from agentmerge.errors import AgentMergeError, ConfigError
 from agentmerge.registry import METHODS
 from agentmerge.safety import (
@@ -137,6 +138,11 @@ def _merge_parser(sub: Any) -> None:
         action="store_true",
         help="replace whatever is at the output path (never an input, a parent of one, or the current folder)",
     )
+    p.add_argument(
+        "--hash",
+        choices=HASH_MODES,
+        help="digests of the inputs in merge.json: fast (sha256 when free, else xxh3_128; default), sha256, none",
+    )
     p.add_argument("--quiet", action="store_true", help="no progress bars")
     p.add_argument("--json", action="store_true", help="print the result as JSON")
     p.add_argument("--dry-run", action="store_true", help="check inputs and print the plan; write nothing")
@@ -211,15 +217,15 @@ def cmd_merge(args: argparse.Namespace) -> int:
         plan = plan_merge(cfg, out, force=args.force, force_any=args.force_any)
         print(json.dumps(plan.to_dict(), indent=2) if args.json else plan.text())
         return 0
-    result = merge(cfg, out, force=args.force, quiet=args.quiet, force_any=args.force_any)
+    result = merge(cfg, out, force=args.force, quiet=args.quiet, force_any=args.force_any, hashing=args.hash)
     if args.json:
         print(json.dumps(result.to_dict(), indent=2))
     elif not args.quiet:
-        from agentmerge.provenance import duplicate_inputs
+        from agentmerge.provenance import input_warnings
         from agentmerge.report import merge_summary
 
         record = json.loads((result.out_dir / "merge.json").read_text())
-        print(merge_summary(cfg, result, duplicate_inputs(cfg, record)), file=sys.stderr)
+        print(merge_summary(cfg, result, input_warnings(cfg, record)), file=sys.stderr)
     return 0
 
 

@@ -25,8 +25,9 @@ from tqdm import tqdm
 from agentmerge.checkpoint import ShardWriter, atomic_output_dir, finish_model_files, plan_shards
 from agentmerge.config import MergeConfig
 from agentmerge.deltas import histogram_from_patterns, overlap_histogram, update_mask
+from agentmerge.digests import InputDigests, hash_mode
 from agentmerge.plan import MergePlan, TensorJob, make_plan, planned_tensors
-from agentmerge.provenance import InputHashes, MergeResult, reproducibility_record
+from agentmerge.provenance import MergeResult, reproducibility_record
 from agentmerge.report import model_card
 from agentmerge.safety import check_output_target
 from agentmerge.sources import OutputSources, output_sources
@@ -39,13 +40,22 @@ __all__ = ["MergeResult", "count_overlaps", "merge"]
 
 
 def merge(
-    cfg: MergeConfig, out_dir: str | Path, *, force: bool = False, quiet: bool = False, force_any: bool = False
+    cfg: MergeConfig,
+    out_dir: str | Path,
+    *,
+    force: bool = False,
+    quiet: bool = False,
+    force_any: bool = False,
+    hashing: str | None = None,
 ) -> MergeResult:
     """Merge ``cfg.models`` into ``out_dir`` (written atomically). Returns what was done.
 
     ``force`` replaces an earlier agentmerge output at ``out_dir``; ``force_any`` any other folder (see ``safety``).
+    ``hashing`` (``fast``, ``sha256``, ``none``; default ``$AGENTMERGE_HASH``, else ``fast``) is how merge.json
+    identifies the input files (``digests``).
     """
     t0 = time.perf_counter()
+    mode = hash_mode(hashing)
     out = Path(out_dir)
     check_output_target(out, input_refs(cfg), force=force, force_any=force_any)
     if cfg.tokenizer_source:
@@ -55,7 +65,7 @@ def merge(
         sources = output_sources(cfg, inputs.reference, inputs.models, inputs.vocab)
         plan = make_plan(cfg, inputs.reference, len(inputs.models), cfg.threads or os.cpu_count() or 1, inputs.vocab)
         inputs.check_extras([j.name for j in plan.merged])
-        hashes = InputHashes.start(inputs.checkpoints)  # sha256 of the inputs for merge.json, in the background
+        hashes = InputDigests.start([f for c in inputs.checkpoints for f in c.weight_files], mode)  # for merge.json
         try:
             with torch_threads(1), atomic_output_dir(out, force=force or force_any) as tmp:
                 collected = statistics_pass(plan, inputs, quiet)
@@ -248,7 +258,7 @@ def _result(cfg: MergeConfig, plan: MergePlan, collected: Collected, out: Path, 
 
 
 def _finish_folder(
-    cfg: MergeConfig, inputs: Inputs, result: MergeResult, hashes: InputHashes, sources: OutputSources
+    cfg: MergeConfig, inputs: Inputs, result: MergeResult, hashes: InputDigests, sources: OutputSources
 ) -> None:
     """Config, tokenizer, generation config, merge.json and the model card next to the shards."""
     gen = sources.generation_config
