@@ -39,6 +39,7 @@ def ft(name: str) -> Lazy:
 
 
 STAT_BLOCKS = Lazy("agentmerge.stats:stat_blocks")
+RAM_PAPER = "2601.13572"  # Reinforced Agent Merging (RAM, RAM+), the paper this project implements
 
 # --------------------------------------------------------------------------- shared parameters
 
@@ -88,6 +89,7 @@ _ALL = (
         rm("ram"),
         (EPSILON,),
         compiled_at=fk("RAM"),
+        paper=RAM_PAPER,
     ),
     Method(
         "ram_plus",
@@ -96,6 +98,7 @@ _ALL = (
         RAM_PLUS_PARAMS,
         needs_model_stats=True,
         compiled_at=fk("RAM_PLUS"),
+        paper=RAM_PAPER,
     ),
     Method(
         "unique_only",
@@ -106,6 +109,7 @@ _ALL = (
             Param("agent", 0, "index of the agent whose unique updates are kept", low=0),
             Param("scale", 1.0, "s: 1 keeps them whole, 1/N dilutes them as averaging would"),
         ),
+        paper=RAM_PAPER,
     ),
     Method(
         "linear",
@@ -122,6 +126,7 @@ _ALL = (
         (Param("lambda", 1.0, "scaling coefficient of the summed task vectors"),),
         uses_weights=True,
         compiled_at=fk("TASK_ARITHMETIC"),
+        paper="2212.04089",
     ),
     Method(
         "ties",
@@ -131,6 +136,7 @@ _ALL = (
         uses_weights=True,
         prepare=bl("ties_prepare"),
         compiled_at=ft("TIES"),
+        paper="2306.01708",
     ),
     Method(
         "dare_linear",
@@ -140,6 +146,7 @@ _ALL = (
         uses_weights=True,
         validate=check_dare,
         compiled_at=ft("DARE_LINEAR"),
+        paper="2311.03099",
     ),
     Method(
         "dare_ties",
@@ -150,6 +157,7 @@ _ALL = (
         prepare=bl("dare_ties_prepare"),
         validate=check_dare,
         compiled_at=ft("DARE_TIES"),
+        paper="2311.03099",
     ),
     Method(
         "breadcrumbs",
@@ -164,6 +172,7 @@ _ALL = (
         prepare=bl("breadcrumbs_prepare"),
         validate=check_crumbs,
         compiled_at=ft("BREADCRUMBS"),
+        paper="2312.06795",
     ),
     Method(
         "della",
@@ -184,6 +193,7 @@ _ALL = (
         uses_weights=True,
         chunk_multiple=bl("row_length"),
         validate=check_della,
+        paper="2406.11617",
     ),
     Method(
         "model_stock",
@@ -191,6 +201,7 @@ _ALL = (
         bl("model_stock"),
         prepare=bl("model_stock_prepare"),
         chunk_multiple=STAT_BLOCKS,
+        paper="2403.19522",
     ),
     Method(
         "slerp",
@@ -235,6 +246,7 @@ _ALL = (
         uses_weights=True,
         needs_base=False,
         model_inputs=("fisher",),
+        paper="2111.09832",
     ),
 )
 
