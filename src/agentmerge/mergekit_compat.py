@@ -51,13 +51,13 @@ SPECIAL = ("weight", "normalize", "rescale", "int8_mask")  # handled by dedicate
 
 @dataclass
 class Converted:
-    """A native config dict and the notes on anything translated approximately."""
+    """A translated config dict (native, or mergekit's for ``mergekit_export``) and the notes on it."""
 
     config: dict[str, Any]
     notes: list[str] = field(default_factory=list)
 
     def to_yaml(self) -> str:
-        """The native YAML, with the notes as leading comments."""
+        """The YAML, with the notes as leading comments."""
         head = "".join(f"# note: {n}\n" for n in self.notes)
         return head + yaml.safe_dump(self.config, sort_keys=False)
 
@@ -333,6 +333,8 @@ def _per_model_param(
         )
     for s, (_, v) in zip(specs, values, strict=True):
         s["params"] = {**s.get("params", {}), name: v}
+    if isinstance(top.get(key), bool | int | float | str):  # the tensor-wide value, as mergekit records it
+        params[name] = _translate(key, top[key], mmap, method, f"{source}: parameters.{key}")[1]
 
 
 def _global_param(

@@ -269,6 +269,8 @@ class MethodMap:
     ``ours_normalize``: what our method computes (weighted mean: True, weighted sum: False).
     ``convert``: mergekit name -> (our name, a, b), our value = a + b * mergekit's value.
     ``endpoints``: the base model becomes the first of two models (SLERP: t = 0 gives the base).
+    ``ours_only``: our parameters the mergekit method does not have; what mergekit computes is our default,
+    so a config exports to mergekit only with them at their defaults.
     """
 
     target: str
@@ -280,6 +282,7 @@ class MethodMap:
     convert: Mapping[str, tuple[str, float, float]] = field(default_factory=dict)
     endpoints: bool = False
     uses_base: bool = True  # False: mergekit ignores base_model (an entry of models that is the base is averaged)
+    ours_only: tuple[str, ...] = ()
 
 
 _KEEP_TO_DROP = {"density": ("p", 1.0, -1.0)}  # mergekit keeps a fraction; ours drops one
@@ -290,12 +293,20 @@ _GTA = {"density": 1.0}  # lambda: mergekit 1.0, the same as ours (not filled in
 MERGEKIT: Mapping[str, MethodMap] = MappingProxyType(
     {
         "ram": MethodMap("ram"),
-        "ramplus_tl": MethodMap("ram_plus", fixed={"scope": "tensor"}, defaults={"alpha": 0.2}),
+        "ramplus_tl": MethodMap(
+            "ram_plus", fixed={"scope": "tensor"}, defaults={"alpha": 0.2}, ours_only=("form", "rescale_factor")
+        ),
         "linear": MethodMap("linear", normalize=True, ours_normalize=True, uses_base=False),
         "task_arithmetic": MethodMap("task_arithmetic", normalize=False, ours_normalize=False, rescale=False),
         "ties": MethodMap("ties", defaults=_GTA, normalize=True, ours_normalize=True, rescale=False),
-        "dare_ties": MethodMap(
-            "dare_ties", defaults=_GTA, normalize=False, ours_normalize=True, rescale=True, convert=_KEEP_TO_DROP
+        "dare_ties": MethodMap(  # mergekit's density is DARE's kept fraction; it has no TIES trim (ours: density)
+            "dare_ties",
+            defaults=_GTA,
+            normalize=False,
+            ours_normalize=True,
+            rescale=True,
+            convert=_KEEP_TO_DROP,
+            ours_only=("density",),
         ),
         "dare_linear": MethodMap(
             "dare_linear", defaults=_GTA, normalize=False, ours_normalize=False, rescale=True, convert=_KEEP_TO_DROP
@@ -314,7 +325,7 @@ MERGEKIT: Mapping[str, MethodMap] = MappingProxyType(
         ),
         "della_linear": MethodMap("della_linear", normalize=False, rescale=True),
         "model_stock": MethodMap("model_stock"),
-        "slerp": MethodMap("slerp", endpoints=True),
+        "slerp": MethodMap("slerp", endpoints=True, ours_only=("colinear",)),  # mergekit's threshold: 0.9995
     }
 )
 
