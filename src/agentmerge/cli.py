@@ -114,8 +114,10 @@ def _merge_parser(sub: Any) -> None:
     p.add_argument("out", nargs="?", help="output folder (or -o)")
     p.add_argument("-o", "--output", dest="output", help="output folder")
     p.add_argument("--method", help="merge method (see `agentmerge methods`)")
-    p.add_argument("--base", help="base model folder or hub id")
-    p.add_argument("--model", action="append", default=[], help="a model to merge (repeat)")
+    p.add_argument("--base", help="base model folder or hub id (org/name, org/name@revision)")
+    p.add_argument(
+        "--model", action="append", default=[], help="a model to merge: folder or org/name[@revision] (repeat)"
+    )
     p.add_argument("--weights", help="comma-separated weights, one per --model")
     p.add_argument("--fisher", action="append", default=[], help="Fisher of each --model, in order (method fisher)")
     p.add_argument("--param", action="append", default=[], metavar="NAME=VALUE", help="method parameter (repeat)")
