@@ -262,3 +262,20 @@ def test_mergekit_revision_on_a_local_folder_is_refused(tmp_path: Path) -> None:
     assert from_mergekit({"merge_method": "linear", "models": [{"model": str(local)}]}).config["models"][0][
         "path"
     ] == str(local)
+
+
+def test_tokenizer_source_from_a_hub_revision(
+    fake_hub: tuple[Calls, dict[str, Path]], tmp_path: Path, tiny_family: tuple[Path, list[Path]]
+) -> None:
+    calls, repos = fake_hub
+    tok = tmp_path / "tok-src"
+    shutil.copytree(tiny_family[0], tok)
+    (tok / "tokenizer.json").write_text('{"version": "1.0", "model": {"type": "BPE"}}')
+    repos["org/tok"] = tok
+    base, agents = tiny_family
+    cfg = MergeConfig(
+        method="ram", base=str(base), models=[ModelSpec(path=str(a)) for a in agents], tokenizer_source="org/tok@v3"
+    )
+    merge(cfg, tmp_path / "out", quiet=True)
+    assert ("org/tok", "v3") in calls
+    assert (tmp_path / "out" / "tokenizer.json").read_text() == (tok / "tokenizer.json").read_text()

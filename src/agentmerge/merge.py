@@ -234,7 +234,7 @@ def _result(cfg: MergeConfig, plan: MergePlan, collected: Collected, out: Path, 
 
 def _finish_folder(cfg: MergeConfig, inputs: Inputs, result: MergeResult, hashes: InputHashes) -> None:
     """Config, tokenizer, merge.json and the model card next to the shards."""
-    tokenizer = Path(cfg.tokenizer_source).expanduser() if cfg.tokenizer_source else None
+    tokenizer = check_tokenizer_source(cfg.tokenizer_source) if cfg.tokenizer_source else None  # a Hub id too
     finish_model_files(result.out_dir, inputs.reference.folder, tokenizer, cfg.dtype)
     record = reproducibility_record(cfg, inputs.checkpoints, result, hashes)
     (result.out_dir / "merge.json").write_text(json.dumps(record, indent=2) + "\n")
