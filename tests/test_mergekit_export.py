@@ -236,3 +236,16 @@ def test_the_round_trip_merges_the_same_bytes(
     merge(back, tmp_path / "back", quiet=True)
     for f in sorted((tmp_path / "ours").glob("*.safetensors")):
         assert f.read_bytes() == (tmp_path / "back" / f.name).read_bytes(), f.name
+
+
+def test_a_lora_adapter_is_written_as_model_plus_lora(tmp_path: Path) -> None:
+    adapter = tmp_path / "adapter"
+    adapter.mkdir()
+    (adapter / "adapter_config.json").write_text("{}")
+    models = [{"path": str(adapter)}, {"path": "org/b"}]
+    cfg = config_from_dict({"method": "ties", "base": "org/base@v1", "models": models})
+    exported = to_mergekit(cfg)
+    assert [m["model"] for m in exported.config["models"]] == [f"org/base@v1+{adapter}", "org/b"]
+    assert any("LoRA adapter" in n for n in exported.notes)
+    back = from_mergekit(yaml.safe_load(exported.to_yaml())).config
+    assert [m["path"] for m in back["models"]] == [f"org/base@v1+{adapter}", "org/b"]  # the same adapter on the base

@@ -26,6 +26,7 @@ from typing import Any
 
 from agentmerge.config import MergeConfig, ModelSpec, resolve_params
 from agentmerge.errors import ConfigError
+from agentmerge.localpath import is_adapter
 from agentmerge.mergekit_compat import Converted
 from agentmerge.registry import MERGEKIT, METHODS, MethodMap, Scalar
 from agentmerge.units import FLOAT_DTYPE_NAMES
@@ -44,13 +45,13 @@ def to_mergekit(cfg: MergeConfig, source: str = "config") -> Converted:
     if mmap.endpoints:
         if cfg.base is not None and cfg.base != models[0].path:
             raise ConfigError(f"{source}: slerp's base must be its first model for mergekit (its t = 0 end)")
-        out["base_model"], models = models[0].path, models[1:]
+        out["base_model"], models = _reference(models[0].path, cfg.base, notes), models[1:]
     elif cfg.base is not None and mmap.uses_base:
         out["base_model"] = cfg.base
     elif cfg.base is not None:
         notes.append(f"base {cfg.base} left out: mergekit's {name} does not use base_model")
     per_model = sorted({k for m in models for k in m.params})
-    out["models"] = [_model_entry(m, per_model, cfg, mmap) for m in models]
+    out["models"] = [_model_entry(m, per_model, cfg, mmap, notes) for m in models]
     params = _top_parameters(cfg, per_model, mmap, source)
     if mmap.ours_normalize is not None and mmap.normalize != mmap.ours_normalize:
         params["normalize"] = mmap.ours_normalize  # what agentmerge computes, where mergekit's default differs
@@ -154,7 +155,17 @@ def _top_parameters(cfg: MergeConfig, per_model: list[str], mmap: MethodMap, sou
     return out
 
 
-def _model_entry(m: ModelSpec, per_model: list[str], cfg: MergeConfig, mmap: MethodMap) -> dict[str, Any]:
+def _reference(path: str, base: str | None, notes: list[str]) -> str:
+    """A model as mergekit names it: a LoRA adapter folder (ours: applied to the base) is ``BASE+ADAPTER``."""
+    if not is_adapter(path) or base is None:
+        return path
+    notes.append(f"LoRA adapter {path} written as {base}+{path} (mergekit's model+lora)")
+    return f"{base}+{path}"
+
+
+def _model_entry(
+    m: ModelSpec, per_model: list[str], cfg: MergeConfig, mmap: MethodMap, notes: list[str]
+) -> dict[str, Any]:
     """``{model: PATH, parameters: {weight, per-model values}}``."""
     params: dict[str, Any] = {}
     if cfg.spec.uses_weights and m.weight != 1.0:
@@ -163,7 +174,8 @@ def _model_entry(m: ModelSpec, per_model: list[str], cfg: MergeConfig, mmap: Met
     for key in per_model:
         name, value = _theirs(key, m.params.get(key, shared[key]), mmap)
         params[name] = value
-    return {"model": m.path, "parameters": params} if params else {"model": m.path}
+    ref = _reference(m.path, cfg.base, notes)
+    return {"model": ref, "parameters": params} if params else {"model": ref}
 
 
 def _dtype(dtype: str | None, source: str, notes: list[str]) -> dict[str, str]:
