@@ -38,7 +38,7 @@ _GLOB = set("*?[]")
 def to_mergekit(cfg: MergeConfig, source: str = "config") -> Converted:
     """Translate a validated native config into mergekit's (``ConfigError`` naming what mergekit cannot express)."""
     name, mmap = mergekit_method(cfg.method, source)
-    _check_expressible(cfg, mmap, source)
+    _check_expressible(cfg, name, mmap, source)
     notes: list[str] = []
     out: dict[str, Any] = {"merge_method": name}
     models = list(cfg.models)
@@ -52,7 +52,7 @@ def to_mergekit(cfg: MergeConfig, source: str = "config") -> Converted:
         notes.append(f"base {cfg.base} left out: mergekit's {name} does not use base_model")
     per_model = sorted({k for m in models for k in m.params})
     out["models"] = [_model_entry(m, per_model, cfg, mmap, notes) for m in models]
-    params = _top_parameters(cfg, per_model, mmap, source)
+    params = _top_parameters(cfg, per_model, mmap)
     if mmap.ours_normalize is not None and mmap.normalize != mmap.ours_normalize:
         params["normalize"] = mmap.ours_normalize  # what agentmerge computes, where mergekit's default differs
     if params:
@@ -88,8 +88,7 @@ def _places(cfg: MergeConfig) -> Iterator[tuple[str, Mapping[str, Any]]]:
         yield f"models[{i}].params", m.params
 
 
-def _check_expressible(cfg: MergeConfig, mmap: MethodMap, source: str) -> None:
-    name = next(k for k, v in MERGEKIT.items() if v is mmap)
+def _check_expressible(cfg: MergeConfig, name: str, mmap: MethodMap, source: str) -> None:
     required = dict(mmap.fixed) | {p.name: p.default for p in cfg.spec.params if p.name in mmap.ours_only}
     for where, values in _places(cfg):
         for key, want in required.items():
@@ -138,7 +137,7 @@ def _exported_keys(cfg: MergeConfig, mmap: MethodMap) -> list[str]:
     return [p.name for p in cfg.spec.params if p.name not in mmap.fixed and p.name not in mmap.ours_only]
 
 
-def _top_parameters(cfg: MergeConfig, per_model: list[str], mmap: MethodMap, source: str) -> dict[str, Any]:
+def _top_parameters(cfg: MergeConfig, per_model: list[str], mmap: MethodMap) -> dict[str, Any]:
     """Every parameter at its resolved value; one the overrides set, as mergekit's filtered list."""
     shared = resolve_params(cfg.spec, cfg.params, len(cfg.models))
     out: dict[str, Any] = {}
