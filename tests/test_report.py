@@ -9,9 +9,10 @@ from pathlib import Path
 import pytest
 import yaml
 
-from agentmerge import MergeConfig, ModelSpec, merge
+from agentmerge import MergeConfig, ModelSpec, merge, provenance
 from agentmerge.checkpoint import read_safetensors_header
 from agentmerge.cli import main
+from agentmerge.config import Override
 from agentmerge.report import model_card
 
 
@@ -104,3 +105,66 @@ def test_dry_run_reports_input_problems(tiny_family: tuple[Path, list[Path]], tm
         ]
     )
     assert code == 2 and not (tmp_path / "out").exists()
+
+
+def _front(card: str) -> dict[str, object]:
+    front = yaml.safe_load(card.split("---\n")[1])
+    assert isinstance(front, dict)
+    return front
+
+
+def _recipe(card: str) -> dict[str, object]:
+    """The native YAML embedded under '## Recipe'."""
+    block = card.split("## Recipe\n", 1)[1].split("```yaml\n", 1)[1].split("\n```", 1)[0]
+    data = yaml.safe_load(block)
+    assert isinstance(data, dict)
+    return data
+
+
+@pytest.mark.parametrize(
+    ("method", "paper"),
+    [("ram", "2601.13572"), ("ram_plus", "2601.13572"), ("unique_only", "2601.13572"), ("ties", "2306.01708")],
+)
+def test_card_tags_name_the_paper(tmp_path: Path, method: str, paper: str) -> None:
+    cfg = MergeConfig(method=method, base="org/base", models=[ModelSpec(path="org/a"), ModelSpec(path="org/b")])
+    front = _front(model_card(cfg, provenance.MergeResult(tmp_path, method, {}, 1.0, 1, 1)))
+    assert front["tags"] == ["merge", "agentmerge", method, f"arxiv:{paper}"]
+    assert front["base_model"] == ["org/base", "org/a", "org/b"] and front["base_model_relation"] == "merge"
+
+
+def test_card_without_a_paper_or_hub_inputs(tiny_family: tuple[Path, list[Path]], tmp_path: Path) -> None:
+    cfg = _cfg(tiny_family, "linear")
+    front = _front(model_card(cfg, provenance.MergeResult(tmp_path, "linear", {}, 1.0, 1, 1)))
+    assert front["tags"] == ["merge", "agentmerge", "linear"]
+    assert "base_model" not in front and "base_model_relation" not in front  # local paths are not Hub ids
+    mixed = MergeConfig(method="ram", base=str(tiny_family[0]), models=[ModelSpec(path="org/a"), ModelSpec(path="b")])
+    front = _front(model_card(mixed, provenance.MergeResult(tmp_path, "ram", {}, 1.0, 1, 1)))
+    assert front["base_model"] == "org/a" and front["base_model_relation"] == "merge"
+
+
+def test_card_embeds_the_native_recipe(tiny_family: tuple[Path, list[Path]], tmp_path: Path) -> None:
+    from agentmerge.config import config_from_dict
+
+    base, agents = tiny_family
+    cfg = MergeConfig(
+        method="ties",
+        base=str(base),
+        models=[
+            ModelSpec(path=str(a), weight=w, params={"density": d})
+            for a, w, d in zip(agents, [1, 2, 3], [0.3, 0.5, 0.7], strict=True)
+        ],
+        params={"lambda": 0.8},
+        overrides=[Override(pattern="*mlp*", params={"lambda": 0.5})],
+        dtype="float32",
+        exclude=["*norm*"],
+        seed=7,
+    )
+    merge(cfg, tmp_path / "out", quiet=True)
+    card = (tmp_path / "out" / "README.md").read_text()
+    recipe = _recipe(card)
+    assert "threads" not in recipe and "max_shard_size" not in recipe  # defaults are left out
+    assert config_from_dict(recipe) == cfg  # the recipe is the merge's configuration, every input by absolute path
+    out2 = tmp_path / "again"
+    (tmp_path / "recipe.yaml").write_text(yaml.safe_dump(recipe))
+    assert main(["merge", str(tmp_path / "recipe.yaml"), str(out2), "--quiet"]) == 0
+    assert (out2 / "model.safetensors").read_bytes() == (tmp_path / "out" / "model.safetensors").read_bytes()

@@ -22,7 +22,6 @@ import errno
 import json
 import math
 import os
-import re
 import shutil
 import struct
 import threading
@@ -36,6 +35,7 @@ import torch
 
 from agentmerge.errors import CheckpointError
 from agentmerge.headers import check_data_covered, header_metadata, parse_header_json, read_json_object
+from agentmerge.hubref import HubRef, split_revision
 from agentmerge.localpath import looks_local, missing_local_message
 from agentmerge.safety import TMP_MARKER, mark_tmp, output_lock, remove_stale_siblings
 from agentmerge.units import TOKENIZER_FILES
@@ -61,7 +61,6 @@ SINGLE_FILE = "model.safetensors"
 INDEX_FILE = "model.safetensors.index.json"
 BIN_FILE = "pytorch_model.bin"
 BIN_INDEX_FILE = "pytorch_model.bin.index.json"
-_HUB_ID = re.compile(r"^[A-Za-z0-9][\w.-]*/[\w.-]+$")
 
 
 @dataclass(frozen=True)
@@ -195,17 +194,16 @@ def _file_size(path: Path) -> int:
 # --------------------------------------------------------------------------- reading
 
 
-def is_hub_ref(ref: str | Path) -> bool:
-    """Whether ``ref`` names a Hugging Face Hub repository: ``org/name`` where no such local path exists."""
-    return not Path(ref).expanduser().exists() and bool(_HUB_ID.match(str(ref)))
+HUB_PATTERNS = ("*.safetensors", "*.json", "*.txt", "*.model", "*.jinja")  # what a merge reads of a hub model
 
 
 def resolve_model_path(ref: str | Path) -> Path:
-    """A local folder (or single ``.safetensors`` file) as is; a hub id through huggingface_hub."""
+    """A local folder (or single ``.safetensors`` file) as is; ``org/name[@revision]`` through huggingface_hub."""
     path = Path(ref).expanduser()
     if path.exists():
         return path
-    if not _HUB_ID.match(str(ref)) or looks_local(str(ref)):
+    hub = split_revision(str(ref))
+    if hub is None or looks_local(hub.repo_id):
         raise CheckpointError(missing_local_message(str(ref)))
     try:
         from huggingface_hub import snapshot_download
@@ -214,14 +212,24 @@ def resolve_model_path(ref: str | Path) -> Path:
             f"{ref}: not a local path, and huggingface_hub is not installed to resolve it as a hub id "
             "(pip install huggingface_hub, or download the model and pass its folder)"
         ) from None
-    patterns = ["*.safetensors", "*.json", "*.txt", "*.model", "*.jinja"]
     try:
-        return Path(snapshot_download(str(ref), allow_patterns=patterns))
-    except Exception as e:  # offline, unknown repo, gated repo: all end the same way for the user
-        raise CheckpointError(
-            f"{ref}: could not fetch this hub id ({type(e).__name__}: {e}); "
+        return Path(snapshot_download(hub.repo_id, revision=hub.revision, allow_patterns=list(HUB_PATTERNS)))
+    except Exception as e:  # offline, unknown repo or revision, gated repo: all end the same way for the user
+        raise CheckpointError(_fetch_failed(hub, e)) from None
+
+
+def _fetch_failed(hub: HubRef, e: Exception) -> str:
+    """One line naming the id (and revision) that could not be fetched, and how to get it locally."""
+    why = f"{type(e).__name__}: {e}"
+    if hub.revision is None:
+        return (
+            f"{hub}: could not fetch this hub id ({why}); "
             "when offline, download the model first and pass its local folder"
-        ) from None
+        )
+    return (
+        f"{hub}: could not fetch revision {hub.revision!r} of hub id {hub.repo_id!r} ({why}); when offline, "
+        f"download it first (huggingface-cli download {hub.repo_id} --revision {hub.revision}) and pass its folder"
+    )
 
 
 class Readable(Protocol):

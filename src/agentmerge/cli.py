@@ -7,6 +7,7 @@ agentmerge methods [--json]
 agentmerge fisher MODEL (--texts FILE.txt | --samples N) --out DIR   (diagonal Fisher for method fisher)
 agentmerge merge MERGEKIT.yaml OUTDIR [--dry-run]     (a mergekit config: it has merge_method)
 agentmerge convert-config MERGEKIT.yaml               (print the native YAML equivalent)
+agentmerge convert-config --to mergekit CONFIG.yaml [-o FILE]   (the reverse, for the methods both tools have)
 agentmerge lm-eval OUTDIR --tasks T1,T2 [--limit N] [--include-path DIR]
 agentmerge sweep SWEEP.yaml --out DIR [--address ADDR] [--max-concurrent K] [--no-resume]
 """
@@ -114,8 +115,10 @@ def _merge_parser(sub: Any) -> None:
     p.add_argument("out", nargs="?", help="output folder (or -o)")
     p.add_argument("-o", "--output", dest="output", help="output folder")
     p.add_argument("--method", help="merge method (see `agentmerge methods`)")
-    p.add_argument("--base", help="base model folder or hub id")
-    p.add_argument("--model", action="append", default=[], help="a model to merge (repeat)")
+    p.add_argument("--base", help="base model folder or hub id (org/name, org/name@revision)")
+    p.add_argument(
+        "--model", action="append", default=[], help="a model to merge: folder or org/name[@revision] (repeat)"
+    )
     p.add_argument("--weights", help="comma-separated weights, one per --model")
     p.add_argument("--fisher", action="append", default=[], help="Fisher of each --model, in order (method fisher)")
     p.add_argument("--param", action="append", default=[], metavar="NAME=VALUE", help="method parameter (repeat)")
@@ -358,18 +361,40 @@ def cmd_methods(args: argparse.Namespace) -> int:
 
 
 def _convert_parser(sub: Any) -> None:
-    p = sub.add_parser("convert-config", help="print the native YAML equivalent of a mergekit config")
-    p.add_argument("config", help="mergekit YAML file (with merge_method)")
+    p = sub.add_parser(
+        "convert-config", help="translate a mergekit config into the native YAML, or (--to mergekit) the reverse"
+    )
+    p.add_argument("config", help="mergekit YAML file (with merge_method); with --to mergekit, a native config")
+    p.add_argument(
+        "--to", choices=("native", "mergekit"), default="native", help="the format to write (default: native)"
+    )
+    p.add_argument("-o", "--output", help="write the YAML to this file instead of stdout")
     p.set_defaults(func=cmd_convert)
 
 
 def cmd_convert(args: argparse.Namespace) -> int:
-    from agentmerge.config import config_from_dict
+    from agentmerge.config import config_from_dict, read_config
     from agentmerge.mergekit_compat import load_mergekit
 
-    conv = load_mergekit(args.config)
-    config_from_dict(conv.config, args.config)  # refuse what would not merge
-    print(conv.to_yaml(), end="")
+    if args.to == "mergekit":
+        from agentmerge.mergekit_export import to_mergekit
+
+        data, notes = read_config(args.config)  # a mergekit file is read too: its import notes come first
+        exported = to_mergekit(config_from_dict(data, args.config), args.config)
+        exported.notes[:0] = notes
+        text, notes = exported.to_yaml(), exported.notes
+    else:
+        conv = load_mergekit(args.config)
+        config_from_dict(conv.config, args.config)  # refuse what would not merge
+        text, notes = conv.to_yaml(), conv.notes
+    if not args.output:
+        print(text, end="")
+        return 0
+    if Path(args.output).expanduser().resolve() == Path(args.config).expanduser().resolve():
+        raise ConfigError(f"{args.output}: -o names the config being converted; give another file name")
+    write_report(args.output, text, "-o")
+    for note in notes:
+        print(f"agentmerge: note: {note}", file=sys.stderr)
     return 0
 
 

@@ -31,16 +31,10 @@ import torch
 
 from agentmerge.checkpoint import Checkpoint, TensorInfo, resolve_model_path
 from agentmerge.errors import CheckpointError
+from agentmerge.localpath import ADAPTER_CONFIG, is_adapter
 
-ADAPTER_CONFIG = "adapter_config.json"
 _PREFIX = "base_model.model."
 _LORA_KEY = re.compile(r"^(?P<module>.+)\.(?P<part>lora_A|lora_B|lora_embedding_A|lora_embedding_B)(?:\.weight)?$")
-
-
-def is_adapter(ref: str | Path) -> bool:
-    """Whether ``ref`` is a local PEFT adapter folder."""
-    path = Path(ref).expanduser()
-    return path.is_dir() and (path / ADAPTER_CONFIG).is_file()
 
 
 def split_model_plus_adapter(ref: str) -> tuple[str, str] | None:

@@ -12,9 +12,10 @@ from typing import Any
 import torch
 
 import agentmerge
-from agentmerge.checkpoint import Readable, is_hub_ref
+from agentmerge.checkpoint import Readable
 from agentmerge.config import MergeConfig
 from agentmerge.digests import ALGORITHMS, InputDigests, hash_mode
+from agentmerge.hubref import hub_repo_id, is_hub_ref, parse_hub_ref, snapshot_commit
 from agentmerge.probe import AgentStats, agent_stats
 from agentmerge.spec import ParamValue
 
@@ -83,6 +84,7 @@ def reproducibility_record(
         "inputs": files,
         "hashing": digests.mode,
         **({"hash_errors": list(digests.errors)} if digests.errors else {}),
+        "hub": hub_commits(checkpoints),
         "probe": [a.__dict__ | {"rho": a.rho if a.rho != float("inf") else "inf"} for a in result.agents() or []],
         "vocab": result.vocab,
         "sources": result.sources,
@@ -95,9 +97,22 @@ def input_ref(ref: str) -> str:
     return ref if is_hub_ref(ref) else str(Path(ref).expanduser().resolve())
 
 
-def recorded_config(cfg: MergeConfig) -> dict[str, Any]:
-    """The resolved configuration with every input named by ``input_ref``."""
-    data = cfg.model_dump(mode="json")
+def hub_commits(checkpoints: Sequence[Readable]) -> dict[str, dict[str, str | None]]:
+    """Each input fetched from the Hub: its repository id, the revision asked for and the commit it resolved to."""
+    out: dict[str, dict[str, str | None]] = {}
+    for ckpt in checkpoints:
+        hub = parse_hub_ref(ckpt.ref)
+        if hub is not None:
+            out[ckpt.ref] = {"repo_id": hub.repo_id, "revision": hub.revision, "commit": snapshot_commit(ckpt.folder)}
+    return out
+
+
+def recorded_config(cfg: MergeConfig, *, recipe: bool = False) -> dict[str, Any]:
+    """The resolved configuration with every input named by ``input_ref``.
+
+    ``recipe``: only what differs from the defaults, the native YAML a user would write to merge again.
+    """
+    data = cfg.model_dump(mode="json", exclude_defaults=recipe)
     for key in ("base", "tokenizer_source"):
         if data.get(key):
             data[key] = input_ref(data[key])
@@ -109,9 +124,9 @@ def recorded_config(cfg: MergeConfig) -> dict[str, Any]:
 
 
 def hub_ids(cfg: MergeConfig) -> list[str]:
-    """The inputs (base first, then the models) that came from the Hugging Face Hub."""
+    """The repository ids (without revision) of the inputs, base first, then the models, that come from the Hub."""
     refs = ([cfg.base] if cfg.base else []) + [m.path for m in cfg.models]
-    return list(dict.fromkeys(r for r in refs if is_hub_ref(r)))
+    return list(dict.fromkeys(i for i in map(hub_repo_id, refs) if i is not None))
 
 
 def input_warnings(cfg: MergeConfig, record: dict[str, Any]) -> list[str]:

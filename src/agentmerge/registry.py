@@ -39,6 +39,7 @@ def ft(name: str) -> Lazy:
 
 
 STAT_BLOCKS = Lazy("agentmerge.stats:stat_blocks")
+RAM_PAPER = "2601.13572"  # Reinforced Agent Merging (RAM, RAM+), the paper this project implements
 
 # --------------------------------------------------------------------------- shared parameters
 
@@ -88,6 +89,7 @@ _ALL = (
         rm("ram"),
         (EPSILON,),
         compiled_at=fk("RAM"),
+        paper=RAM_PAPER,
     ),
     Method(
         "ram_plus",
@@ -96,6 +98,7 @@ _ALL = (
         RAM_PLUS_PARAMS,
         needs_model_stats=True,
         compiled_at=fk("RAM_PLUS"),
+        paper=RAM_PAPER,
     ),
     Method(
         "unique_only",
@@ -106,6 +109,7 @@ _ALL = (
             Param("agent", 0, "index of the agent whose unique updates are kept", low=0),
             Param("scale", 1.0, "s: 1 keeps them whole, 1/N dilutes them as averaging would"),
         ),
+        paper=RAM_PAPER,
     ),
     Method(
         "linear",
@@ -122,6 +126,7 @@ _ALL = (
         (Param("lambda", 1.0, "scaling coefficient of the summed task vectors"),),
         uses_weights=True,
         compiled_at=fk("TASK_ARITHMETIC"),
+        paper="2212.04089",
     ),
     Method(
         "ties",
@@ -131,6 +136,7 @@ _ALL = (
         uses_weights=True,
         prepare=bl("ties_prepare"),
         compiled_at=ft("TIES"),
+        paper="2306.01708",
     ),
     Method(
         "dare_linear",
@@ -140,6 +146,7 @@ _ALL = (
         uses_weights=True,
         validate=check_dare,
         compiled_at=ft("DARE_LINEAR"),
+        paper="2311.03099",
     ),
     Method(
         "dare_ties",
@@ -150,6 +157,7 @@ _ALL = (
         prepare=bl("dare_ties_prepare"),
         validate=check_dare,
         compiled_at=ft("DARE_TIES"),
+        paper="2311.03099",
     ),
     Method(
         "breadcrumbs",
@@ -164,6 +172,7 @@ _ALL = (
         prepare=bl("breadcrumbs_prepare"),
         validate=check_crumbs,
         compiled_at=ft("BREADCRUMBS"),
+        paper="2312.06795",
     ),
     Method(
         "della",
@@ -184,6 +193,7 @@ _ALL = (
         uses_weights=True,
         chunk_multiple=bl("row_length"),
         validate=check_della,
+        paper="2406.11617",
     ),
     Method(
         "model_stock",
@@ -191,6 +201,7 @@ _ALL = (
         bl("model_stock"),
         prepare=bl("model_stock_prepare"),
         chunk_multiple=STAT_BLOCKS,
+        paper="2403.19522",
     ),
     Method(
         "slerp",
@@ -235,6 +246,7 @@ _ALL = (
         uses_weights=True,
         needs_base=False,
         model_inputs=("fisher",),
+        paper="2111.09832",
     ),
 )
 
@@ -257,6 +269,8 @@ class MethodMap:
     ``ours_normalize``: what our method computes (weighted mean: True, weighted sum: False).
     ``convert``: mergekit name -> (our name, a, b), our value = a + b * mergekit's value.
     ``endpoints``: the base model becomes the first of two models (SLERP: t = 0 gives the base).
+    ``ours_only``: our parameters the mergekit method does not have; what mergekit computes is our default,
+    so a config exports to mergekit only with them at their defaults.
     """
 
     target: str
@@ -268,6 +282,7 @@ class MethodMap:
     convert: Mapping[str, tuple[str, float, float]] = field(default_factory=dict)
     endpoints: bool = False
     uses_base: bool = True  # False: mergekit ignores base_model (an entry of models that is the base is averaged)
+    ours_only: tuple[str, ...] = ()
 
 
 _KEEP_TO_DROP = {"density": ("p", 1.0, -1.0)}  # mergekit keeps a fraction; ours drops one
@@ -278,12 +293,20 @@ _GTA = {"density": 1.0}  # lambda: mergekit 1.0, the same as ours (not filled in
 MERGEKIT: Mapping[str, MethodMap] = MappingProxyType(
     {
         "ram": MethodMap("ram"),
-        "ramplus_tl": MethodMap("ram_plus", fixed={"scope": "tensor"}, defaults={"alpha": 0.2}),
+        "ramplus_tl": MethodMap(
+            "ram_plus", fixed={"scope": "tensor"}, defaults={"alpha": 0.2}, ours_only=("form", "rescale_factor")
+        ),
         "linear": MethodMap("linear", normalize=True, ours_normalize=True, uses_base=False),
         "task_arithmetic": MethodMap("task_arithmetic", normalize=False, ours_normalize=False, rescale=False),
         "ties": MethodMap("ties", defaults=_GTA, normalize=True, ours_normalize=True, rescale=False),
-        "dare_ties": MethodMap(
-            "dare_ties", defaults=_GTA, normalize=False, ours_normalize=True, rescale=True, convert=_KEEP_TO_DROP
+        "dare_ties": MethodMap(  # mergekit's density is DARE's kept fraction; it has no TIES trim (ours: density)
+            "dare_ties",
+            defaults=_GTA,
+            normalize=False,
+            ours_normalize=True,
+            rescale=True,
+            convert=_KEEP_TO_DROP,
+            ours_only=("density",),
         ),
         "dare_linear": MethodMap(
             "dare_linear", defaults=_GTA, normalize=False, ours_normalize=False, rescale=True, convert=_KEEP_TO_DROP
@@ -302,7 +325,7 @@ MERGEKIT: Mapping[str, MethodMap] = MappingProxyType(
         ),
         "della_linear": MethodMap("della_linear", normalize=False, rescale=True),
         "model_stock": MethodMap("model_stock"),
-        "slerp": MethodMap("slerp", endpoints=True),
+        "slerp": MethodMap("slerp", endpoints=True, ours_only=("colinear",)),  # mergekit's threshold: 0.9995
     }
 )
 

@@ -6,10 +6,12 @@ import json
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+import yaml
+
 import agentmerge
 from agentmerge.config import MergeConfig
 from agentmerge.probe import AgentStats, ProbeResult
-from agentmerge.provenance import MergeResult, hub_ids, input_ref
+from agentmerge.provenance import MergeResult, hub_ids, input_ref, recorded_config
 from agentmerge.spec import EPSILON_DEFAULT, ParamValue
 
 if TYPE_CHECKING:
@@ -119,25 +121,8 @@ def _layer_heatmap(fig: Any, ax: Any, p: ProbeResult, names: list[str]) -> None:
 
 
 def model_card(cfg: MergeConfig, result: MergeResult) -> str:
-    """README.md for the merged model, with front matter the Hugging Face hub reads."""
+    """README.md for the merged model: front matter the Hugging Face Hub reads, what was merged, the recipe."""
     base = input_ref(cfg.base or cfg.models[0].path)
-    hub = hub_ids(cfg)
-    front = ["---"]
-    if hub:  # the Hub reads base_model as repository ids only
-        front += (
-            [f"base_model: {json.dumps(hub[0])}"]
-            if len(hub) == 1
-            else ["base_model:", *[f"- {json.dumps(h)}" for h in hub]]
-        )
-    front += [
-        "library_name: transformers",
-        "tags:",
-        "- merge",
-        "- agentmerge",
-        f"- {cfg.method}",
-        "---",
-        "",
-    ]
     params = ", ".join(f"{k} = {v}" for k, v in sorted(result.params.items())) or "none"
     body = [
         f"# Merged with agentmerge ({cfg.method})\n",
@@ -158,8 +143,28 @@ def model_card(cfg: MergeConfig, result: MergeResult) -> str:
     inputs = input_lines(result.vocab, result.sources)
     if inputs:
         body += ["## Tokenizer and vocabulary\n", *[f"- {line}" for line in inputs], ""]
-    body.append("The resolved configuration and the input files are recorded in `merge.json`.\n")
-    return "\n".join(front + body)
+    body += [
+        "## Recipe\n",
+        "The native agentmerge configuration of this merge (`agentmerge merge recipe.yaml OUT` repeats it):\n",
+        "```yaml",
+        yaml.safe_dump(recorded_config(cfg, recipe=True), sort_keys=False).rstrip("\n"),
+        "```\n",
+        "The resolved configuration and the input files are recorded in `merge.json`.\n",
+    ]
+    return "\n".join(card_front_matter(cfg) + body)
+
+
+def card_front_matter(cfg: MergeConfig) -> list[str]:
+    """The card's YAML header: every Hub input as ``base_model`` (ids without revision; local paths left out),
+    ``base_model_relation: merge``, and tags (merge, agentmerge, the method, ``arxiv:ID`` of its paper)."""
+    hub = hub_ids(cfg)
+    front = ["---"]
+    if hub:  # the Hub reads base_model as repository ids only
+        front += [f"base_model: {json.dumps(hub[0])}"] if len(hub) == 1 else ["base_model:"]
+        front += [f"- {json.dumps(h)}" for h in hub] if len(hub) > 1 else []
+        front.append("base_model_relation: merge")
+    tags = ["merge", "agentmerge", cfg.method] + ([f"arxiv:{cfg.spec.paper}"] if cfg.spec.paper else [])
+    return [*front, "library_name: transformers", "tags:", *[f"- {t}" for t in tags], "---", ""]
 
 
 # --------------------------------------------------------------------------- what a merge did, on stderr

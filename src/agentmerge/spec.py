@@ -238,6 +238,7 @@ class Method:
     chunk_multiple: Callable[[tuple[int, ...]], int] | None = None
     validate: Callable[[Params], None] | None = None  # cross-parameter check (ValueError)
     compiled_at: Lazy | None = None  # where its compiled form (a ``Compiled``) lives, when it has one
+    paper: str | None = None  # arXiv id of the paper that defines it (the model card's ``arxiv:`` tag)
 
     @property
     def compiled(self) -> Compiled | None:

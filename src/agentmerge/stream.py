@@ -28,7 +28,8 @@ from agentmerge.errors import CheckpointError, MergeError
 from agentmerge.fused.jit import available
 from agentmerge.fused.kernels import counts
 from agentmerge.headers import read_json_object
-from agentmerge.lora import LoraModel, is_adapter, split_model_plus_adapter
+from agentmerge.localpath import is_adapter
+from agentmerge.lora import LoraModel, split_model_plus_adapter
 from agentmerge.plan import MergePlan, TensorJob
 from agentmerge.spec import Rounds
 from agentmerge.validate import check_fisher_role
