@@ -16,7 +16,8 @@ from agentmerge.checkpoint import PlannedTensor, Readable, dtype_from_name
 from agentmerge.config import MergeConfig
 from agentmerge.deltas import RNG_BLOCK
 from agentmerge.fused.jit import available
-from agentmerge.spec import ChunkSpec, Method, Params, TensorStats, update_threshold
+from agentmerge.masks import grid_of
+from agentmerge.spec import ChunkSpec, MaskRule, Method, Params, TensorStats, mask_rule, update_threshold
 
 MAX_CHUNK = RNG_BLOCK  # elements per chunk at most (see chunk_elements)
 
@@ -33,6 +34,7 @@ class TensorJob:
     chunks: tuple[tuple[int, int], ...]
     params: Params = field(default_factory=dict)  # the method's parameters for this tensor (after overrides)
     model_params: tuple[Params, ...] = ()  # per model, when any model sets params
+    rule: MaskRule = field(default_factory=MaskRule)  # what its masks and overlap statistics count as an update
 
     @property
     def eps(self) -> float:
@@ -56,7 +58,7 @@ class MergePlan:
     weights: torch.Tensor  # [N] float32 model weights
     seed: int
     shard_bytes: int
-    compiled: bool  # the method's compiled kernel runs (numba present, at most 16 agents)
+    compiled: bool  # the method's compiled kernel runs (numba present, at most 16 agents, plain mask rules)
 
     @property
     def merged(self) -> list[TensorJob]:
@@ -67,9 +69,9 @@ class MergePlan:
         """Which kernels merge: ``compiled`` (numba) or ``reference`` (torch)."""
         return "compiled" if self.compiled else "reference"
 
-    def thresholds(self) -> dict[str, float]:
-        """Each merged tensor's update threshold (the overlap statistics pass counts with these)."""
-        return {j.name: j.eps for j in self.merged}
+    def rules(self) -> dict[str, MaskRule]:
+        """Each merged tensor's mask rule (the overlap statistics pass counts with these)."""
+        return {j.name: j.rule for j in self.merged}
 
     def spec(self, job: TensorJob, start: int, stop: int, stats: TensorStats | None = None) -> ChunkSpec:
         """The ``ChunkSpec`` of elements ``start:stop`` of ``job``'s tensor."""
@@ -90,15 +92,17 @@ def make_plan(cfg: MergeConfig, ref: Readable, n_models: int, threads: int) -> M
     """Plan the merge of ``n_models`` models against the reference checkpoint ``ref``."""
     chunk = chunk_elements(cfg, n_models, threads)
     method = cfg.spec
+    jobs = tuple(plan_jobs(cfg, ref, chunk))
+    plain = all(j.rule.plain for j in jobs if j.merged)  # other mask rules run on the reference kernels
     return MergePlan(
         method=method,
-        jobs=tuple(plan_jobs(cfg, ref, chunk)),
+        jobs=jobs,
         chunk=chunk,
         threads=threads,
         weights=torch.tensor([m.weight for m in cfg.models], dtype=torch.float32),
         seed=cfg.seed,
         shard_bytes=cfg.shard_bytes,
-        compiled=method.compiled is not None and available(n_models),
+        compiled=plain and method.compiled is not None and available(n_models),
     )
 
 
@@ -131,10 +135,18 @@ def plan_jobs(cfg: MergeConfig, ref: Readable, chunk: int) -> list[TensorJob]:
             unit = multiple(info.shape)
             step = -(-chunk // unit) * unit
         ranges = tuple((s, min(s + step, info.numel)) for s in range(0, info.numel, step)) or ((0, 0),)
-        params = cfg.tensor_params(name) if merged else {}
-        model_params = cfg.model_params(name) if merged else ()
-        jobs.append(TensorJob(name, dtype, info.shape, info.numel, merged, ranges, params, model_params))
+        params = resolve_mask(cfg.tensor_params(name), info.dtype) if merged else {}
+        model_params = tuple(resolve_mask(p, info.dtype) for p in cfg.model_params(name)) if merged else ()
+        rule = mask_rule(params, cfg.seed) if merged else MaskRule()
+        jobs.append(TensorJob(name, dtype, info.shape, info.numel, merged, ranges, params, model_params, rule))
     return jobs
+
+
+def resolve_mask(params: Params, base_dtype: torch.dtype) -> Params:
+    """``mask_dtype: base`` made the base tensor's grid (``masks.grid_of``); other parameters unchanged."""
+    if params.get("mask_dtype") != "base":
+        return params
+    return {**params, "mask_dtype": grid_of(base_dtype)}
 
 
 def planned_tensors(jobs: Sequence[TensorJob]) -> list[PlannedTensor]:
