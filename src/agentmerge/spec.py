@@ -172,17 +172,22 @@ class MaskRule:
 
 
 def mask_rule(params: Params, seed: int = 0) -> MaskRule:
-    """The mask rule of a tensor's parameters (methods without the mask parameters: ``|tau| > epsilon``)."""
+    """The mask rule of a tensor's parameters (methods without the mask parameters: ``|tau| > epsilon``).
+
+    A grid rule ignores ``epsilon_rule`` (``check_mask`` refuses both in a config).
+    """
     dtype = str(params.get("mask_dtype", "none"))
     if dtype == "base":
         raise ValueError("mask_dtype 'base' is resolved to the base tensor's dtype by the plan (plan.resolve_mask)")
-    return MaskRule(
+    grid = dtype != "none"
+    rule = "fixed" if grid else str(params.get("epsilon_rule", "fixed"))
+    return MaskRule(  # parameters the rule does not read keep their defaults: equal rules compare equal
         epsilon=update_threshold(params),
         dtype=dtype,
-        ulps=int(params.get("mask_ulps", 1)),
-        rule=str(params.get("epsilon_rule", "fixed")),
-        q=float(params.get("epsilon_q", 50.0)),
-        seed=seed,
+        ulps=int(params.get("mask_ulps", 1)) if grid else 1,
+        rule=rule,
+        q=float(params.get("epsilon_q", 50.0)) if rule == "percentile" else 50.0,
+        seed=seed if rule == "valley" else 0,
     )
 
 
