@@ -20,10 +20,11 @@ Element p of agent i is *active* when ``|tau_i[p]| > t_i[p]``; the rule (``spec.
   ``d - r`` elements are active. Exact in bounded memory (``stats.kth_streamed``, two radix passes).
 - **valley**: per agent and tensor, a 2-component Gaussian mixture is fitted to ``y = log10 |tau_i|`` of
   the nonzero entries (deterministic EM, fixed start: means at the 25th and 75th percentiles, both
-  variances the sample's, equal weights), on a seeded subsample of ``VALLEY_SAMPLE`` elements for
-  larger tensors (``deltas.seeded_uniform``: the same positions whatever the chunking). ``t_i`` is
-  ``10 ** y*`` with ``y*`` the lowest point of the mixture density between the two means, if that is
-  a real valley (inside, and ``VALLEY_DEPTH`` below the lower end); else ``epsilon``, noted in ``Levels``.
+  variances the sample's, equal weights; the sample binned into ``EM_BINS`` bins), on a seeded subsample
+  of ``VALLEY_SAMPLE`` elements for larger tensors (``deltas.seeded_uniform``: the same positions whatever
+  the chunking). ``t_i`` is ``10 ** y*`` with ``y*`` the lowest point of the mixture density between
+  the two means, if that is a real valley (inside, and ``VALLEY_DEPTH`` below the lower end); else
+  ``epsilon``, noted in ``Levels``.
 
 Adaptive thresholds (``Levels``) come from the whole tensor (``tensor_levels``, streamed over its chunks)
 before its kernel runs, so the statistics pass and the merge pass use the very same values.
@@ -35,7 +36,9 @@ import math
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from fractions import Fraction
+from typing import Any
 
+import numpy as np
 import torch
 
 from agentmerge.deltas import seeded_uniform, update_mask
@@ -47,6 +50,7 @@ VALLEY_SAMPLE = 1 << 16  # elements of a tensor the valley fit looks at (all of 
 VALLEY_MIN = 32  # nonzero values below which no mixture is fitted
 VALLEY_DEPTH = 0.99  # the valley's density must be below this fraction of the lower end's
 EM_STEPS = 300
+EM_BINS = 256  # the EM sees the sample as a histogram of this many bins
 
 Batches = Callable[[], Iterator[tuple[int, torch.Tensor]]]  # a fresh pass: (start, tau [N, E] float32) per chunk
 
@@ -152,40 +156,47 @@ def valley_samples(seed: int, name: str, numel: int, batches: Batches) -> list[t
 class Mixture:
     """A two-component 1-D Gaussian mixture: weights, means, variances (float64 ``[2]``)."""
 
-    w: torch.Tensor
-    mu: torch.Tensor
-    var: torch.Tensor
+    w: np.ndarray[Any, Any]
+    mu: np.ndarray[Any, Any]
+    var: np.ndarray[Any, Any]
 
-    def log_parts(self, y: torch.Tensor) -> torch.Tensor:
+    def log_parts(self, y: np.ndarray[Any, Any]) -> np.ndarray[Any, Any]:
         """``[M]`` -> ``[M, 2]``: ``log(w_k N(y; mu_k, var_k))``."""
         d = y[:, None] - self.mu[None, :]
-        return self.w.log() - 0.5 * (torch.log(2 * math.pi * self.var) + d * d / self.var)
+        out: np.ndarray[Any, Any] = np.log(self.w) - 0.5 * (np.log(2 * math.pi * self.var) + d * d / self.var)
+        return out
 
-    def density(self, y: torch.Tensor) -> torch.Tensor:
-        return self.log_parts(y).exp().sum(1)
+    def density(self, y: np.ndarray[Any, Any]) -> np.ndarray[Any, Any]:
+        out: np.ndarray[Any, Any] = np.exp(self.log_parts(y)).sum(1)
+        return out
 
 
-def fit_mixture(y: torch.Tensor, steps: int = EM_STEPS) -> Mixture:
-    """EM for two Gaussians on ``[M]`` float64 values, from a fixed start; stops when the log-likelihood settles."""
-    ys = torch.sort(y).values
-    m = ys.numel()
-    total = float(y.var(unbiased=False))
-    floor = 1e-6 * total + 1e-12
-    mix = Mixture(
-        torch.tensor([0.5, 0.5], dtype=torch.float64),
-        torch.stack([ys[(m - 1) // 4], ys[(3 * (m - 1)) // 4]]),
-        torch.tensor([total, total], dtype=torch.float64).clamp(min=floor),
-    )
+def fit_mixture(y: torch.Tensor, steps: int = EM_STEPS, bins: int = EM_BINS) -> Mixture:
+    """EM for two Gaussians on ``[M]`` float64 values, from a fixed start; stops when the log-likelihood settles.
+
+    The values enter as a histogram of ``bins`` equal bins over their range (each value at its bin's centre),
+    so a step costs ``O(bins)``; variances are floored at ``1e-6 var(y)`` plus a bin width's variance.
+    """
+    ys = np.sort(y.double().numpy())
+    m = ys.size
+    total = float(ys.var())
+    lo, hi = float(ys[0]), float(ys[-1])
+    width = (hi - lo) / bins
+    counts = np.histogram(ys, bins, (lo, hi))[0].astype(np.float64)
+    centres = lo + width * (np.arange(bins, dtype=np.float64) + 0.5)
+    floor = 1e-6 * total + width * width / 12 + 1e-12
+    start = np.array([ys[(m - 1) // 4], ys[(3 * (m - 1)) // 4]])
+    mix = Mixture(np.array([0.5, 0.5]), start, np.maximum(np.array([total, total]), floor))
     last = -math.inf
     for _ in range(steps):
-        logp = mix.log_parts(y)
-        ll = torch.logsumexp(logp, 1)
-        resp = (logp - ll[:, None]).exp()  # [M, 2]
-        nk = resp.sum(0).clamp(min=1e-12)
-        mu = (resp * y[:, None]).sum(0) / nk
-        var = (resp * (y[:, None] - mu) ** 2).sum(0) / nk
-        mix = Mixture(nk / m, mu, var.clamp(min=floor))
-        now = float(ll.sum())
+        logp = mix.log_parts(centres)
+        ll = np.logaddexp(logp[:, 0], logp[:, 1])
+        resp = np.exp(logp - ll[:, None]) * counts[:, None]  # [B, 2], weighted by the bin counts
+        nk = np.maximum(resp.sum(0), 1e-12)
+        mu = (resp * centres[:, None]).sum(0) / nk
+        var = (resp * (centres[:, None] - mu) ** 2).sum(0) / nk
+        mix = Mixture(nk / m, mu, np.maximum(var, floor))
+        now = float((ll * counts).sum())
         if now - last <= 1e-9 * abs(now):
             break
         last = now
@@ -200,9 +211,9 @@ def valley_threshold(y: torch.Tensor, points: int = 2049) -> float | None:
     lo, hi = sorted(float(v) for v in mix.mu)
     if hi - lo < 1e-6:
         return None
-    grid = torch.linspace(lo, hi, points, dtype=torch.float64)
+    grid = np.linspace(lo, hi, points)
     dens = mix.density(grid)
-    j = int(torch.argmin(dens))
+    j = int(np.argmin(dens))
     if j in (0, points - 1) or float(dens[j]) >= VALLEY_DEPTH * min(float(dens[0]), float(dens[-1])):
         return None
-    return float(torch.tensor(10.0 ** float(grid[j]), dtype=torch.float32))
+    return float(np.float32(10.0 ** float(grid[j])))
