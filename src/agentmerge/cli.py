@@ -38,7 +38,7 @@ from agentmerge.safety import (
     write_report,
     write_report_with,
 )
-from agentmerge.spec import EPSILON_DEFAULT, ParamValue
+from agentmerge.spec import EPSILON_DEFAULT, ParamValue, check_mask
 
 
 @contextlib.contextmanager
@@ -242,6 +242,17 @@ def _probe_parser(sub: Any) -> None:
     p.add_argument(
         "--epsilon", type=float, default=EPSILON_DEFAULT, help=f"update threshold (default {EPSILON_DEFAULT:g})"
     )
+    p.add_argument(
+        "--mask-dtype", default="none", help="grid of the update test: none, base, float32, bfloat16, float16"
+    )
+    p.add_argument(
+        "--mask-ulps", type=int, default=1, help="grid rule: an update moves theta_0 by >= k ulps (default 1)"
+    )
+    p.add_argument(
+        "--epsilon-rule", default="fixed", help="fixed (--epsilon), percentile or valley, per agent and tensor"
+    )
+    p.add_argument("--epsilon-q", type=float, default=50.0, help="percentile rule: percent counted as no update")
+    p.add_argument("--seed", type=int, default=0, help="valley rule: seed of the subsample of large tensors")
     p.add_argument("--r", type=float, default=0.1, help="RAM+ r for the reported lambda (default 0.1)")
     p.add_argument("--alpha", type=float, default=2.0, help="RAM+ alpha for the reported lambda (default 2)")
     p.add_argument("--json", dest="json_out", help="write the full result as JSON here")
@@ -255,12 +266,21 @@ def _probe_parser(sub: Any) -> None:
 def cmd_probe(args: argparse.Namespace) -> int:
     with heavy_imports():
         from agentmerge.probe import probe
-        from agentmerge.report import agents_table, plot_probe, probe_markdown
+        from agentmerge.report import agents_table, plot_probe, probe_markdown, probe_rule_text
 
-    check_probe_args(args)
+    mask = check_probe_args(args)
     result = probe(
-        args.base, args.models, epsilon=args.epsilon, r=args.r, alpha=args.alpha, threads=args.threads, quiet=args.quiet
+        args.base,
+        args.models,
+        epsilon=args.epsilon,
+        r=args.r,
+        alpha=args.alpha,
+        threads=args.threads,
+        quiet=args.quiet,
+        mask=mask,
+        seed=args.seed,
     )
+    print(probe_rule_text(result))
     print(agents_table(result.agents, result.independent))
     if args.json_out:
         write_report(args.json_out, json.dumps(result.to_dict(), indent=2) + "\n", "--json")
@@ -271,22 +291,31 @@ def cmd_probe(args: argparse.Namespace) -> int:
     return 0
 
 
-def check_probe_args(args: argparse.Namespace) -> None:
-    """probe's parameters are checked as merge checks them (ram_plus's ranges), and no report lands in an input."""
+def check_probe_args(args: argparse.Namespace) -> dict[str, ParamValue]:
+    """probe's parameters are checked as merge checks them (ram_plus's ranges), and no report lands in an input.
+
+    Returns the mask parameters, checked.
+    """
     spec = METHODS["ram_plus"]
-    for name, value in (("epsilon", args.epsilon), ("r", args.r), ("alpha", args.alpha)):
+    mask: dict[str, ParamValue] = {}
+    for name in ("epsilon", "mask_dtype", "mask_ulps", "epsilon_rule", "epsilon_q", "r", "alpha"):
         param = spec.param(name)
         assert param is not None
         try:
-            param.check(value, "probe")
+            mask[name] = param.check(getattr(args, name), "probe")
         except ValueError as e:
-            raise ConfigError(f"--{name}: {e}") from None
+            raise ConfigError(f"--{name.replace('_', '-')}: {e}") from None
+    try:
+        check_mask(mask)
+    except ValueError as e:
+        raise ConfigError(f"probe: {e}") from None
     if args.threads is not None and args.threads < 1:
         raise ConfigError(f"--threads must be at least 1 (got {args.threads})")
     for flag, path in (("--json", args.json_out), ("--markdown", args.markdown), ("--plot", args.plot)):
         if path:
             refuse_report_inside_inputs(Path(path), [args.base, *args.models], flag)
             check_report_path(Path(path), flag)
+    return {k: mask[k] for k in ("mask_dtype", "mask_ulps", "epsilon_rule", "epsilon_q")}
 
 
 # --------------------------------------------------------------------------- fisher

@@ -24,15 +24,16 @@ from tqdm import tqdm
 
 from agentmerge.checkpoint import ShardWriter, atomic_output_dir, finish_model_files, plan_shards
 from agentmerge.config import MergeConfig
-from agentmerge.deltas import histogram_from_patterns, overlap_histogram, update_mask
+from agentmerge.deltas import histogram_from_patterns, overlap_histogram
 from agentmerge.digests import InputDigests, hash_mode
+from agentmerge.masks import Levels, tensor_mask
 from agentmerge.plan import MergePlan, TensorJob, make_plan, planned_tensors
 from agentmerge.provenance import MergeResult, reproducibility_record
 from agentmerge.report import model_card
 from agentmerge.safety import check_output_target
 from agentmerge.sources import OutputSources, output_sources
 from agentmerge.spec import TensorSource, TensorStats
-from agentmerge.stream import Inputs, Scratch, overlap_stats, run_parallel, run_rounds, torch_threads
+from agentmerge.stream import Inputs, Scratch, mask_levels, overlap_stats, run_parallel, run_rounds, torch_threads
 from agentmerge.validate import check_output_chunk, check_tokenizer_source, input_refs
 from agentmerge.vocab import new_rows
 
@@ -90,7 +91,8 @@ def count_overlaps(cfg: MergeConfig, *, quiet: bool = True) -> None:
     try:
         plan = make_plan(cfg, inputs.reference, len(inputs.models), cfg.threads or os.cpu_count() or 1, inputs.vocab)
         with torch_threads(1):
-            overlap_stats(inputs, plan.thresholds(), plan.threads, plan.chunk, quiet)
+            levels = mask_levels(inputs, plan.rules(), plan.threads, plan.chunk, quiet)
+            overlap_stats(inputs, plan.rules(), plan.threads, plan.chunk, quiet, levels)
     finally:
         inputs.close()
 
@@ -105,6 +107,7 @@ class Collected:
     hists: dict[str, torch.Tensor] = field(default_factory=dict)  # [N, N] per merged tensor
     prepared: dict[str, Any] = field(default_factory=dict)  # whole-tensor statistics (prepare / rounds)
     model_hist: torch.Tensor | None = None  # [N, N] summed over the tensors, once the statistics pass is done
+    levels: dict[str, Levels] = field(default_factory=dict)  # adaptive mask rules: per-agent thresholds per tensor
     _lock: threading.Lock = field(default_factory=threading.Lock)
     _preparing: dict[str, threading.Lock] = field(default_factory=dict)
 
@@ -117,7 +120,7 @@ class Collected:
         return sum(self.hists.values(), torch.zeros(n, n, dtype=torch.int64))
 
     def stats(self, name: str, prepared: Any = None) -> TensorStats:
-        return TensorStats(self.hists.get(name), self.model_hist, prepared)
+        return TensorStats(self.hists.get(name), self.model_hist, prepared, self.levels.get(name))
 
     def prepared_once(self, source: TensorSource, prepare: Any) -> Any:
         """``prepare(source)`` computed once per tensor, whichever chunk job asks first (the others wait)."""
@@ -130,10 +133,11 @@ class Collected:
 
 
 def statistics_pass(plan: MergePlan, inputs: Inputs, quiet: bool) -> Collected:
-    """What must be known before merging: overlap histograms (RAM+) and the compiled kernel's thresholds."""
+    """What must be known before merging: adaptive mask thresholds, overlap histograms (RAM+), compiled thresholds."""
     collected = Collected()
+    collected.levels = mask_levels(inputs, plan.rules(), plan.threads, plan.chunk, quiet)
     if plan.method.needs_model_stats:
-        collected.hists = overlap_stats(inputs, plan.thresholds(), plan.threads, plan.chunk, quiet)
+        collected.hists = overlap_stats(inputs, plan.rules(), plan.threads, plan.chunk, quiet, collected.levels)
         collected.model_hist = collected.total(len(inputs.models))
     rounds = plan.method.compiled.rounds if plan.compiled and plan.method.compiled else None
     if rounds is not None:
@@ -211,7 +215,8 @@ class ChunkWriter:
         spec = self.plan.spec(job, start, stop, self.collected.stats(job.name, self._prepared(job)))
         delta = self.plan.method.kernel(spec.with_values(ref, tau, self._extras(job, start, stop)))
         if not self.plan.method.needs_model_stats:
-            self.collected.add_hist(job.name, overlap_histogram(update_mask(tau, job.eps)))
+            mask = tensor_mask(tau, ref, job.rule, self.collected.levels.get(job.name))
+            self.collected.add_hist(job.name, overlap_histogram(mask))
         self._put(job, start, (ref + delta).to(job.out_dtype))
 
     def _put(self, job: TensorJob, start: int, values: torch.Tensor) -> None:

@@ -4,7 +4,8 @@ A kernel sees one ``Chunk`` (an element range of one tensor, every agent's task 
 returns the merged task vector ``tau*`` for those elements; the driver writes ``theta_0 + tau*``.
 Every kernel is elementwise given its chunk's statistics, so results do not depend on chunking.
 
-RAM (arXiv 2601.13572), per element p, with m_i = |tau_i| > eps and c = sum_i m_i:
+RAM (arXiv 2601.13572), per element p, with m_i = |tau_i| > eps and c = sum_i m_i (or another mask
+rule of ``masks.py``: a grid of ulps, a percentile or valley threshold per agent and tensor):
 
     tau*[p] = 0                                   c = 0   (untouched: keep the base)
             = lambda_i * tau_i[p]                 c = 1   (unique to agent i: no dilution)
@@ -27,6 +28,7 @@ from __future__ import annotations
 import torch
 
 from agentmerge.deltas import overlap_count, rho_from_histogram, sum_agents, update_mask
+from agentmerge.masks import chunk_mask
 from agentmerge.spec import Chunk, ChunkSpec, Params
 
 
@@ -47,7 +49,11 @@ def ram_lambdas(hist: torch.Tensor, params: Params) -> torch.Tensor:
 
 def ram_combine(tau: torch.Tensor, eps: float, lam: torch.Tensor | None = None) -> torch.Tensor:
     """``[N, E]`` -> ``[E]``: mean over active agents where shared, ``lambda_i * tau_i`` where unique, 0 else."""
-    mask = update_mask(tau, eps)
+    return ram_regions(tau, update_mask(tau, eps), lam)
+
+
+def ram_regions(tau: torch.Tensor, mask: torch.Tensor, lam: torch.Tensor | None = None) -> torch.Tensor:
+    """``ram_combine`` given the ``[N, E]`` update mask."""
     count = overlap_count(mask)
     active = torch.where(mask, tau, 0.0)
     mean = sum_agents(active) / count.clamp(min=1)
@@ -58,7 +64,7 @@ def ram_combine(tau: torch.Tensor, eps: float, lam: torch.Tensor | None = None) 
 
 
 def ram(c: Chunk) -> torch.Tensor:
-    return ram_combine(c.tau, c.eps)
+    return ram_regions(c.tau, chunk_mask(c))
 
 
 def ram_plus_lambdas(spec: ChunkSpec) -> torch.Tensor:
@@ -70,13 +76,13 @@ def ram_plus_lambdas(spec: ChunkSpec) -> torch.Tensor:
 
 
 def ram_plus(c: Chunk) -> torch.Tensor:
-    return ram_combine(c.tau, c.eps, ram_plus_lambdas(c))
+    return ram_regions(c.tau, chunk_mask(c), ram_plus_lambdas(c))
 
 
 def unique_only(c: Chunk) -> torch.Tensor:
     """Dilution ablation: ``scale * tau_a`` where only agent ``a`` updated the element."""
     a = int(c.params["agent"])  # below N: the config checks it
-    mask = update_mask(c.tau, c.eps)
+    mask = chunk_mask(c)
     keep = mask[a] & (overlap_count(mask) == 1)
     return torch.where(keep, c.tau[a] * float(c.params["scale"]), 0.0)
 

@@ -16,7 +16,8 @@ from agentmerge.checkpoint import PlannedTensor, Readable, dtype_from_name
 from agentmerge.config import MergeConfig
 from agentmerge.deltas import RNG_BLOCK
 from agentmerge.fused.jit import available
-from agentmerge.spec import ChunkSpec, Method, Params, TensorStats, update_threshold
+from agentmerge.masks import grid_of
+from agentmerge.spec import ChunkSpec, MaskRule, Method, Params, TensorStats, mask_rule, update_threshold
 from agentmerge.vocab import ResizedTensor, VocabPlan
 
 MAX_CHUNK = RNG_BLOCK  # elements per chunk at most (see chunk_elements)
@@ -39,6 +40,7 @@ class TensorJob:
     params: Params = field(default_factory=dict)  # the method's parameters for this tensor (after overrides)
     model_params: tuple[Params, ...] = ()  # per model, when any model sets params
     resized: ResizedTensor | None = None  # the vocabulary rows the agents added (vocab.py), else None
+    rule: MaskRule = field(default_factory=MaskRule)  # what its masks and overlap statistics count as an update
 
     @property
     def out_shape(self) -> tuple[int, ...]:
@@ -71,7 +73,7 @@ class MergePlan:
     weights: torch.Tensor  # [N] float32 model weights
     seed: int
     shard_bytes: int
-    compiled: bool  # the method's compiled kernel runs (numba present, at most 16 agents)
+    compiled: bool  # the method's compiled kernel runs (numba present, at most 16 agents, plain mask rules)
 
     @property
     def merged(self) -> list[TensorJob]:
@@ -86,9 +88,9 @@ class MergePlan:
         """Which kernels merge: ``compiled`` (numba) or ``reference`` (torch)."""
         return "compiled" if self.compiled else "reference"
 
-    def thresholds(self) -> dict[str, float]:
-        """Each merged tensor's update threshold (the overlap statistics pass counts with these)."""
-        return {j.name: j.eps for j in self.merged}
+    def rules(self) -> dict[str, MaskRule]:
+        """Each merged tensor's mask rule (the overlap statistics pass counts with these)."""
+        return {j.name: j.rule for j in self.merged}
 
     def spec(self, job: TensorJob, start: int, stop: int, stats: TensorStats | None = None) -> ChunkSpec:
         """The ``ChunkSpec`` of elements ``start:stop`` of ``job``'s tensor."""
@@ -111,15 +113,17 @@ def make_plan(
     """Plan the merge of ``n_models`` models against the reference checkpoint ``ref`` (and added ``vocab`` rows)."""
     chunk = chunk_elements(cfg, n_models, threads)
     method = cfg.spec
+    jobs = tuple(plan_jobs(cfg, ref, chunk, vocab or VocabPlan()))
+    plain = all(j.rule.plain for j in jobs if j.merged)  # other mask rules run on the reference kernels
     return MergePlan(
         method=method,
-        jobs=tuple(plan_jobs(cfg, ref, chunk, vocab or VocabPlan())),
+        jobs=jobs,
         chunk=chunk,
         threads=threads,
         weights=torch.tensor([m.weight for m in cfg.models], dtype=torch.float32),
         seed=cfg.seed,
         shard_bytes=cfg.shard_bytes,
-        compiled=method.compiled is not None and available(n_models),
+        compiled=plain and method.compiled is not None and available(n_models),
     )
 
 
@@ -152,12 +156,22 @@ def plan_jobs(cfg: MergeConfig, ref: Readable, chunk: int, vocab: VocabPlan | No
             unit = multiple(info.shape)
             step = -(-chunk // unit) * unit
         ranges = tuple((s, min(s + step, info.numel)) for s in range(0, info.numel, step)) or ((0, 0),)
-        params = cfg.tensor_params(name) if merged else {}
-        model_params = cfg.model_params(name) if merged else ()
+        params = resolve_mask(cfg.tensor_params(name), info.dtype) if merged else {}
+        model_params = tuple(resolve_mask(p, info.dtype) for p in cfg.model_params(name)) if merged else ()
+        rule = mask_rule(params, cfg.seed) if merged else MaskRule()
         resized = vocab.tensors.get(name) if vocab is not None else None
-        job = TensorJob(name, dtype, info.shape, info.numel, merged, ranges, params, model_params, resized)
+        job = TensorJob(
+            name, dtype, info.shape, info.numel, merged, ranges, params, model_params, resized=resized, rule=rule
+        )
         jobs.append(job)
     return jobs
+
+
+def resolve_mask(params: Params, base_dtype: torch.dtype) -> Params:
+    """``mask_dtype: base`` made the base tensor's grid (``masks.grid_of``); other parameters unchanged."""
+    if params.get("mask_dtype") != "base":
+        return params
+    return {**params, "mask_dtype": grid_of(base_dtype)}
 
 
 def planned_tensors(jobs: Sequence[TensorJob]) -> list[PlannedTensor]:

@@ -15,7 +15,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from types import MappingProxyType
 
-from agentmerge.spec import EPSILON, Lazy, Method, Param, Params
+from agentmerge.spec import EPSILON, MASK_PARAMS, Lazy, Method, Param, Params, check_mask
 
 
 def rm(name: str) -> Lazy:
@@ -52,6 +52,7 @@ DROP = Param(
 )
 RAM_PLUS_PARAMS = (
     EPSILON,
+    *MASK_PARAMS,
     Param(
         "form", "paper", "paper: 1 + r*clip(rho,0,alpha); authors: 1 + (R-1)*min(rho,1)", choices=("paper", "authors")
     ),
@@ -87,7 +88,8 @@ _ALL = (
         "ram",
         "RAM: mean where 2+ agents updated, unique updates kept whole",
         rm("ram"),
-        (EPSILON,),
+        (EPSILON, *MASK_PARAMS),
+        validate=check_mask,
         compiled_at=fk("RAM"),
         paper=RAM_PAPER,
     ),
@@ -97,6 +99,7 @@ _ALL = (
         rm("ram_plus"),
         RAM_PLUS_PARAMS,
         needs_model_stats=True,
+        validate=check_mask,
         compiled_at=fk("RAM_PLUS"),
         paper=RAM_PAPER,
     ),
@@ -106,10 +109,12 @@ _ALL = (
         rm("unique_only"),
         (
             EPSILON,
+            *MASK_PARAMS,
             Param("agent", 0, "index of the agent whose unique updates are kept", low=0),
             Param("scale", 1.0, "s: 1 keeps them whole, 1/N dilutes them as averaging would"),
         ),
         paper=RAM_PAPER,
+        validate=check_mask,
     ),
     Method(
         "linear",
@@ -223,11 +228,13 @@ _ALL = (
         bl("ram_ties"),
         (
             EPSILON,
+            *MASK_PARAMS,
             Param(
                 "keep", 0.1, "fraction of the shared region each agent keeps, by magnitude", 0.0, 1.0, per_model=True
             ),
         ),
         prepare=bl("ram_ties_prepare"),
+        validate=check_mask,
         compiled_at=ft("RAM_TIES"),
     ),
     Method(

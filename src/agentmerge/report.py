@@ -41,6 +41,19 @@ def agents_table(agents: list[AgentStats], independent: list[list[float]] | None
     return "\n".join(lines)
 
 
+def probe_rule_text(p: ProbeResult) -> str:
+    """What counted as an update and how each input is stored; for adaptive rules the thresholds chosen."""
+    lines = [f"update rule: {p.rule}", "storage: " + "; ".join(f"{k} {v}" for k, v in p.storage.items())]
+    summary = p.threshold_summary()
+    if summary:
+        lines += ["", "| agent | threshold min | median | max | no valley (epsilon used) |", "|---|---|---|---|---|"]
+        lines += [
+            f"| {s['agent']} | {s['min']:.3g} | {s['median']:.3g} | {s['max']:.3g} | {s['fallbacks']} |"
+            for s in summary
+        ]
+    return "\n".join(lines) + "\n"
+
+
 def density_grid(groups: dict[str, list[AgentStats]], title: str) -> str:
     """Markdown: density % per group (rows) and agent (columns)."""
     if not groups:
@@ -57,6 +70,7 @@ def probe_markdown(p: ProbeResult) -> str:
     parts = [
         f"# Task-vector probe\n\nbase: `{p.base}`; epsilon = {p.epsilon:g}; RAM+ lambda with r = {p.r:g}, "
         f"alpha = {p.alpha:g}. w.k: share of an agent's updated elements that exactly k other agents also updated.",
+        "## What counted as an update\n\n" + probe_rule_text(p),
         "## Whole model\n\n" + agents_table(p.agents, p.independent),
         "## Density % per module type\n\n" + density_grid(p.per_module, "module"),
         "## Density % per layer\n\n" + density_grid(p.per_layer, "layer"),

@@ -2,7 +2,8 @@
 
 ``Inputs`` holds the base (or reference) and the models, checked to be mergeable, and reads any
 element range of any tensor from all of them. ``run_parallel`` runs chunk jobs on a thread pool with a
-bounded window. ``overlap_stats`` is the statistics pass of RAM+ and the probe; ``run_rounds`` computes
+bounded window. ``overlap_stats`` is the statistics pass of RAM+ and the probe (``mask_levels`` first
+computes the thresholds of adaptive mask rules, tensor by tensor); ``run_rounds`` computes
 a compiled method's whole-tensor statistics (e.g. exact thresholds) in chunk-parallel rounds.
 """
 
@@ -23,15 +24,16 @@ from tqdm import tqdm
 from agentmerge.cache import cache_dir, files_key, load_store, save_store
 from agentmerge.checkpoint import Checkpoint, Readable, TensorInfo
 from agentmerge.config import MergeConfig
-from agentmerge.deltas import histogram_from_patterns, overlap_histogram, task_vectors, update_mask
+from agentmerge.deltas import histogram_from_patterns, overlap_histogram, task_vectors
 from agentmerge.errors import CheckpointError, MergeError
 from agentmerge.fused.jit import available
 from agentmerge.fused.kernels import counts
 from agentmerge.headers import read_json_object
 from agentmerge.localpath import is_adapter
 from agentmerge.lora import LoraModel, split_model_plus_adapter
+from agentmerge.masks import Levels, tensor_levels, tensor_mask
 from agentmerge.plan import MergePlan, TensorJob
-from agentmerge.spec import Rounds
+from agentmerge.spec import MaskRule, Rounds
 from agentmerge.validate import check_fisher_role
 from agentmerge.vocab import VocabPlan, plan_vocab
 
@@ -304,22 +306,29 @@ def torch_threads(n: int) -> Iterator[None]:
 
 
 def overlap_stats(
-    inputs: Inputs, thresholds: Mapping[str, float], threads: int, chunk: int, quiet: bool = True
+    inputs: Inputs,
+    rules: Mapping[str, MaskRule],
+    threads: int,
+    chunk: int,
+    quiet: bool = True,
+    levels: Mapping[str, Levels] | None = None,
 ) -> dict[str, torch.Tensor]:
-    """The statistics pass: ``[N, N]`` overlap histogram of each tensor named in ``thresholds``, at its threshold.
+    """The statistics pass: ``[N, N]`` overlap histogram of each tensor named in ``rules``, under its mask rule.
 
-    Counts only, nothing written; chunks of ``chunk`` elements on ``threads`` workers. Histograms already
-    counted for these very files (``OverlapCache``) are not counted again.
+    Counts only, nothing written; chunks of ``chunk`` elements on ``threads`` workers. ``levels`` holds
+    the thresholds of the tensors whose rule is adaptive (``mask_levels``). Histograms already counted
+    for these very files and rules (``OverlapCache``) are not counted again.
     """
     cache = OverlapCache([c.weight_files for c in inputs.checkpoints])
-    known = cache.get(thresholds, len(inputs.models))
-    todo = {name: eps for name, eps in thresholds.items() if name not in known}
+    known = cache.get(rules, len(inputs.models))
+    todo = {name: rule for name, rule in rules.items() if name not in known}
     tasks, owners = [], []
     scratch = Scratch()
-    for name, eps in todo.items():
+    for name, rule in todo.items():
         numel = inputs.reference.tensors[name].numel
+        level = (levels or {}).get(name)
         for s in range(0, numel, chunk):
-            tasks.append(_hist_task(inputs, name, s, min(s + chunk, numel), eps, scratch))
+            tasks.append(_hist_task(inputs, name, s, min(s + chunk, numel), rule, level, scratch))
             owners.append(name)
     n = len(inputs.models)
     counted = {name: torch.zeros(n, n, dtype=torch.int64) for name in todo}
@@ -327,14 +336,40 @@ def overlap_stats(
         for name, h in zip(owners, run_parallel(tasks, threads, bar), strict=True):
             counted[name] += h
     cache.put(counted, todo)
-    return {name: known[name] if name in known else counted[name] for name in thresholds}
+    return {name: known[name] if name in known else counted[name] for name in rules}
+
+
+def mask_levels(
+    inputs: Inputs, rules: Mapping[str, MaskRule], threads: int, chunk: int, quiet: bool = True
+) -> dict[str, Levels]:
+    """The per-agent thresholds of every tensor in ``rules`` whose rule is adaptive, one tensor per worker.
+
+    Each tensor is streamed in chunks of ``chunk`` elements (float32 task vectors, inputs checked finite);
+    the values do not depend on ``chunk`` (``masks.tensor_levels``).
+    """
+    wanted = {name: rule for name, rule in rules.items() if rule.adaptive}
+
+    def task(name: str, rule: MaskRule) -> Callable[[], Levels]:
+        numel = inputs.reference.tensors[name].numel
+
+        def batches() -> Iterator[tuple[int, torch.Tensor]]:
+            for s in range(0, numel, chunk):
+                ref, models = inputs.read(name, s, min(s + chunk, numel))
+                yield s, models.sub_(ref)
+
+        return lambda: tensor_levels(rule, name, numel, batches)
+
+    tasks = [task(name, rule) for name, rule in wanted.items()]
+    with tqdm(total=len(tasks), desc="mask thresholds", unit="tensor", disable=quiet or not tasks, leave=False) as bar:
+        return dict(zip(wanted, run_parallel(tasks, threads, bar), strict=True))
 
 
 class OverlapCache:
-    """Overlap histograms of one input set (files in order), per tensor and threshold, kept across runs.
+    """Overlap histograms of one input set (files in order), per tensor and mask rule, kept across runs.
 
     Stored in ``cache_dir() / stats``, keyed by the files' identities (``cache.files_key``), so a changed
-    file never reuses an old count. ``AGENTMERGE_NO_CACHE=1`` turns it off.
+    file never reuses an old count; a tensor's entry is keyed by its rule (``MaskRule.key``: the plain
+    rule's is its epsilon, as before). ``AGENTMERGE_NO_CACHE=1`` turns it off.
     """
 
     def __init__(self, files: Sequence[Sequence[Path]]) -> None:
@@ -342,39 +377,39 @@ class OverlapCache:
         self.path = cache_dir() / "stats" / f"{files_key(files)}.json" if self.on else None
 
     @staticmethod
-    def _key(name: str, eps: float) -> str:
-        return f"{name}|{eps!r}"
+    def _key(name: str, rule: MaskRule) -> str:
+        return f"{name}|{rule.key}"
 
-    def get(self, thresholds: Mapping[str, float], n: int) -> dict[str, torch.Tensor]:
-        """The cached ``[N, N]`` histograms of these tensors at these thresholds (those it has)."""
+    def get(self, rules: Mapping[str, MaskRule], n: int) -> dict[str, torch.Tensor]:
+        """The cached ``[N, N]`` histograms of these tensors under these rules (those it has)."""
         if self.path is None:
             return {}
         store = load_store(self.path)
         out = {}
-        for name, eps in thresholds.items():
-            rows = store.get(self._key(name, eps))
+        for name, rule in rules.items():
+            rows = store.get(self._key(name, rule))
             if isinstance(rows, list) and len(rows) == n and all(isinstance(r, list) and len(r) == n for r in rows):
                 out[name] = torch.tensor(rows, dtype=torch.int64)
         return out
 
-    def put(self, hists: Mapping[str, torch.Tensor], thresholds: Mapping[str, float]) -> None:
+    def put(self, hists: Mapping[str, torch.Tensor], rules: Mapping[str, MaskRule]) -> None:
         if self.path is None or not hists:
             return
         store = load_store(self.path)
-        store.update({self._key(name, thresholds[name]): h.tolist() for name, h in hists.items()})
+        store.update({self._key(name, rules[name]): h.tolist() for name, h in hists.items()})
         save_store(self.path, store)
 
 
 def _hist_task(
-    inputs: Inputs, name: str, start: int, stop: int, eps: float, scratch: Scratch
+    inputs: Inputs, name: str, start: int, stop: int, rule: MaskRule, levels: Levels | None, scratch: Scratch
 ) -> Callable[[], torch.Tensor]:
     def task() -> torch.Tensor:
-        if available(len(inputs.models)):
-            counted = counts(*inputs.read_stored(name, start, stop, scratch), eps)
+        if rule.plain and available(len(inputs.models)):
+            counted = counts(*inputs.read_stored(name, start, stop, scratch), rule.epsilon)
             if counted.finite:
                 return histogram_from_patterns(counted.patterns)
         ref, models = inputs.read(name, start, stop)  # also the path that names a non-finite input
-        return overlap_histogram(update_mask(task_vectors(ref, models), eps))
+        return overlap_histogram(tensor_mask(task_vectors(ref, models), ref, rule, levels))
 
     return task
 

@@ -26,6 +26,7 @@ from tqdm import tqdm
 
 from agentmerge.errors import AgentMergeError, ConfigError
 from agentmerge.registry import METHODS
+from agentmerge.spec import MASK_PARAMS
 from agentmerge.sweep import evaluators
 from agentmerge.sweep.spec import SweepConfig, Trial, choose, merge_config, trials
 
@@ -185,9 +186,8 @@ def _count_overlaps_once(cfg: SweepConfig, done: set[str], quiet: bool) -> None:
             continue
         merge_cfg = merge_config(cfg, trial)
         overrides = [o.model_dump() for o in merge_cfg.overrides]
-        key = json.dumps(
-            [merge_cfg.base, [m.path for m in merge_cfg.models], merge_cfg.params.get("epsilon"), overrides]
-        )
+        rule = {k: v for k, v in merge_cfg.params.items() if k == "epsilon" or k in {p.name for p in MASK_PARAMS}}
+        key = json.dumps([merge_cfg.base, [m.path for m in merge_cfg.models], rule, overrides], sort_keys=True)
         if key not in seen:
             seen.add(key)
             with contextlib.suppress(AgentMergeError, OSError):
