@@ -31,6 +31,7 @@ from agentmerge.headers import read_json_object
 from agentmerge.lora import LoraModel, is_adapter, split_model_plus_adapter
 from agentmerge.plan import MergePlan, TensorJob
 from agentmerge.spec import Rounds
+from agentmerge.trainer import open_weights
 from agentmerge.validate import check_fisher_role
 
 # --------------------------------------------------------------------------- inputs
@@ -49,7 +50,7 @@ class Inputs:
     ) -> None:
         self.models: list[Readable] = []
         self.extras: dict[str, list[Checkpoint]] = {}  # per-model extra tensors, e.g. "fisher"
-        self.base = Checkpoint(base) if base is not None else None
+        self.base = open_weights(base) if base is not None else None
         try:
             self.models = [open_model(m, self.base) for m in models]
             for c in self.checkpoints:
@@ -159,11 +160,12 @@ class Scratch(threading.local):
         return buf[:nbytes].view(dtype)
 
 
-def open_model(ref: str, base: Checkpoint | None) -> Readable:
-    """A model folder or hub id; a LoRA adapter folder (on ``base``); or mergekit's ``MODEL+ADAPTER``."""
+def open_model(ref: str, base: Readable | None) -> Readable:
+    """A model folder or hub id, a trainer checkpoint (verl, DCP: ``trainer.open_weights``); a LoRA adapter folder
+    (on ``base``); or mergekit's ``MODEL+ADAPTER``."""
     pair = split_model_plus_adapter(ref)
     if pair is not None:
-        host = Checkpoint(pair[0])
+        host = open_weights(pair[0])
         try:
             return LoraModel(pair[1], host, owns_host=True)
         except BaseException:
@@ -179,7 +181,7 @@ def open_model(ref: str, base: Checkpoint | None) -> Readable:
         if base is None:
             raise MergeError(f"{ref}: a LoRA adapter is merged against its base model; pass the base (--base)")
         return LoraModel(ref, base)
-    return Checkpoint(ref)
+    return open_weights(ref)
 
 
 def all_finite(x: torch.Tensor) -> bool:
