@@ -278,3 +278,35 @@ def test_convert_refuses_to_overwrite_inputs(family: dict[str, Any], tmp_path: P
     with pytest.raises(AgentMergeError, match="exists and is not empty"):
         convert(step, family["hf"][1])
     assert sorted(p.name for p in (step / "actor").iterdir())[:2] == ["fsdp_config.json", "huggingface"]
+
+
+def test_cli_convert_and_its_errors(family: dict[str, Any], tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    from agentmerge.cli import main
+
+    dcp = dcp_folder(tmp_path / "dcp", family["hf"][1], family["states"][1], wrapped=False)
+    assert main(["convert", str(dcp), str(tmp_path / "out"), "--dtype", "fp16", "--max-shard-size", "4kB"]) == 0
+    with Checkpoint(tmp_path / "out") as c:
+        assert len(c.weight_files) > 1
+        for name, want in family["states"][1].items():
+            assert torch.equal(c.read(name).view(want.shape), want.half()), name
+    assert main(["convert", str(dcp), str(tmp_path / "out2"), "--max-shard-size", "lots"]) == 2
+    shutil.rmtree(dcp / "huggingface")
+    assert main(["convert", str(dcp), str(tmp_path / "out3")]) == 2
+    assert "no config.json found" in capsys.readouterr().err
+    assert not (tmp_path / "out3").exists()
+    assert main(["convert", str(dcp), str(tmp_path / "out3"), "--model-files", str(family["hf"][1])]) == 0
+    assert (tmp_path / "out3" / "tokenizer.json").is_file()
+
+
+def test_fisher_of_a_trainer_folder_equals_the_fisher_of_its_weights(family: dict[str, Any], tmp_path: Path) -> None:
+    from agentmerge.fisher import estimate_fisher
+
+    step = verl_step(tmp_path / "v", family["hf"][0], family["states"][0], 4)
+    outs = [
+        estimate_fisher(m, tmp_path / f"f{i}", samples=2, max_tokens=4) for i, m in enumerate([step, family["hf"][0]])
+    ]
+    with Checkpoint(outs[0]) as a, Checkpoint(outs[1]) as b:
+        assert set(a.tensors) == set(b.tensors) == set(family["states"][0])
+        for name in a.tensors:
+            assert torch.equal(a.read(name), b.read(name)), name
+        assert any(bool(a.read(n).abs().sum() > 0) for n in a.tensors)

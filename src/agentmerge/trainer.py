@@ -73,6 +73,15 @@ def open_weights(ref: str | Path) -> Readable:
     return Checkpoint(ref)
 
 
+def trainer_config_folder(ref: str | Path) -> Path | None:
+    """The folder with a trainer checkpoint's config.json and tokenizer; None when ``ref`` is no trainer folder."""
+    path = Path(ref).expanduser()
+    actor = verl_actor_folder(path)
+    if actor is not None:
+        return model_files_folder(actor)
+    return model_files_folder(path) if is_dcp(path) else None
+
+
 def verl_actor_folder(path: Path) -> Path | None:
     """The folder holding verl's rank files: ``path`` itself or ``path/actor``; None when neither does."""
     for folder in (path, path / "actor"):
