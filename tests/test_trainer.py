@@ -168,6 +168,34 @@ def test_dcp_folder_reads_as_the_state_dict(family: dict[str, Any], tmp_path: Pa
         assert reader.folder == folder / "huggingface"
         check_reads(reader, family["states"][1])
         assert len(reader._cache) <= reader.keep
+        for name, want in family["states"][1].items():  # the path for pieces stored through a transform
+            assert torch.equal(reader.load_with_dcp(name), want), name
+
+
+def test_dcp_pieces_of_several_ranks_are_put_in_place(family: dict[str, Any], tmp_path: Path) -> None:
+    """Metadata with a tensor in 4 dim-0 pieces (as 4 ranks save it), each its own item, read back whole."""
+    import torch.distributed.checkpoint as dcp
+    from torch.distributed.checkpoint.metadata import ChunkStorageMetadata, MetadataIndex
+
+    state = family["states"][1]
+    folder = tmp_path / "dcp"
+    name = "model.embed_tokens.weight"
+    pieces = fsdp_pieces(state[name], 4)
+    dcp.save({f"{name}.{r}": p for r, p in enumerate(pieces)} | state, checkpoint_id=folder, no_dist=True)
+    reader = DcpCheckpoint(folder)
+    md = reader.dcp_metadata
+    chunks, row = [], 0
+    for r, p in enumerate(pieces):  # rewrite .metadata: the 4 items become the pieces of one tensor
+        key = f"{name}.{r}"
+        offsets = torch.Size([row, 0])
+        chunks.append(ChunkStorageMetadata(offsets=offsets, sizes=p.shape))
+        md.storage_data[MetadataIndex(name, offsets, r)] = md.storage_data.pop(MetadataIndex(key, torch.Size([0, 0])))
+        del md.state_dict_metadata[key]
+        row += p.shape[0]
+    md.state_dict_metadata[name].chunks = chunks
+    reader.keys = {n: n for n in md.state_dict_metadata}
+    reader.tensors = {n: reader._info(n, n) for n in reader.keys}
+    check_reads(reader, state)
 
 
 def test_verl_rank_file_missing_or_mixed_is_named(family: dict[str, Any], tmp_path: Path) -> None:

@@ -18,11 +18,13 @@ DTensor classes (``DTENSOR_GLOBALS``); anything else in the pickle (code, Sharde
 
 **Distributed checkpoints (DCP)** (``.metadata`` + ``__R_I.distcp``; NeMo RL, AReaL, torchtitan). The
 ``.metadata`` pickle is read by a restricted unpickler that builds only DCP's metadata records
-(``DCP_METADATA_GLOBALS``; torch's own reader would unpickle anything), then each tensor is loaded whole by
-``torch.distributed.checkpoint.load`` (no process group, ``no_dist=True``) through that metadata; the item
-files are read with ``weights_only=True``. A state dict saved wrapped (``{"model": state_dict}``, NeMo RL)
-is named by its inner keys. The last few tensors read are kept (``DcpCheckpoint.keep``), so memory holds a
-few whole tensors, never the model.
+(``DCP_METADATA_GLOBALS``; torch's own reader would unpickle anything). Each tensor is then read whole: DCP
+stores each rank's piece (``ChunkStorageMetadata``: offsets and sizes per dim) as one ``torch.save`` item at a
+byte range of a ``.distcp`` file, which is loaded with ``weights_only=True`` straight from that range and put in
+place (a single piece is the tensor itself: no copy); pieces stored through a transform (compression) go
+through ``torch.distributed.checkpoint.load`` with no process group. A state dict saved wrapped
+(``{"model": state_dict}``, NeMo RL) is named by its inner keys. The last two tensors read are kept
+(``DcpCheckpoint.keep``), so memory holds a few whole tensors, never the model.
 
 Both keep the stored dtype (verl's fp32 master weights stay fp32); the merge casts its output to the base's.
 """
@@ -31,6 +33,7 @@ from __future__ import annotations
 
 import contextlib
 import importlib
+import io
 import json
 import logging
 import math
@@ -42,7 +45,7 @@ import zipfile
 from collections import OrderedDict
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
+from typing import IO, Any, cast
 
 import torch
 
@@ -342,7 +345,7 @@ def dcp_names(metadata: Any) -> dict[str, str]:
 class DcpCheckpoint:
     """A torch distributed checkpoint read like a ``Checkpoint``: tensors loaded whole, a few kept."""
 
-    keep = 3  # whole tensors kept: the chunk jobs in flight read at most a few tensors at a time
+    keep = 2  # whole tensors kept: the chunk jobs in flight read at most a few tensors at a time
 
     def __init__(self, ref: str | Path) -> None:
         self.ref = str(ref)
@@ -389,13 +392,51 @@ class DcpCheckpoint:
             if name in self._cache:
                 self._cache.move_to_end(name)
                 return self._cache[name]
+            while len(self._cache) >= self.keep:  # make room first: at most ``keep`` tensors, even while loading
+                self._cache.popitem(last=False)
             value = self._load(name)
             self._cache[name] = value
-            while len(self._cache) > self.keep:
-                self._cache.popitem(last=False)
             return value
 
     def _load(self, name: str) -> torch.Tensor:
+        """Tensor ``name`` whole: its stored pieces read one by one (each a ``torch.save`` item, ``weights_only``)
+        into place; pieces stored through a transform (compression) go through ``torch.distributed.checkpoint``."""
+        from torch.distributed.checkpoint.metadata import MetadataIndex
+
+        info, key = self.tensors[name], self.keys[name]
+        chunks = self.dcp_metadata.state_dict_metadata[key].chunks
+        items = [self.dcp_metadata.storage_data.get(MetadataIndex(key, c.offsets)) for c in chunks]
+        covered = sum(math.prod(c.sizes) for c in chunks) == info.numel
+        if not covered or any(i is None or i.transform_descriptors for i in items):
+            return self.load_with_dcp(name)
+        if len(chunks) == 1:
+            return self._piece(name, items[0], tuple(info.shape))
+        value = torch.empty(info.shape, dtype=info.dtype)
+        for chunk, item in zip(chunks, items, strict=True):
+            region = value
+            for dim, (offset, size) in enumerate(zip(chunk.offsets, chunk.sizes, strict=True)):
+                region = region.narrow(dim, offset, size)
+            region.copy_(self._piece(name, item, tuple(chunk.sizes)))
+        return value
+
+    def _piece(self, name: str, item: Any, shape: tuple[int, ...]) -> torch.Tensor:
+        f = self.path / str(item.relative_path)
+        try:
+            with open(f, "rb") as stream:
+                view = cast(IO[bytes], _FileView(stream, item.offset, item.length))
+                piece = torch.load(view, map_location="cpu", weights_only=True)
+        except Exception as e:
+            raise CheckpointError(
+                f"{f}: cannot read a piece of tensor {name!r} ({type(e).__name__}: {str(e).splitlines()[0][:200]}); "
+                "the checkpoint is incomplete or corrupt"
+            ) from None
+        dtype = self.tensors[name].dtype
+        if not isinstance(piece, torch.Tensor) or tuple(piece.shape) != shape or piece.dtype != dtype:
+            raise CheckpointError(f"{f}: a piece of tensor {name!r} does not have the shape and dtype .metadata gives")
+        return piece
+
+    def load_with_dcp(self, name: str) -> torch.Tensor:
+        """Tensor ``name`` whole through ``torch.distributed.checkpoint.load`` (no process group)."""
         from torch.distributed.checkpoint.state_dict_loader import load
 
         info, key = self.tensors[name], self.keys[name]
@@ -410,6 +451,37 @@ class DcpCheckpoint:
                 "the checkpoint is incomplete or corrupt"
             ) from None
         return value
+
+
+class _FileView(io.RawIOBase):
+    """Bytes ``offset:offset + length`` of an open file as a seekable stream of their own (what ``torch.load``
+    needs to read one item of a ``.distcp`` file without reading it into memory first)."""
+
+    def __init__(self, stream: Any, offset: int, length: int) -> None:
+        super().__init__()
+        self.stream, self.offset, self.length, self.pos = stream, offset, length, 0
+
+    def readable(self) -> bool:
+        return True
+
+    def seekable(self) -> bool:
+        return True
+
+    def tell(self) -> int:
+        return self.pos
+
+    def seek(self, pos: int, whence: int = io.SEEK_SET) -> int:
+        base = {io.SEEK_SET: 0, io.SEEK_CUR: self.pos, io.SEEK_END: self.length}[whence]
+        self.pos = min(max(base + pos, 0), self.length)
+        return self.pos
+
+    def readinto(self, buffer: Any) -> int:
+        view = memoryview(buffer).cast("B")
+        n = min(len(view), self.length - self.pos)
+        self.stream.seek(self.offset + self.pos)
+        got = self.stream.readinto(view[:n]) if n else 0
+        self.pos += got
+        return got
 
 
 def _reader(path: Path, metadata: Any) -> Any:
