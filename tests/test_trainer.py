@@ -338,3 +338,43 @@ def test_fisher_of_a_trainer_folder_equals_the_fisher_of_its_weights(family: dic
         for name in a.tensors:
             assert torch.equal(a.read(name), b.read(name)), name
         assert any(bool(a.read(n).abs().sum() > 0) for n in a.tensors)
+
+
+def test_convert_applies_a_lora_adapter_given_as_model_plus_adapter(tmp_path: Path) -> None:
+    from tests.test_lora import make_adapter, merged_by_peft
+    from tests.test_lora import tiny_llama as lora_llama
+
+    from agentmerge.convert import convert
+
+    lora_llama(tmp_path / "m")
+    adapter = make_adapter(tmp_path / "m", tmp_path / "a")
+    out = convert(f"{tmp_path / 'm'}+{adapter}", tmp_path / "out", dtype="fp32")
+    want = merged_by_peft(tmp_path / "m", adapter)
+    with Checkpoint(out) as c:
+        assert set(c.tensors) == set(want)
+        for name, value in want.items():
+            torch.testing.assert_close(c.read(name).view(value.shape), value, rtol=0, atol=1e-6)
+
+
+def test_unsupported_shardings_are_refused_by_name(family: dict[str, Any], tmp_path: Path) -> None:
+    import torch.distributed as dist
+    from torch.distributed.device_mesh import init_device_mesh
+    from torch.distributed.tensor import DTensor, Shard
+    from torch.testing._internal.distributed.fake_pg import FakeStore
+
+    actor = _actor(tmp_path, family["hf"][0], 2)
+    w = family["states"][0]["model.layers.0.mlp.up_proj.weight"]
+    for rank in range(2):  # tensor parallel: columns split across the ranks
+        dist.init_process_group("fake", store=FakeStore(), rank=rank, world_size=2)
+        try:
+            mesh = init_device_mesh("cpu", (2,), mesh_dim_names=("tp",))
+            local = w.chunk(2, 1)[rank].contiguous()
+            d = DTensor.from_local(local, mesh, [Shard(1)], run_check=False, shape=w.shape, stride=w.stride())
+            torch.save({"w": d}, actor / f"model_world_size_2_rank_{rank}.pt")
+        finally:
+            dist.destroy_process_group()
+    with pytest.raises(CheckpointError, match=r"placement Shard\(dim=1\) is not supported"):
+        open_weights(actor)
+    (actor / "model_world_size_2_rank_1.pt").write_bytes(b"\x80\x02}q\x00.")  # a legacy (non-zip) pickle
+    with pytest.raises(CheckpointError, match="not a torch zip archive"):
+        open_weights(actor)

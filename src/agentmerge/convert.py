@@ -25,6 +25,7 @@ from agentmerge.checkpoint import (
     plan_shards,
 )
 from agentmerge.errors import CheckpointError
+from agentmerge.lora import LoraModel, split_model_plus_adapter
 from agentmerge.safety import check_output_target
 from agentmerge.stream import all_finite, open_model
 from agentmerge.units import TOKENIZER_FILES, parse_size
@@ -46,12 +47,13 @@ def convert(
     ``model_files`` is the folder to take config.json and the tokenizer from (default: found beside ``src``).
     """
     out = Path(dst)
-    check_output_target(out, [src, model_files])
+    check_output_target(out, [*(split_model_plus_adapter(str(src)) or [src]), model_files])
     target = _target_dtype(dtype)
     reader = open_model(str(src), None)
     try:
         planned = [_planned(reader, name, target) for name in reader.tensors]
-        source = Path(model_files) if model_files is not None else reader.folder
+        host = reader.host if isinstance(reader, LoraModel) else reader  # an adapter's config is its model's
+        source = Path(model_files) if model_files is not None else host.folder
         if not (source / "config.json").is_file():
             raise CheckpointError(
                 f"{src}: no config.json found for it (looked in {source}); pass the folder that has it (--model-files)"

@@ -182,7 +182,10 @@ def _shard_ranks(name: str, d: Any, rank: int) -> tuple[int, int]:
         elif p.is_shard() and p.dim == 0 and type(p).__name__ == "Shard":
             position, sharded = coords[dim], sharded + 1
         else:
-            raise CheckpointError(f"tensor {name!r}: placement {p} is not supported (FSDP's Shard(0) and Replicate)")
+            raise CheckpointError(
+                f"tensor {name!r}: placement {p!r} is not supported (only FSDP's Shard(0) and Replicate); "
+                "merge the ranks with verl's model_merger first"
+            )
     if sharded > 1:
         raise CheckpointError(f"tensor {name!r}: sharded on {sharded} mesh dimensions; only one is supported")
     return position, include
@@ -271,7 +274,10 @@ def _dtensor_pieces(name: str, values: list[Any], files: list[Path]) -> tuple[tu
     for rank, (d, f) in enumerate(zip(values, files, strict=True)):
         if not _is_dtensor(d):
             raise CheckpointError(f"{f}: tensor {name!r} is a plain tensor here but a DTensor on rank 0")
-        position, include = _shard_ranks(name, d, rank)
+        try:
+            position, include = _shard_ranks(name, d, rank)
+        except CheckpointError as e:
+            raise CheckpointError(f"{f}: {e}") from None
         if include:
             if position in chosen:
                 raise CheckpointError(f"{f}: tensor {name!r}: two ranks hold shard {position}")
