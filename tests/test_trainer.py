@@ -378,3 +378,35 @@ def test_unsupported_shardings_are_refused_by_name(family: dict[str, Any], tmp_p
     (actor / "model_world_size_2_rank_1.pt").write_bytes(b"\x80\x02}q\x00.")  # a legacy (non-zip) pickle
     with pytest.raises(CheckpointError, match="not a torch zip archive"):
         open_weights(actor)
+
+
+def test_fully_shard_state_dicts_as_verl_saves_them(family: dict[str, Any], tmp_path: Path) -> None:
+    """The real thing: FSDP2 (``fully_shard``) on each of 4 fake ranks, ``torch.save(model.state_dict())`` per rank,
+    as verl's checkpoint manager does; read back equal to the unsharded model, then merged like its safetensors."""
+    import torch.distributed as dist
+    from torch.distributed.device_mesh import init_device_mesh
+    from torch.distributed.fsdp import fully_shard
+    from torch.testing._internal.distributed.fake_pg import FakeStore
+
+    hf, state = family["hf"][0], family["states"][0]
+    actor = _actor(tmp_path, hf, 4)
+    for rank in range(4):
+        dist.init_process_group("fake", store=FakeStore(), rank=rank, world_size=4)
+        try:
+            mesh = init_device_mesh("cpu", (4,), mesh_dim_names=("fsdp",))
+            model = transformers.AutoModelForCausalLM.from_pretrained(hf, dtype=torch.float32)
+            for layer in model.model.layers:
+                fully_shard(layer, mesh=mesh)
+            fully_shard(model, mesh=mesh)
+            torch.save(model.state_dict(), actor / f"model_world_size_4_rank_{rank}.pt")
+        finally:
+            dist.destroy_process_group()
+    with open_weights(actor.parent) as reader:
+        check_reads(reader, state)
+    outs = []
+    for models in ([actor, family["hf"][1]], family["hf"]):
+        cfg = MergeConfig(method="ram", base=str(family["base"]), models=[ModelSpec(path=str(m)) for m in models])
+        outs.append(merge(cfg, tmp_path / f"out{len(outs)}", quiet=True).out_dir)
+    with Checkpoint(outs[0]) as a, Checkpoint(outs[1]) as b:
+        for name in state:
+            assert torch.equal(a.read(name), b.read(name)), name

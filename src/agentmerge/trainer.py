@@ -278,6 +278,11 @@ def _dtensor_pieces(name: str, values: list[Any], files: list[Path]) -> tuple[tu
             position, include = _shard_ranks(name, d, rank)
         except CheckpointError as e:
             raise CheckpointError(f"{f}: {e}") from None
+        except Exception as e:  # a DTensor pickled by a torch whose DeviceMesh / spec layout differs from ours
+            raise CheckpointError(
+                f"{f}: tensor {name!r}: cannot read its DTensor placement ({type(e).__name__}: {e}); saved by "
+                f"another torch version? merge the ranks with verl's model_merger under the torch that saved them"
+            ) from None
         if include:
             if position in chosen:
                 raise CheckpointError(f"{f}: tensor {name!r}: two ranks hold shard {position}")
