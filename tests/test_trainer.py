@@ -207,6 +207,13 @@ def test_verl_rank_file_missing_or_mixed_is_named(family: dict[str, Any], tmp_pa
     torch.save({k: v.double() for k, v in pieces.items()}, step / "actor" / "model_world_size_2_rank_1.pt")
     with pytest.raises(CheckpointError, match="do not make its shape"):
         open_weights(step)
+    (step / "actor" / "fsdp_config.json").write_text('{"world_size": 8}')
+    with pytest.raises(CheckpointError, match="world_size 8, but the folder holds 2 rank files"):
+        open_weights(step)
+    (step / "actor" / "fsdp_config.json").write_text("{not json")
+    with pytest.raises(CheckpointError, match=r"fsdp_config\.json"):
+        open_weights(step)
+    (step / "actor" / "fsdp_config.json").unlink()
     torch.save({"x": torch.zeros(2)}, step / "actor" / "model_world_size_2_rank_1.pt")
     with pytest.raises(CheckpointError, match=r"lacks it|not a tensor"):
         open_weights(step)
@@ -306,6 +313,20 @@ def test_convert_refuses_to_overwrite_inputs(family: dict[str, Any], tmp_path: P
     with pytest.raises(AgentMergeError, match="exists and is not empty"):
         convert(step, family["hf"][1])
     assert sorted(p.name for p in (step / "actor").iterdir())[:2] == ["fsdp_config.json", "huggingface"]
+
+
+def test_cli_probe_and_merge_take_trainer_folders(family: dict[str, Any], tmp_path: Path) -> None:
+    from agentmerge.cli import main
+
+    verl = verl_step(tmp_path / "v", family["hf"][0], family["states"][0], 4)
+    dcp = dcp_folder(tmp_path / "dcp", family["hf"][1], family["states"][1], wrapped=True)
+    args = ["--base", str(family["base"]), str(verl), str(dcp), "--quiet"]
+    assert main(["probe", *args, "--json", str(tmp_path / "p.json")]) == 0
+    assert [a["numel"] for a in json.loads((tmp_path / "p.json").read_text())["agents"]] == [8272, 8272]
+    merged = ["merge", "--method", "ram_plus", "--base", str(family["base"]), "-o", str(tmp_path / "out"), "--quiet"]
+    assert main([*merged, "--model", str(verl), "--model", str(dcp)]) == 0
+    record = json.loads((tmp_path / "out" / "merge.json").read_text())
+    assert "model_world_size_4_rank_3.pt" in json.dumps(record)  # every rank file hashed as an input
 
 
 def test_cli_convert_and_its_errors(family: dict[str, Any], tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:

@@ -34,7 +34,6 @@ from __future__ import annotations
 import contextlib
 import importlib
 import io
-import json
 import logging
 import math
 import pickle
@@ -51,6 +50,7 @@ import torch
 
 from agentmerge.checkpoint import Checkpoint, Readable, TensorInfo
 from agentmerge.errors import CheckpointError
+from agentmerge.headers import read_json_object
 
 RANK_FILE = re.compile(r"^model_world_size_(\d+)_rank_(\d+)\.pt$")
 HF_FOLDER = "huggingface"
@@ -160,7 +160,7 @@ def _rank_files(actor: Path) -> list[Path]:
         raise CheckpointError(f"{actor}: model_world_size_{w}_rank_{missing[0]}.pt is missing ({len(missing)} of {w})")
     config = actor / "fsdp_config.json"
     if config.is_file():
-        declared = json.loads(config.read_text()).get("world_size")
+        declared = read_json_object(config, "fsdp_config.json").get("world_size")
         if declared is not None and declared != w:
             raise CheckpointError(f"{config}: world_size {declared}, but the folder holds {w} rank files")
     return [found[(w, r)] for r in range(w)]
