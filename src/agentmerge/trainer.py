@@ -88,8 +88,11 @@ def trainer_config_folder(ref: str | Path) -> Path | None:
 def verl_actor_folder(path: Path) -> Path | None:
     """The folder holding verl's rank files: ``path`` itself or ``path/actor``; None when neither does."""
     for folder in (path, path / "actor"):
-        if folder.is_dir() and any(RANK_FILE.match(p.name) for p in folder.iterdir()):
-            return folder
+        try:
+            if folder.is_dir() and any(RANK_FILE.match(p.name) for p in folder.iterdir()):
+                return folder
+        except OSError:  # unreadable: the plain reader names the problem
+            return None
     return None
 
 
