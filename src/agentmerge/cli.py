@@ -8,6 +8,7 @@ agentmerge fisher MODEL (--texts FILE.txt | --samples N) --out DIR   (diagonal F
 agentmerge merge MERGEKIT.yaml OUTDIR [--dry-run]     (a mergekit config: it has merge_method)
 agentmerge convert-config MERGEKIT.yaml               (print the native YAML equivalent)
 agentmerge convert-config --to mergekit CONFIG.yaml [-o FILE]   (the reverse, for the methods both tools have)
+agentmerge convert SRC DST [--dtype keep|bf16|fp16|fp32]  (verl, DCP, LoRA, .bin -> a safetensors folder)
 agentmerge lm-eval OUTDIR --tasks T1,T2 [--limit N] [--include-path DIR]
 agentmerge sweep SWEEP.yaml --out DIR [--address ADDR] [--max-concurrent K] [--no-resume]
 """
@@ -427,6 +428,37 @@ def cmd_convert(args: argparse.Namespace) -> int:
     return 0
 
 
+# --------------------------------------------------------------------------- weights conversion
+
+
+def _convert_weights_parser(sub: Any) -> None:
+    p = sub.add_parser(
+        "convert", help="write any readable input (verl, DCP, MODEL+ADAPTER, .bin) as a safetensors model folder"
+    )
+    p.add_argument("src", help="verl actor folder (or the step folder holding actor/), DCP folder, model folder")
+    p.add_argument("dst", help="new output folder")
+    p.add_argument("--dtype", default="keep", choices=("keep", "bf16", "fp16", "fp32"), help="floating tensors' dtype")
+    p.add_argument("--max-shard-size", default="5GB", help="largest output file (default 5GB)")
+    p.add_argument("--model-files", help="folder with config.json and the tokenizer (default: found beside SRC)")
+    p.set_defaults(func=cmd_convert_weights)
+
+
+def cmd_convert_weights(args: argparse.Namespace) -> int:
+    from agentmerge.units import parse_size
+
+    try:
+        parse_size(args.max_shard_size)
+    except ValueError as e:
+        raise ConfigError(f"--max-shard-size: {e}") from None
+    with heavy_imports():
+        from agentmerge.convert import convert
+
+    shard = args.max_shard_size
+    out = convert(args.src, args.dst, dtype=args.dtype, max_shard_size=shard, model_files=args.model_files)
+    print(f"wrote {args.src} as a safetensors model folder: {out}", file=sys.stderr)
+    return 0
+
+
 # --------------------------------------------------------------------------- lm-evaluation-harness
 
 
@@ -604,6 +636,7 @@ def build_parser() -> argparse.ArgumentParser:
     _methods_parser(sub)
     _fisher_parser(sub)
     _convert_parser(sub)
+    _convert_weights_parser(sub)
     _lm_eval_parser(sub)
     _eval_parser(sub)
     _sweep_parser(sub)

@@ -34,6 +34,7 @@ from agentmerge.lora import LoraModel, split_model_plus_adapter
 from agentmerge.masks import Levels, tensor_levels, tensor_mask
 from agentmerge.plan import MergePlan, TensorJob
 from agentmerge.spec import MaskRule, Rounds
+from agentmerge.trainer import open_weights
 from agentmerge.validate import check_fisher_role
 from agentmerge.vocab import VocabPlan, plan_vocab
 
@@ -53,7 +54,7 @@ class Inputs:
     ) -> None:
         self.models: list[Readable] = []
         self.extras: dict[str, list[Checkpoint]] = {}  # per-model extra tensors, e.g. "fisher"
-        self.base = Checkpoint(base) if base is not None else None
+        self.base = open_weights(base) if base is not None else None
         self.vocab = VocabPlan()
         try:
             self.models = [open_model(m, self.base) for m in models]
@@ -177,11 +178,12 @@ class Scratch(threading.local):
         return buf[:nbytes].view(dtype)
 
 
-def open_model(ref: str, base: Checkpoint | None) -> Readable:
-    """A model folder or hub id; a LoRA adapter folder (on ``base``); or mergekit's ``MODEL+ADAPTER``."""
+def open_model(ref: str, base: Readable | None) -> Readable:
+    """A model folder or hub id, a trainer checkpoint (verl, DCP: ``trainer.open_weights``); a LoRA adapter folder
+    (on ``base``); or mergekit's ``MODEL+ADAPTER``."""
     pair = split_model_plus_adapter(ref)
     if pair is not None:
-        host = Checkpoint(pair[0])
+        host = open_weights(pair[0])
         try:
             return LoraModel(pair[1], host, owns_host=True)
         except BaseException:
@@ -197,7 +199,7 @@ def open_model(ref: str, base: Checkpoint | None) -> Readable:
         if base is None:
             raise MergeError(f"{ref}: a LoRA adapter is merged against its base model; pass the base (--base)")
         return LoraModel(ref, base)
-    return Checkpoint(ref)
+    return open_weights(ref)
 
 
 def all_finite(x: torch.Tensor) -> bool:
