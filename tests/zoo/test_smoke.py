@@ -95,7 +95,7 @@ def test_bench_smoke_writes_results(zoo: Path, tmp_path: Path) -> None:
     ]
     tool = next(p for p in (zoo / "seed0").iterdir() if p.name.startswith("agent_tool.") and p.name.endswith("-fp32"))
     assert load_file(str(tool / "model.safetensors"))["model.embed_tokens.weight"].dtype == torch.float32
-    merged = tmp_path / "work" / "fp32_fp32" / "seed0" / "merges" / "ram" / "model.safetensors"
+    merged = tmp_path / "work" / "fp32_fp32" / "seed0" / "sweep-test" / "trials" / "ram" / "model.safetensors"
     assert load_file(str(merged))["model.embed_tokens.weight"].dtype == torch.bfloat16
     markdown = (docs / "results.md").read_text()
     assert "agentmerge zoo bench" in markdown

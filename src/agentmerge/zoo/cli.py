@@ -68,6 +68,12 @@ def _bench_parser(sub: Any) -> None:
         + ")",
     )
     p.add_argument("--render-only", action="store_true", help="only re-render results.md from results.json")
+    p.add_argument(
+        "--max-concurrent",
+        type=int,
+        default=None,
+        help="merge trials in flight at once (default: cores / --threads); each trial uses --threads CPUs",
+    )
     _common(p)
     p.set_defaults(func=cmd_bench)
 
@@ -110,6 +116,7 @@ def cmd_build(args: argparse.Namespace) -> int:
 
 
 def cmd_bench(args: argparse.Namespace) -> int:
+    from agentmerge.errors import ConfigError
     from agentmerge.zoo.bench import run_bench
     from agentmerge.zoo.build import stderr_logger
     from agentmerge.zoo.regime_report import load_combined, render_combined_from_json, write_combined
@@ -119,6 +126,8 @@ def cmd_bench(args: argparse.Namespace) -> int:
     if args.render_only:
         print(f"wrote {render_combined_from_json(docs)}")
         return 0
+    if args.max_concurrent is not None and args.max_concurrent < 1:
+        raise ConfigError(f"--max-concurrent must be at least 1 (got {args.max_concurrent})")
     threads = _threads(args.threads)
     seeds = tuple(int(s) for s in args.seeds.split(",") if s.strip())
     log = stderr_logger(args.quiet)
@@ -131,7 +140,7 @@ def cmd_bench(args: argparse.Namespace) -> int:
             plan = replace(plan, methods=tuple(m for m in plan.methods if m.label in keep))
         if args.no_ablation:
             plan = replace(plan, ablation=())
-        records = run_bench(cfg, plan, Path(args.zoo), Path(args.work), log, threads)
+        records = run_bench(cfg, plan, Path(args.zoo), Path(args.work), log, threads, args.max_concurrent, args.quiet)
         meta = {
             "command": _command(args),
             "regime": regime,
@@ -196,6 +205,8 @@ def _command(args: argparse.Namespace) -> str:
         parts.append("--smoke")
     if args.threads:
         parts += ["--threads", str(args.threads)]
+    if args.max_concurrent:
+        parts += ["--max-concurrent", str(args.max_concurrent)]
     return shlex.join(parts)
 
 
