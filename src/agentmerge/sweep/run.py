@@ -140,8 +140,12 @@ def run_sweep(
     max_concurrent: int | None = None,
     resume: bool = True,
     quiet: bool = False,
+    session: RaySession | None = None,
 ) -> Outcome:
-    """Run every trial of ``cfg`` not yet in ``out/results.jsonl``, on Ray; then write ``out/results.md``."""
+    """Run every trial of ``cfg`` not yet in ``out/results.jsonl``, on Ray; then write ``out/results.md``.
+
+    ``session``: a :class:`RaySession` shared with other sweeps (its ``address`` is used, not ``address``).
+    """
     from agentmerge.sweep.report import best_record, objective_of, write_report
 
     t0 = time.perf_counter()
@@ -156,8 +160,14 @@ def run_sweep(
     objective = objective_of(cfg, results.records())
     runner = _Runner(cfg, root, results, search_path, objective, quiet)
     _count_overlaps_once(cfg, done, quiet)
-    with RaySession(address, quiet):
-        ran = runner.run(_pending(cfg, done, runner), max_concurrent or _slots(cfg), _expected(cfg, done))
+    expected = _expected(cfg, done)
+    with contextlib.ExitStack() as stack:
+        if session is None:
+            session = stack.enter_context(RaySession(address, quiet))
+        ran = 0
+        if expected:  # nothing to run: Ray is not started
+            session.start()
+            ran = runner.run(_pending(cfg, done, runner), max_concurrent or _slots(cfg), expected)
     records = results.records()
     write_report(cfg, records, root)
     failed = sum(r.get("status") != "ok" for r in records if r["trial"] in runner.ran)
@@ -216,17 +226,19 @@ def _slots(cfg: SweepConfig) -> int:
 
 
 class RaySession:
-    """``ray.init`` (local unless an address is given) and ``shutdown`` after, if this one started it.
+    """``ray.init`` (local unless an address is given) on first need; ``shutdown`` at the end if this one started it.
 
-    Sweeps run inside one session share its workers (each imports torch once); ``num_cpus``: the logical
-    CPUs of a local runtime (default this machine's), what trials' ``resources.cpus`` are scheduled against.
+    Entering the session starts nothing: :meth:`start` does, the first time a sweep has a trial to run, so a
+    rerun with nothing left to do never starts Ray. Sweeps given the same session (``run_sweep(session=...)``)
+    share its workers, each of which imports torch once. ``num_cpus``: the logical CPUs of a local runtime
+    (default this machine's), against which the trials' ``resources.cpus`` are scheduled.
     """
 
     def __init__(self, address: str | None = None, quiet: bool = False, num_cpus: int | None = None) -> None:
         self.address, self.quiet, self.num_cpus = address, quiet, num_cpus
         self.started = False
 
-    def __enter__(self) -> None:
+    def start(self) -> None:
         try:
             import ray
         except ImportError:
@@ -239,11 +251,15 @@ class RaySession:
             ray.init(address=self.address, **kwargs)
             self.started = True
 
+    def __enter__(self) -> RaySession:
+        return self
+
     def __exit__(self, *exc: object) -> None:
         if self.started:
             import ray
 
             ray.shutdown()
+            self.started = False
 
 
 class _Runner:

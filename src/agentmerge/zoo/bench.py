@@ -14,6 +14,7 @@ evaluation is cached by the weights' sha256, so it only does what is missing.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import time
@@ -296,22 +297,25 @@ def run_bench(
     threads: int | None = None,
     max_concurrent: int | None = None,
     quiet: bool = True,
+    session: RaySession | None = None,
 ) -> list[dict[str, Any]]:
     """Build the zoo of ``cfg``'s regime and bench every seed; returns the per-seed records.
 
     The merges of seed S are the trials of two sweeps (:func:`run_seed`) under ``work/{regime}/seed{S}``;
     evaluations are cached under ``work/evals/seed{S}`` (keyed by the weights' digest, so a base or agent shared
-    by regimes is scored once). One local Ray runtime serves every sweep; a trial takes ``threads`` CPUs
-    (default all) and at most ``max_concurrent`` run at once (default: CPUs / ``threads``).
+    by regimes is scored once). One local Ray runtime (``session``, or one of its own) serves every sweep; a
+    trial takes ``threads`` CPUs (default all) and at most ``max_concurrent`` run at once (default: CPUs /
+    ``threads``).
     """
     records = []
-    with RaySession(quiet=quiet, num_cpus=max(os.cpu_count() or 1, threads or 1)):
+    with contextlib.ExitStack() as stack:
+        session = session or stack.enter_context(bench_session(threads, quiet))
         for seed in plan.seeds:
             started = time.perf_counter()
             zoo = build_zoo(cfg, zoo_out, seed, threads=threads, log=log)
             built = time.perf_counter() - started
             root, evals = work / cfg.regime / f"seed{seed}", work / "evals" / f"seed{seed}"
-            sweeps = Sweeps(cfg, seed, zoo, root, evals, log, threads, max_concurrent, quiet)
+            sweeps = Sweeps(cfg, seed, zoo, root, evals, log, session, threads, max_concurrent, quiet)
             record = run_seed(plan, sweeps)
             record["timing"]["build"] = built
             record["stages"] = {name: _stage_summary(path) for name, path in zoo.items()}
@@ -319,6 +323,11 @@ def run_bench(
             bench = time.perf_counter() - started - built
             log(f"seed {seed} [{cfg.regime}]: done (build {built:.0f}s, bench {bench:.0f}s)")
     return records
+
+
+def bench_session(threads: int | None, quiet: bool) -> RaySession:
+    """The local Ray runtime of a bench, started by its first trial; ``--threads`` above the core count is honoured."""
+    return RaySession(quiet=quiet, num_cpus=max(os.cpu_count() or 1, threads or 1))
 
 
 @dataclass(frozen=True)
@@ -331,6 +340,7 @@ class Sweeps:
     root: Path  # work/{regime}/seed{S}: sweep-val/ and sweep-test/ (results.jsonl, trials/NAME), fisher/
     evals: Path
     log: Logger
+    session: RaySession
     threads: int | None = None
     max_concurrent: int | None = None
     quiet: bool = True
@@ -366,7 +376,8 @@ class Sweeps:
         if not entries:
             return {}
         sweep = self.config(split, entries)
-        outcome = run_sweep(sweep, self.root / f"sweep-{split}", max_concurrent=self.max_concurrent, quiet=self.quiet)
+        folder = self.root / f"sweep-{split}"
+        outcome = run_sweep(sweep, folder, max_concurrent=self.max_concurrent, quiet=self.quiet, session=self.session)
         for rec in outcome.finished:
             brief = _brief(_metrics(rec)) if rec["status"] == "ok" else rec.get("error", "")
             self.log(f"seed {self.seed}: {rec['name']} [{split}] {rec['seconds']:.1f}s {brief}")
