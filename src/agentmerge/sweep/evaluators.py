@@ -27,6 +27,7 @@ from agentmerge.userinput import did_you_mean
 Evaluator = Callable[[Path], dict[str, float]]
 KINDS = ("zoo", "lm-eval", "python", "tasks")
 ZOO_OPTIONS = {"n": int, "tasks": list, "batch_size": int, "cache": str}
+_WHAT = {int: "a positive integer", list: "a non-empty list of task names", str: "a folder path"}
 
 
 def parse(spec: str) -> tuple[str, str]:
@@ -66,7 +67,7 @@ def check_options(spec: str, options: Mapping[str, Any]) -> None:
         if key == "tasks":
             kind_ok = kind_ok and bool(value) and all(isinstance(t, str) for t in value)
         if not kind_ok or (allowed[key] is int and value < 1):
-            raise ConfigError(f"evaluate_options: {key} must be a {allowed[key].__name__} (got {value!r})")
+            raise ConfigError(f"evaluate_options: {key} must be {_WHAT[allowed[key]]} (got {value!r})")
 
 
 def resolve(
