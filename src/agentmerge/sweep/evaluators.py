@@ -135,8 +135,7 @@ def _import(name: str, search_path: Sequence[str]) -> Any:
 def _zoo(folder: Path, split: str, threads: int, options: dict[str, Any]) -> dict[str, float]:
     import torch
 
-    from agentmerge.zoo.bench import agentic_average
-    from agentmerge.zoo.evaluate import DEFAULT_N, evaluate_cached
+    from agentmerge.zoo.evaluate import DEFAULT_N, agentic_average, evaluate_cached
 
     torch.set_num_threads(threads)
     cache = options.get("cache")

@@ -175,8 +175,8 @@ class SweepConfig(_Frozen):
 
     def subset_list(self) -> list[tuple[int, ...]]:
         """The model index sets to merge."""
+        n = len(self.models)
         if self.subsets == "all":
-            n = len(self.models)
             return [tuple(range(n))]
         if self.subsets == "pairs":
             return list(itertools.combinations(range(n), 2))

@@ -26,7 +26,7 @@ from typing import Any
 from agentmerge.sweep.run import RaySession
 from agentmerge.zoo.build import Logger, build_zoo
 from agentmerge.zoo.config import DOMAINS, ZooConfig
-from agentmerge.zoo.evaluate import cache_key, evaluate_cached, file_digest
+from agentmerge.zoo.evaluate import agentic_average, cache_key, evaluate_cached, file_digest
 from agentmerge.zoo.fisher import diagonal_fisher, is_fisher_file, save_fisher
 from agentmerge.zoo.tasks import SUITE_VERSION
 
@@ -276,12 +276,6 @@ def _metrics(record: dict[str, Any]) -> dict[str, float]:
 def _failure(record: dict[str, Any]) -> str:
     stage = "evaluation" if "merge_seconds" in record else "merge"
     return f"{stage} failed: {record.get('error', '')}"
-
-
-def agentic_average(metrics: dict[str, float]) -> float:
-    """Mean of the trained-domain metrics (code, tool, memory); held-out columns are not in it."""
-    values = [v for k, v in metrics.items() if not k.startswith("reverse.")]
-    return sum(values) / len(values)
 
 
 def _brief(metrics: dict[str, float]) -> str:

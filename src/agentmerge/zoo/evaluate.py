@@ -109,6 +109,12 @@ def evaluate(
     return report
 
 
+def agentic_average(metrics: dict[str, float]) -> float:
+    """Mean of the trained-domain metrics (code, tool, memory); held-out columns are not in it."""
+    values = [v for k, v in metrics.items() if not k.startswith("reverse.")]
+    return sum(values) / len(values)
+
+
 def file_digest(path: Path) -> str:
     """sha256 of a checkpoint's weight files, in name order (cache key of everything computed from it)."""
     digest = hashlib.sha256()
