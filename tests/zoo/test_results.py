@@ -85,3 +85,22 @@ def test_render_only_rebuilds_markdown_from_json(tmp_path: Path) -> None:
     before = md_path.read_text()
     md_path.write_text("stale")
     assert render_from_json(tmp_path).read_text() == before
+
+
+def test_variants_are_paired_against_ram_and_never_the_best_baseline() -> None:
+    records = [_record(0, 0.0), _record(1, 0.1)]
+    for r, shift in zip(records, (0.0, 0.02), strict=True):
+        r["rows"]["ram"] = _metrics(0.35, 0.45, 0.6)
+        r["rows"]["v_ram_elect"] = _metrics(0.9 + shift, 0.9, 0.9)  # far above everything: must not be "baseline"
+    res = aggregate(records, {"command": "agentmerge zoo bench", "config": {"n_test": 1}})
+    assert res["map"]["best_baseline"] == "linear"
+    entry = res["variants"]["v_ram_elect"]
+    assert entry["best_baseline"] == "linear" and set(entry["minus"]) == {"ram", "linear"}
+    n = len(metric_columns()[:6])
+    code_cols = sum(1 for m in metric_columns()[:6] if m.startswith("code"))
+    expected = [(0.9 + s - 0.35) * code_cols / n + (0.9 - 0.45) * 2 / n + (0.9 - 0.6) * 2 / n for s in (0.0, 0.02)]
+    assert entry["minus"]["ram"]["values"] == pytest.approx(expected)
+    from agentmerge.zoo.regime_report import variant_lines
+
+    text = "\n".join(variant_lines(res))
+    assert "`v_ram_elect`" in text and "− ram (pts)" in text and "− linear (pts)" in text

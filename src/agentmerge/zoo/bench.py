@@ -56,7 +56,20 @@ METHOD_RUNS: tuple[MethodRun, ...] = (
     MethodRun("ram", "ram"),
     MethodRun("ram_plus", "ram_plus", {"r": 0.1, "alpha": 2.0}),
 )
+# The RAM variants of docs/methods.md ("RAM variants"), opt-in with ``zoo bench --variants``; labels start with
+# ``v_`` and count as RAM-family rows (never as the best baseline). RAM+ settings are the paper's (r 0.1, alpha 2).
+VARIANT_RUNS: tuple[MethodRun, ...] = (
+    MethodRun("v_ram_grid_bf16", "ram", {"mask_dtype": "bfloat16"}),
+    MethodRun("v_ram_plus_grid_bf16", "ram_plus", {"r": 0.1, "alpha": 2.0, "mask_dtype": "bfloat16"}),
+    MethodRun("v_ram_valley", "ram", {"epsilon_rule": "valley"}),
+    MethodRun("v_ram_elect", "ram", {"shared": "elect"}),
+    MethodRun("v_ram_plus_layer", "ram_plus", {"r": 0.1, "alpha": 2.0, "scope": "layer"}),
+    MethodRun("v_ram_plus_module", "ram_plus", {"r": 0.1, "alpha": 2.0, "scope": "module"}),
+    MethodRun("v_ram_fisher", "ram_fisher"),
+    MethodRun("v_ram_fisher_r0.1", "ram_fisher", {"r": 0.1, "alpha": 2.0}),
+)
 RAM_FAMILY = frozenset({"ram", "ram_plus", "ram_ties"})
+FISHER_METHODS = frozenset({"fisher", "ram_fisher"})  # merges that take the agents' Fisher files
 PAIRS: tuple[tuple[str, str], ...] = (("code", "tool"), ("code", "memory"), ("tool", "memory"))
 PAIR_METHODS = ("linear", "task_arithmetic", "ties", "dare_ties", "ram", "ram_plus")
 ABLATION_R: tuple[float, ...] = (0.0, 0.05, 0.1, 0.2, 0.5)
@@ -226,7 +239,7 @@ class SeedBench:
             self.out["skipped"][run.label] = "method not in the engine registry when the bench ran"
             self.log(f"seed {self.seed}: skipping {run.label} (not in the engine registry)")
             return None
-        if run.method == "fisher" and fisher is not None:
+        if run.method in FISHER_METHODS and fisher is not None:
             return self.entry(run.label, run.method, run.params, fisher=[str(fisher[d]) for d in self.domains])
         return self.entry(run.label, run.method, run.params)
 
@@ -397,7 +410,7 @@ def run_seed(plan: BenchPlan, sweeps: Sweeps) -> dict[str, Any]:
     records = sweeps.run("val", [e for b in benches for e in b.val_entries(available)])
     for bench in benches:
         bench.read_val(records)
-    wants_fisher = "fisher" in available and any(r.method == "fisher" for b in benches for r in b.runs())
+    wants_fisher = any(r.method in FISHER_METHODS & available for b in benches for r in b.runs())
     fisher = _fisher(plan, sweeps) if wants_fisher else None
     records = sweeps.run("test", [e for b in benches for e in b.test_entries(available, fisher)])
     for bench in benches:

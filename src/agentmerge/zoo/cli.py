@@ -71,6 +71,12 @@ def _bench_parser(sub: Any) -> None:
         + ",".join(CORE_METHODS)
         + ")",
     )
+    p.add_argument(
+        "--variants",
+        action="store_true",
+        help="also the RAM variants of docs/methods.md (labels v_*: mask grids, valley epsilon, elected signs, "
+        "grouped RAM+, ram_fisher), compared with RAM, RAM+ and the best baseline",
+    )
     p.add_argument("--render-only", action="store_true", help="only re-render results.md from results.json")
     p.add_argument(
         "--max-concurrent",
@@ -155,6 +161,10 @@ def _bench_regime(
     if args.methods:
         keep = set(CORE_METHODS) if args.methods == "core" else set(args.methods.split(","))
         plan = replace(plan, methods=tuple(m for m in plan.methods if m.label in keep))
+    if getattr(args, "variants", False):
+        from agentmerge.zoo.bench import VARIANT_RUNS
+
+        plan = replace(plan, methods=plan.methods + VARIANT_RUNS)
     if args.no_ablation:
         plan = replace(plan, ablation=())
     zoo, work = Path(args.zoo), Path(args.work)
@@ -212,6 +222,8 @@ def _command(args: argparse.Namespace) -> str:
     parts += ["--seeds", args.seeds]
     if args.regimes:
         parts += ["--regimes", args.regimes]
+    if getattr(args, "variants", False):
+        parts.append("--variants")
     if args.no_pairs:
         parts.append("--no-pairs")
     if args.methods:

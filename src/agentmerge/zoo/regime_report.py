@@ -322,6 +322,31 @@ def ablation_lines(res: dict[str, Any]) -> list[str]:
     ]
 
 
+def variant_lines(res: dict[str, Any]) -> list[str]:
+    """The RAM variants against RAM, RAM+ and the best baseline (paired by seed, points)."""
+    variants = res.get("variants") or {}
+    if not variants:
+        return []
+    refs = list(next(iter(variants.values()))["minus"])
+    rows = [
+        [
+            f"`{label}`",
+            _cell(e["agentic_avg"]),
+            *[_cell(e["minus"][ref]) for ref in refs],
+            *[_cell(e[d]) for d in DOMAINS],
+        ]
+        for label, e in variants.items()
+    ]
+    header = ["variant", "agentic avg", *[f"− {ref} (pts)" for ref in refs], *[f"{d} (domain avg)" for d in DOMAINS]]
+    return [
+        'Each variant of docs/methods.md ("RAM variants") as a 3-agent merge; paired (same-seed) differences of the '
+        "agentic average. A difference counts when it is more than 2 SE from zero.",
+        "",
+        *_table(header, rows),
+        "",
+    ]
+
+
 def pairs_lines(res: dict[str, Any]) -> list[str]:
     pairs = res.get("pairs") or {}
     lines: list[str] = []
@@ -398,6 +423,9 @@ def _regime_notes(res: dict[str, Any]) -> list[str]:
     abl = ablation_lines(res)
     if abl:
         lines += ["### RAM+ ablation", "", *abl]
+    variants = variant_lines(res)
+    if variants:
+        lines += ["### RAM variants", "", *variants]
     pairs = pairs_lines(res)
     if pairs:
         lines += ["### Two-agent merges (the paper's second table)", "", *pairs]

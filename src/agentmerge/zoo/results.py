@@ -53,6 +53,15 @@ def is_ablation(label: str) -> bool:
     return label.startswith(ABLATION_PREFIX)
 
 
+VARIANT_PREFIX = (
+    "v_"  # RAM variants (zoo bench --variants): RAM-family rows, compared with RAM, RAM+ and the best baseline
+)
+
+
+def is_variant(label: str) -> bool:
+    return label.startswith(VARIANT_PREFIX)
+
+
 def is_merge(label: str) -> bool:
     return label != "base" and not label.startswith("agent_")
 
@@ -79,6 +88,7 @@ def aggregate(records: Sequence[dict[str, Any]], meta: dict[str, Any]) -> dict[s
         "skipped": _skipped(records),
         "comparisons": _comparisons(records, labels),
         "ablation": _ablation(records, labels),
+        "variants": _variants(records, labels),
         "pairs": _pairs(records),
         "map": regime_point(records, labels),
         "timing": [{"seed": r["seed"], **r["timing"]} for r in records],
@@ -94,6 +104,25 @@ def _ablation(records: Sequence[dict[str, Any]], labels: Sequence[str]) -> dict[
         out[label] = {
             "agentic_avg": stat([agentic(r["rows"][label]) for r in records]),
             "minus_ram": stat([agentic(r["rows"][label]) - agentic(r["rows"]["ram"]) for r in records]),
+            **{d: stat([domain_score(r["rows"][label], d) for r in records]) for d in DOMAINS},
+        }
+    return out
+
+
+def _variants(records: Sequence[dict[str, Any]], labels: Sequence[str]) -> dict[str, Any]:
+    """RAM variant rows: agentic average, paired against RAM, RAM+ and the best baseline, and per domain."""
+    merges = [x for x in labels if is_merge(x) and not is_ablation(x)]
+    best = _best(records, [x for x in merges if x not in RAM_FAMILY and not is_variant(x)])
+    refs = [x for x in ("ram", "ram_plus", best) if x is not None and x in labels]
+    out: dict[str, Any] = {}
+    for label in [x for x in labels if is_variant(x)]:
+        score = [agentic(r["rows"][label]) for r in records]
+        out[label] = {
+            "agentic_avg": stat(score),
+            "minus": {
+                ref: stat([s - agentic(r["rows"][ref]) for s, r in zip(score, records, strict=True)]) for ref in refs
+            },
+            "best_baseline": best,
             **{d: stat([domain_score(r["rows"][label], d) for r in records]) for d in DOMAINS},
         }
     return out
@@ -140,7 +169,7 @@ def regime_point(records: Sequence[dict[str, Any]], labels: Sequence[str]) -> di
       masks coincide more than chance, 1 means independent.
     """
     merges = [x for x in labels if is_merge(x) and not is_ablation(x)]
-    baselines = [x for x in merges if x not in RAM_FAMILY]
+    baselines = [x for x in merges if x not in RAM_FAMILY and not is_variant(x)]
     best_base = _best(records, baselines)
     best_merge = _best(records, merges)
     out: dict[str, Any] = {"best_baseline": best_base, "best_merge": best_merge}
