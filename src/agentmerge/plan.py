@@ -16,6 +16,7 @@ from agentmerge.checkpoint import PlannedTensor, Readable, dtype_from_name
 from agentmerge.config import MergeConfig
 from agentmerge.deltas import RNG_BLOCK
 from agentmerge.fused.jit import available
+from agentmerge.groups import GROUPED_SCOPES, group_of
 from agentmerge.spec import ChunkSpec, Method, Params, TensorStats, update_threshold
 
 MAX_CHUNK = RNG_BLOCK  # elements per chunk at most (see chunk_elements)
@@ -71,6 +72,10 @@ class MergePlan:
         """Each merged tensor's update threshold (the overlap statistics pass counts with these)."""
         return {j.name: j.eps for j in self.merged}
 
+    def groups(self) -> dict[str, str]:
+        """The rescaling group (``groups.group_of``) of each merged tensor whose ``scope`` groups tensors."""
+        return {j.name: group_of(j.name, j.params) for j in self.merged if j.params.get("scope") in GROUPED_SCOPES}
+
     def spec(self, job: TensorJob, start: int, stop: int, stats: TensorStats | None = None) -> ChunkSpec:
         """The ``ChunkSpec`` of elements ``start:stop`` of ``job``'s tensor."""
         return ChunkSpec(
@@ -90,15 +95,17 @@ def make_plan(cfg: MergeConfig, ref: Readable, n_models: int, threads: int) -> M
     """Plan the merge of ``n_models`` models against the reference checkpoint ``ref``."""
     chunk = chunk_elements(cfg, n_models, threads)
     method = cfg.spec
+    jobs = tuple(plan_jobs(cfg, ref, chunk))
+    compiled = all(method.compiles(j.params) for j in jobs if j.merged)  # else the reference kernels, throughout
     return MergePlan(
         method=method,
-        jobs=tuple(plan_jobs(cfg, ref, chunk)),
+        jobs=jobs,
         chunk=chunk,
         threads=threads,
         weights=torch.tensor([m.weight for m in cfg.models], dtype=torch.float32),
         seed=cfg.seed,
         shard_bytes=cfg.shard_bytes,
-        compiled=method.compiled is not None and available(n_models),
+        compiled=compiled and method.compiled is not None and available(n_models),
     )
 
 

@@ -36,6 +36,7 @@ class MergeResult:
     model_hist: list[list[int]] | None = None  # [N][N] overlap histogram over merged tensors
     model_labels: list[str] = field(default_factory=list)
     numel: int = 0
+    scales: list[dict[str, Any]] = field(default_factory=list)  # rho and lambda per rescaling group (group_scales)
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -48,6 +49,7 @@ class MergeResult:
             "model_hist": self.model_hist,
             "model_labels": self.model_labels,
             "numel": self.numel,
+            "scales": self.scales,
         }
 
     def agents(self) -> list[AgentStats] | None:
@@ -76,6 +78,7 @@ def reproducibility_record(
         "resolved_params": result.params,
         "inputs": files,
         "probe": [a.__dict__ | {"rho": a.rho if a.rho != float("inf") else "inf"} for a in result.agents() or []],
+        "scales": result.scales,
         "seconds": round(result.seconds, 3),
     }
 

@@ -15,6 +15,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from types import MappingProxyType
 
+from agentmerge.groups import GROUPED_SCOPES, check_patterns
 from agentmerge.spec import EPSILON, Lazy, Method, Param, Params
 
 
@@ -49,18 +50,52 @@ DENSITY = Param(
 DROP = Param(
     "p", 0.5, "drop probability of each task-vector element (survivors scaled by 1/(1-p))", 0.0, 1.0, per_model=True
 )
+SHARED = Param(
+    "shared",
+    "mean",
+    "shared region (2+ agents): mean of the active agents (the paper), or elect: TIES sign election, "
+    "mean of the active agents agreeing with the elected sign",
+    choices=("mean", "elect"),
+)
+FLOOR = Param("floor", 1e-10, "lower bound of each Fisher value (all-zero Fisher -> plain average)", 0.0, low_open=True)
 RAM_PLUS_PARAMS = (
     EPSILON,
+    SHARED,
     Param(
         "form", "paper", "paper: 1 + r*clip(rho,0,alpha); authors: 1 + (R-1)*min(rho,1)", choices=("paper", "authors")
     ),
     Param("r", 0.1, "paper form: strength of the unique-region rescaling", low=0.0),
     Param("alpha", 2.0, "paper form: clip bound of rho", low=0.0),
     Param("rescale_factor", 1.2, "authors form: R (the released RAM+ uses 1.2)", low=1.0),
-    Param("scope", "global", "rho counted over the whole model (global) or per tensor", choices=("global", "tensor")),
+    Param(
+        "scope",
+        "global",
+        "rho and lambda over the whole model (global), per tensor, per layer index, per module type, "
+        "or per pattern of groups",
+        choices=("global", "tensor", *GROUPED_SCOPES),
+    ),
+    Param(
+        "groups",
+        "",
+        "scope pattern: whitespace-separated globs (re:REGEX for a regex), first match wins, the rest one group",
+    ),
 )
 
 # --------------------------------------------------------------------------- cross-parameter checks
+
+
+def mean_shared(params: Params) -> bool:
+    """The compiled RAM loops compute the paper's plain mean on the shared region (``shared: elect`` does not)."""
+    return params.get("shared", "mean") == "mean"
+
+
+def check_ram_plus(params: Params) -> None:
+    pattern, groups = params["scope"] == "pattern", str(params["groups"]).strip()
+    if pattern and not groups:
+        raise ValueError("ram_plus: scope 'pattern' needs 'groups' (whitespace-separated globs or re:REGEX)")
+    if groups and not pattern:
+        raise ValueError(f"ram_plus: 'groups' is read only with scope 'pattern' (scope is {params['scope']!r})")
+    check_patterns(groups)
 
 
 def check_dare(params: Params) -> None:
@@ -86,8 +121,9 @@ _ALL = (
         "ram",
         "RAM: mean where 2+ agents updated, unique updates kept whole",
         rm("ram"),
-        (EPSILON,),
+        (EPSILON, SHARED),
         compiled_at=fk("RAM"),
+        compiled_when=mean_shared,
     ),
     Method(
         "ram_plus",
@@ -95,7 +131,22 @@ _ALL = (
         rm("ram_plus"),
         RAM_PLUS_PARAMS,
         needs_model_stats=True,
+        validate=check_ram_plus,
         compiled_at=fk("RAM_PLUS"),
+        compiled_when=mean_shared,
+    ),
+    Method(
+        "ram_fisher",
+        "RAM with a Fisher-weighted mean where 2+ agents updated; unique updates kept whole (or scaled by Fisher mass)",
+        rm("ram_fisher"),
+        (
+            EPSILON,
+            FLOOR,
+            Param("r", 0.0, "unique-region scale 1 + r*clip(rho,0,alpha), rho from Fisher mass (0: RAM's 1)", low=0.0),
+            Param("alpha", 2.0, "clip bound of the Fisher-mass rho", low=0.0),
+        ),
+        model_inputs=("fisher",),
+        model_pass=Lazy("agentmerge.stream:fisher_mass_pass"),
     ),
     Method(
         "unique_only",
@@ -223,15 +274,7 @@ _ALL = (
         "fisher",
         "diagonal Fisher merging: sum_i w_i F_i theta_i / sum_i w_i F_i",
         bl("fisher"),
-        (
-            Param(
-                "floor",
-                1e-10,
-                "lower bound of each Fisher value (all-zero Fisher -> plain average)",
-                0.0,
-                low_open=True,
-            ),
-        ),
+        (FLOOR,),
         uses_weights=True,
         needs_base=False,
         model_inputs=("fisher",),

@@ -55,6 +55,10 @@ class Param:
                 raise ValueError(f"{where} must be one of {', '.join(self.choices)} (got {value!r})")
             return str(value)
         kind = type(self.default)
+        if kind is str:  # free text (e.g. a list of patterns): checked by the method's ``validate``
+            if not isinstance(value, str):
+                raise ValueError(f"{where} must be text (got {value!r})")
+            return value
         if kind is bool:
             if not isinstance(value, bool):
                 raise ValueError(f"{where} must be true or false (got {value!r})")
@@ -101,6 +105,8 @@ class TensorStats:
     tensor_hist: torch.Tensor | None = None  # [N, N] int64, this tensor
     model_hist: torch.Tensor | None = None  # [N, N] int64, summed over every merged tensor
     prepared: Any = None  # the method's whole-tensor statistics (prepare / compiled rounds), multi-chunk tensors
+    group_hist: torch.Tensor | None = None  # [N, N] int64, summed over this tensor's group (RAM+ ``scope``)
+    model_stat: Any = None  # the method's whole-model statistics (``Method.model_pass``), e.g. Fisher masses
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -238,6 +244,9 @@ class Method:
     chunk_multiple: Callable[[tuple[int, ...]], int] | None = None
     validate: Callable[[Params], None] | None = None  # cross-parameter check (ValueError)
     compiled_at: Lazy | None = None  # where its compiled form (a ``Compiled``) lives, when it has one
+    compiled_when: Callable[[Params], bool] | None = None  # parameters the compiled form handles (None: all)
+    # a statistics pass over every merged tensor before the merge: (inputs, plan, quiet) -> model_stat (None: none)
+    model_pass: Callable[..., Any] | None = None
 
     @property
     def compiled(self) -> Compiled | None:
@@ -247,6 +256,10 @@ class Method:
         form = self.compiled_at.get()
         assert isinstance(form, Compiled), self.compiled_at
         return form
+
+    def compiles(self, params: Params) -> bool:
+        """Whether the compiled form merges a tensor with these parameters (else the reference kernel does)."""
+        return self.compiled_at is not None and (self.compiled_when is None or self.compiled_when(params))
 
     def defaults(self) -> dict[str, ParamValue]:
         return {p.name: p.default for p in self.params}

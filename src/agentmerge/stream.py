@@ -29,6 +29,7 @@ from agentmerge.fused.jit import available
 from agentmerge.fused.kernels import counts
 from agentmerge.headers import read_json_object
 from agentmerge.lora import LoraModel, is_adapter, split_model_plus_adapter
+from agentmerge.methods import fisher_mass
 from agentmerge.plan import MergePlan, TensorJob
 from agentmerge.spec import Rounds
 from agentmerge.validate import check_fisher_role
@@ -354,6 +355,30 @@ def _hist_task(
         return overlap_histogram(update_mask(task_vectors(ref, models), eps))
 
     return task
+
+
+def fisher_mass_pass(inputs: Inputs, plan: MergePlan, quiet: bool = True) -> torch.Tensor | None:
+    """``ram_fisher``'s statistics pass: ``[N, 2]`` float64 Fisher mass of each agent (unique, shared), whole model.
+
+    Summed over every merged tensor, chunk by chunk in plan order (so the sum does not depend on threads);
+    None when no tensor rescales (``r = 0``), and nothing is read.
+    """
+    if not any(float(j.params["r"]) > 0 for j in plan.merged):
+        return None
+
+    def task(job: TensorJob, start: int, stop: int) -> Callable[[], torch.Tensor]:
+        def run() -> torch.Tensor:
+            ref, models = inputs.read(job.name, start, stop)
+            floor = float(job.params["floor"])
+            fisher = inputs.read_extras(job.name, start, stop)["fisher"].clamp_(min=floor)
+            return fisher_mass(models.sub_(ref), fisher, job.eps)
+
+        return run
+
+    tasks = [task(job, s, e) for job in plan.merged for s, e in job.chunks]
+    n = len(inputs.models)
+    with tqdm(total=len(tasks), desc="statistics (Fisher)", unit="chunk", disable=quiet, leave=False) as bar:
+        return sum(run_parallel(tasks, plan.threads, bar), torch.zeros(n, 2, dtype=torch.float64))
 
 
 def run_rounds(
