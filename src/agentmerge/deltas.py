@@ -9,6 +9,11 @@ Shapes: ``E`` elements of one chunk of one tensor (flattened), ``N`` agents.
 
 From ``H``: agent i's updated elements ``sum_k H[i, k]``, unique ``H[i, 0]``, shared
 ``sum_{k>=1} H[i, k]``, and the RAM+ overlap-unique ratio ``rho_i = shared_i / unique_i``.
+
+Sign election (TIES, its family, RAM's ``shared: elect``), ``disjoint_merge``::
+
+    s[p]    = sgn(sum_i w_i tau_i[p])                     (tau_i zero where an agent is left out)
+    tau*[p] = sum_{i: sgn tau_i[p] = s[p]} w_i tau_i[p] / sum_{same i} w_i      (0 where none agrees)
 """
 
 from __future__ import annotations

@@ -13,7 +13,20 @@ RAM (arXiv 2601.13572), per element p, with m_i = |tau_i| > eps and c = sum_i m_
 RAM uses lambda_i = 1. RAM+ rescales unique updates by rho_i = |shared_i| / |unique_i|:
 paper form ``lambda_i = 1 + r * clip(rho_i, 0, alpha)``; the authors' code form
 ``lambda_i = 1 + (R - 1) * min(rho_i, 1)``. rho is counted over the whole model (``scope: global``,
-the default) or per tensor (``scope: tensor``).
+the default), per tensor (``scope: tensor``) or per group of tensors (``layer``, ``module``, ``pattern``:
+the group's summed histogram, see ``groups.py``).
+
+``shared: elect`` (RAM, RAM+; default ``mean``, the paper's) replaces the shared-region mean by TIES's
+election over the active agents: ``s = sgn(sum_{i: m_i} tau_i)``, ``tau* = mean of the active tau_i with
+sgn(tau_i) = s`` (0 when ``s = 0``), the primitive ``deltas.disjoint_merge`` with unit weights.
+
+``ram_fisher``: RAM's regions, with ``F_i = max(fisher_i, floor)``::
+
+    tau*[p] = sum_{i: m_i} F_i tau_i / sum_{i: m_i} F_i          c >= 2
+            = lambda_i * tau_i[p]                                c = 1
+    lambda_i = 1 + r * clip(rho_i, 0, alpha),  rho_i = sum_{S_i} F_i / sum_{U_i} F_i   (r = 0: lambda_i = 1)
+
+with the Fisher masses summed over every merged tensor by ``stream.fisher_mass_pass``.
 
 Baselines: linear ``sum_i w_i tau_i / sum_i w_i`` (= weighted average of the models) and task
 arithmetic ``lambda * sum_i w_i tau_i``. ``unique_only`` is the paper's dilution ablation:
