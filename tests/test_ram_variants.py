@@ -14,6 +14,7 @@ from safetensors.torch import load_file, save_file
 
 from agentmerge.cli import main
 from agentmerge.config import MergeConfig, ModelSpec, config_from_dict
+from agentmerge.dryrun import plan_merge
 from agentmerge.errors import ConfigError
 from agentmerge.fused.jit import available
 from agentmerge.groups import group_of, layer_of, module_type
@@ -307,6 +308,10 @@ def test_ram_fisher_merges(tmp_path: Path) -> None:
     assert all(torch.equal(whole[t], chunked[t]) for t in names)
     record = json.loads((tmp_path / "whole" / "merge.json").read_text())
     assert record["scales"][0]["group"] == "model (Fisher mass)" and len(record["scales"][0]["agents"]) == 3
+    specs = [ModelSpec(path=m, fisher=str(f)) for m, f in zip(models, rand, strict=True)]
+    for r, passes in ((0.0, 1), (0.3, 2)):  # the Fisher-mass pass reads the inputs once more
+        cfg = MergeConfig(method="ram_fisher", base=base, models=specs, params={"r": r})
+        assert plan_merge(cfg, tmp_path / "dry").passes == passes
 
 
 def test_defaults_stay_the_paper_and_compiled(tmp_path: Path) -> None:
