@@ -315,7 +315,7 @@ def test_ram_fisher_merges(tmp_path: Path) -> None:
 
 
 def test_defaults_stay_the_paper_and_compiled(tmp_path: Path) -> None:
-    """Defaults: the paper's formula bit for bit, on the compiled path; shared: elect falls back to torch."""
+    """Defaults: the paper's formula bit for bit, on the compiled path (shared: elect is compiled too)."""
     names = ["model.layers.0.mlp.up_proj.weight", "model.embed_tokens.weight"]
     folders = family(tmp_path, names, e=500, seed=4)
     taus = [[load(f)[t].tolist() for f in folders[1:]] for t in names]
@@ -336,7 +336,7 @@ def test_defaults_stay_the_paper_and_compiled(tmp_path: Path) -> None:
         with contextlib.closing(Inputs.for_merge(cfg)) as inputs:
             assert make_plan(cfg, inputs.reference, 3, 1).compiled == available(3)
             elect = cfg.model_copy(update={"params": {"shared": "elect"}})
-            assert not make_plan(elect, inputs.reference, 3, 1).compiled
+            assert make_plan(elect, inputs.reference, 3, 1).compiled == available(3)
 
 
 def test_methods_lists_the_variants(capsys: pytest.CaptureFixture[str]) -> None:
@@ -355,3 +355,27 @@ def test_grouped_scope_compiled_equals_reference(tmp_path: Path, monkeypatch: py
     assert all(torch.equal(fast[t], slow[t]) for t in names)
     whole = run(folders, tmp_path / "global", r=0.7)
     assert not all(torch.equal(fast[t], whole[t]) for t in names)
+
+
+@pytest.mark.skipif(not available(5), reason="numba missing or switched off")
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+@pytest.mark.parametrize("n", [2, 3, 5])
+@pytest.mark.parametrize("method", ["ram", "ram_plus"])
+def test_compiled_elect_is_the_reference_bit_for_bit(dtype: torch.dtype, n: int, method: str) -> None:
+    g = torch.Generator().manual_seed(n)
+    e = 5000  # a few compiled blocks and a ragged tail
+    ref = torch.randn(e, generator=g).to(dtype)
+    tau = signed_tau(n, e, n) * 10
+    models = (ref.float() + tau).to(dtype)
+    hist = torch.randint(1, 50, (n, n))
+    params = {**METHODS[method].defaults(), "shared": "elect", **({"r": 0.3} if method == "ram_plus" else {})}
+    spec = Chunk(
+        name="t", start=0, stop=e, base=ref.float(), tau=models.float() - ref.float(), weights=torch.ones(n),
+        params=params, stats=TensorStats(hist, hist),
+    )  # fmt: skip
+    compiled = METHODS[method].compiled
+    assert compiled is not None
+    got = compiled.kernel(ref, models, spec, None)
+    want = spec.base + METHODS[method].kernel(spec)
+    assert got.finite and got.merged is not None
+    assert torch.equal(got.merged.view(torch.int32), want.view(torch.int32))

@@ -95,17 +95,15 @@ def make_plan(cfg: MergeConfig, ref: Readable, n_models: int, threads: int) -> M
     """Plan the merge of ``n_models`` models against the reference checkpoint ``ref``."""
     chunk = chunk_elements(cfg, n_models, threads)
     method = cfg.spec
-    jobs = tuple(plan_jobs(cfg, ref, chunk))
-    compiled = all(method.compiles(j.params) for j in jobs if j.merged)  # else the reference kernels, throughout
     return MergePlan(
         method=method,
-        jobs=jobs,
+        jobs=tuple(plan_jobs(cfg, ref, chunk)),
         chunk=chunk,
         threads=threads,
         weights=torch.tensor([m.weight for m in cfg.models], dtype=torch.float32),
         seed=cfg.seed,
         shard_bytes=cfg.shard_bytes,
-        compiled=compiled and method.compiled is not None and available(n_models),
+        compiled=method.compiled is not None and available(n_models),
     )
 
 

@@ -84,11 +84,6 @@ RAM_PLUS_PARAMS = (
 # --------------------------------------------------------------------------- cross-parameter checks
 
 
-def mean_shared(params: Params) -> bool:
-    """The compiled RAM loops compute the paper's plain mean on the shared region (``shared: elect`` does not)."""
-    return params.get("shared", "mean") == "mean"
-
-
 def check_ram_plus(params: Params) -> None:
     pattern, groups = params["scope"] == "pattern", str(params["groups"]).strip()
     if pattern and not groups:
@@ -123,7 +118,6 @@ _ALL = (
         rm("ram"),
         (EPSILON, SHARED),
         compiled_at=fk("RAM"),
-        compiled_when=mean_shared,
     ),
     Method(
         "ram_plus",
@@ -133,7 +127,6 @@ _ALL = (
         needs_model_stats=True,
         validate=check_ram_plus,
         compiled_at=fk("RAM_PLUS"),
-        compiled_when=mean_shared,
     ),
     Method(
         "ram_fisher",

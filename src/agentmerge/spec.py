@@ -244,7 +244,6 @@ class Method:
     chunk_multiple: Callable[[tuple[int, ...]], int] | None = None
     validate: Callable[[Params], None] | None = None  # cross-parameter check (ValueError)
     compiled_at: Lazy | None = None  # where its compiled form (a ``Compiled``) lives, when it has one
-    compiled_when: Callable[[Params], bool] | None = None  # parameters the compiled form handles (None: all)
     # a statistics pass over every merged tensor before the merge: (inputs, plan, quiet) -> model_stat (None: none)
     model_pass: Callable[..., Any] | None = None
 
@@ -256,10 +255,6 @@ class Method:
         form = self.compiled_at.get()
         assert isinstance(form, Compiled), self.compiled_at
         return form
-
-    def compiles(self, params: Params) -> bool:
-        """Whether the compiled form merges a tensor with these parameters (else the reference kernel does)."""
-        return self.compiled_at is not None and (self.compiled_when is None or self.compiled_when(params))
 
     def defaults(self) -> dict[str, ParamValue]:
         return {p.name: p.default for p in self.params}
