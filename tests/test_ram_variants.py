@@ -350,9 +350,11 @@ def test_grouped_scope_compiled_equals_reference(tmp_path: Path, monkeypatch: py
     names = ["model.layers.0.mlp.up_proj.weight", "model.layers.1.self_attn.q_proj.weight", "model.norm.weight"]
     folders = family(tmp_path, names, e=3000, seed=9)
     fast = run(folders, tmp_path / "fast", scope="module", r=0.7)
+    fast_elect = run(folders, tmp_path / "fast_elect", scope="layer", shared="elect")
     monkeypatch.setenv("AGENTMERGE_FUSED", "0")
     slow = run(folders, tmp_path / "slow", scope="module", r=0.7)
-    assert all(torch.equal(fast[t], slow[t]) for t in names)
+    slow_elect = run(folders, tmp_path / "slow_elect", scope="layer", shared="elect")
+    assert all(torch.equal(fast[t], slow[t]) and torch.equal(fast_elect[t], slow_elect[t]) for t in names)
     whole = run(folders, tmp_path / "global", r=0.7)
     assert not all(torch.equal(fast[t], whole[t]) for t in names)
 
