@@ -14,6 +14,12 @@ RAM paper measured) under ``--work`` (reused when already there), then, in one r
 * the largest difference between the two outputs for the deterministic methods both have;
 * scaling: agentmerge time per GB of input for each shape and for 2, 3, 5 and 8 agents.
 
+``--first-merge`` measures only what a merge of new files costs: the same merge (``--first-method``, 3 agents,
+first shape) with its digest caches emptied (a fresh temporary ``AGENTMERGE_CACHE``) under ``--hash fast`` and
+``--hash sha256``, against a warm one (digests cached) and one with ``--hash none``, ``--repeats`` rounds, each
+round running every variant once; medians and their ratios to the warm merge. The OS page cache is warm in
+every variant (every input read once, untimed, before each round): this isolates hashing, not disk reads.
+
 Results go to stdout (markdown tables) and ``WORK/results.json``. Timings on a shared machine are noisy:
 compare ratios from one run.
 """
@@ -94,13 +100,14 @@ def input_bytes(folders: Sequence[Path]) -> int:
 
 @dataclass
 class Run:
-    """One timed process: wall seconds, peak anonymous memory and peak RSS (bytes), exit code."""
+    """One timed process: wall seconds, peak anonymous memory and peak RSS (bytes), exit code, CPU seconds."""
 
     seconds: float
     peak_anon: int
     peak_rss: int
     rc: int
     tail: str = ""
+    cpu: float = 0.0  # user + system time of the process (its own threads; not of its children)
 
 
 def _status_kb(pid: int, key: str) -> int:
@@ -150,12 +157,13 @@ def run_process(cmd: Sequence[str], env: dict[str, str] | None = None, interval:
     sampler.start()
     assert proc.stdout is not None
     output = proc.stdout.read()
-    _, status = os.waitpid(proc.pid, 0)
+    _, status, usage = os.wait4(proc.pid, 0)
     seconds = time.perf_counter() - t0
     done.set()
     sampler.join()
     proc.returncode = os.waitstatus_to_exitcode(status)
-    return Run(seconds, peak["anon"], peak["rss"], proc.returncode, output.decode(errors="replace")[-2000:])
+    tail = output.decode(errors="replace")[-2000:]
+    return Run(seconds, peak["anon"], peak["rss"], proc.returncode, tail, usage.ru_utime + usage.ru_stime)
 
 
 # --------------------------------------------------------------------------- the I/O floor
@@ -317,7 +325,14 @@ def main(argv: Sequence[str] | None = None) -> int:
     p.add_argument("--scale-methods", nargs="*", default=["ram", "ram_plus"], help="methods timed on every shape")
     p.add_argument("--max-memory", default="1GB", help="agentmerge --max-memory")
     p.add_argument("--cli-startup", action="store_true", help="only time `agentmerge --help`, `methods`, an error")
+    p.add_argument("--first-merge", action="store_true", help="only time merges with empty digest caches vs warm")
+    p.add_argument("--first-method", default="ram", help="the method --first-merge times (default ram)")
     args = p.parse_args(argv)
+    if args.first_merge:
+        results = first_merge(args)
+        (args.work / "first-merge.json").write_text(json.dumps(results, indent=1) + "\n")
+        print_first_merge(results)
+        return 0
     if args.cli_startup:
         for label, seconds in cli_startup_seconds(max(args.repeats, 5)).items():
             print(f"| agentmerge {label} | {seconds:.3f} s |")
@@ -371,10 +386,80 @@ def warm(folders: Sequence[Path], scratch: Path) -> None:
     io_floor(folders, 0, scratch)
 
 
+FIRST_VARIANTS = {  # label -> (--hash, whether the digest caches start empty)
+    "warm (digests cached)": ("fast", False),
+    "first, --hash fast": ("fast", True),
+    "first, --hash sha256": ("sha256", True),
+    "--hash none": ("none", False),
+}
+
+
+def first_merge(args: argparse.Namespace) -> dict[str, object]:
+    """Merges of new files (empty digest caches) under each --hash mode against a warm merge, interleaved."""
+    shape = args.shapes[0]
+    base, agents = family(args.work, shape, 3)
+    out, warm_cache = args.work / "out" / f"{shape}-first", args.work / "first-cache-warm"
+    out.parent.mkdir(parents=True, exist_ok=True)
+    cmd = agentmerge_cmd(args.first_method, base, agents, out, args.max_memory)
+    load_before = os.getloadavg()
+    shutil.rmtree(warm_cache, ignore_errors=True)
+    run_process([*cmd, "--hash", "fast"], {**os.environ, "AGENTMERGE_CACHE": str(warm_cache)})  # fills it
+    times: dict[str, list[float]] = {label: [] for label in FIRST_VARIANTS}
+    cpu: dict[str, list[float]] = {label: [] for label in FIRST_VARIANTS}
+    for i in range(args.repeats):
+        warm([base, *agents], out.parent)
+        for label, (mode, cold) in FIRST_VARIANTS.items():
+            cache = args.work / f"first-cache-{i}-{mode}" if cold else warm_cache
+            if cold:
+                shutil.rmtree(cache, ignore_errors=True)
+            r = run_process([*cmd, "--hash", mode], {**os.environ, "AGENTMERGE_CACHE": str(cache)})
+            if r.rc != 0:
+                raise SystemExit(f"{label} failed:\n{r.tail}")
+            times[label].append(round(r.seconds, 2))
+            cpu[label].append(round(r.cpu, 2))
+            print(f"  round {i + 1}, {label}: {r.seconds:.2f} s, cpu {r.cpu:.2f} s", file=sys.stderr)
+            if cold:
+                shutil.rmtree(cache, ignore_errors=True)
+    shutil.rmtree(out, ignore_errors=True)
+    return {
+        "command": " ".join(["python", "benchmarks/speed.py", *sys.argv[1:]]),
+        "when": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()),
+        "cpus": os.cpu_count(),
+        "load_average": {"before": [round(x, 2) for x in load_before], "after": [round(x, 2) for x in os.getloadavg()]},
+        "shape": shape,
+        "method": args.first_method,
+        "input_gb": round(input_bytes([base, *agents]) / 1e9, 2),
+        "seconds": times,
+        "cpu_seconds": cpu,
+    }
+
+
+def print_first_merge(results: dict[str, object]) -> None:
+    times: dict[str, list[float]] = results["seconds"]  # type: ignore[assignment]
+    load: dict[str, list[float]] = results["load_average"]  # type: ignore[assignment]
+    print(f"# {results['command']}  ({results['when']}, {results['cpus']} CPUs)")
+    print(f"# {results['method']} on {results['shape']}, base + 3 agents, {results['input_gb']} GB of input")
+    print(f"# load average (1, 5, 15 min) before {load['before']}, after {load['after']}\n")
+    cpu: dict[str, list[float]] = results["cpu_seconds"]  # type: ignore[assignment]
+    print("| merge | wall s, median | wall s, runs | x warm | CPU s, median | CPU s, runs | CPU x warm |")
+    print("|---|---|---|---|---|---|---|")
+    warm_s, warm_cpu = (statistics.median(t["warm (digests cached)"]) for t in (times, cpu))
+    for label, runs in times.items():
+        med, cmed = statistics.median(runs), statistics.median(cpu[label])
+        print(
+            f"| {label} | {med:.2f} | {', '.join(f'{x:.2f}' for x in runs)} | {med / warm_s:.2f} "
+            f"| {cmed:.2f} | {', '.join(f'{x:.2f}' for x in cpu[label])} | {cmed / warm_cpu:.2f} |"
+        )
+    fast = statistics.median(times["first, --hash fast"]) / warm_s
+    print(
+        f"\n{'MET ' if fast <= 1.3 else 'MISS'} first merge with --hash fast: {fast:.2f}x the warm merge (target 1.3x)"
+    )
+
+
 def run_benchmark(args: argparse.Namespace, mk: bool) -> dict[str, object]:
     out_root = args.work / "out"
     out_root.mkdir(exist_ok=True)
-    # agentmerge hashes its inputs (sha256, for merge.json) once per file and caches the result: a fresh
+    # agentmerge hashes its inputs (for merge.json; xxh3_128 by default) once per file and caches the result: a fresh
     # cache, and one untimed-for-the-medians merge of every file of a shape first, reported on its own
     env = {**os.environ, "AGENTMERGE_CACHE": str(args.work / "hash-cache")}
     shutil.rmtree(args.work / "hash-cache", ignore_errors=True)

@@ -146,7 +146,8 @@ def argvs(draw: st.DrawFn, pool: dict[str, list[str]]) -> list[str]:
             ]
         return argv
     if command == "convert":
-        return ["convert-config", _token(draw, pool, "yamls")]
+        to = draw(st.sampled_from([[], ["--to", "mergekit"], ["--to", "mergekit", "-o", out + ".yaml"]]))
+        return ["convert-config", _token(draw, pool, "yamls"), *to]
     if command == "lm-eval":
         return ["lm-eval", _token(draw, pool, "models"), "--tasks", "nope"]
     return ["eval", _token(draw, pool, "models"), "--n", draw(st.sampled_from(["0", "-1", "1"]))]

@@ -175,7 +175,7 @@ def test_density_maps_to_our_names() -> None:
             {"merge_method": "linear", "models": [{"model": "a"}], "parameters": {"normalize": False}},
             "normalize: false is not supported",
         ),
-        ({"merge_method": "linear", "models": [{"model": "org/m@main"}]}, "revision"),
+        ({"merge_method": "linear", "models": [{"model": "org/m@a@b"}]}, "revision"),
         ({"merge_method": "ram", "base_model": "B", "models": [{"model": "B"}]}, "no models to merge"),
         ({"merge_method": "ram", "models": [{"model": "a", "weight": 1}]}, "unknown key 'weight'"),
         (

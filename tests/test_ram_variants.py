@@ -5,7 +5,9 @@ from __future__ import annotations
 import contextlib
 import importlib
 import json
+import math
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pytest
@@ -28,32 +30,35 @@ from agentmerge.validate import FISHER_MARK
 F32 = np.float32
 
 
+def shared_value(
+    tau: list[list[float]], active: list[int], p: int, rule: str, fisher: list[list[float]] | None = None
+) -> float:
+    """Element p's value where 2+ agents (``active``) updated it, in float32 and agent order: the mean, the
+    sign-elected mean (``elect``) or, with ``fisher``, the Fisher-weighted mean."""
+    if fisher is not None:
+        num, den = F32(0.0), F32(0.0)
+        for i in active:
+            num += F32(fisher[i][p]) * F32(tau[i][p])
+            den += F32(fisher[i][p])
+        return float(num / den)
+    total = F32(0.0)
+    for i in active:
+        total += F32(tau[i][p])
+    chosen = active if rule == "mean" else [i for i in active if np.sign(F32(tau[i][p])) == np.sign(total)]
+    if not chosen or total == 0:
+        return 0.0
+    acc = F32(0.0)
+    for i in chosen:
+        acc += F32(tau[i][p])
+    return float(acc / F32(len(chosen)))
+
+
 def naive_shared(tau: list[list[float]], eps: float, rule: str, fisher: list[list[float]] | None = None) -> list[float]:
     """Per element, float32 arithmetic in agent order: the shared-region value (0 elsewhere)."""
     out = []
     for p in range(len(tau[0])):
         active = [i for i in range(len(tau)) if abs(F32(tau[i][p])) > F32(eps)]
-        if len(active) < 2:
-            out.append(0.0)
-            continue
-        if fisher is not None:
-            num, den = F32(0.0), F32(0.0)
-            for i in active:
-                num += F32(fisher[i][p]) * F32(tau[i][p])
-                den += F32(fisher[i][p])
-            out.append(float(num / den))
-            continue
-        total = F32(0.0)
-        for i in active:
-            total += F32(tau[i][p])
-        chosen = active if rule == "mean" else [i for i in active if np.sign(F32(tau[i][p])) == np.sign(total)]
-        if not chosen or total == 0:
-            out.append(0.0)
-            continue
-        acc = F32(0.0)
-        for i in chosen:
-            acc += F32(tau[i][p])
-        out.append(float(acc / F32(len(chosen))))
+        out.append(shared_value(tau, active, p, rule, fisher) if len(active) >= 2 else 0.0)
     return out
 
 
@@ -381,3 +386,147 @@ def test_compiled_elect_is_the_reference_bit_for_bit(dtype: torch.dtype, n: int,
     want = spec.base + METHODS[method].kernel(spec)
     assert got.finite and got.merged is not None
     assert torch.equal(got.merged.view(torch.int32), want.view(torch.int32))
+
+
+# --------------------------------------------------------------------------- the variants under other mask rules
+
+RULE_NAMES = [
+    "model.layers.0.mlp.up_proj.weight",
+    "model.layers.0.self_attn.q_proj.weight",
+    "model.layers.1.mlp.up_proj.weight",
+    "model.embed_tokens.weight",
+]
+MASK_RULES = {
+    "percentile": {"epsilon_rule": "percentile", "epsilon_q": 40.0},
+    "grid": {"mask_dtype": "float32", "mask_ulps": 64},
+}
+
+
+def rule_family(tmp_path: Path, n: int = 3, e: int = 600, seed: int = 21) -> list[Path]:
+    """A float32 base with nonzero weights (and a few zeros and powers of two: the grid's edge cases) and ``n``
+    agents whose task vectors span many magnitudes (around the grid's 64 ulps), with exact sign conflicts."""
+    g = torch.Generator().manual_seed(seed)
+    bases, agents = {}, [{} for _ in range(n)]
+    for t in RULE_NAMES:
+        base = torch.randn(e, generator=g) * 0.1
+        base[:10], base[10:20] = 0.0, 0.125
+        bases[t] = base
+        tau = torch.randn(n, e, generator=g) * 10.0 ** (torch.rand(n, e, generator=g) * 4 - 8)
+        tau[torch.rand(n, e, generator=g) < 0.2] = 0.0
+        tau[1, 20:60] = -tau[0, 20:60]
+        for i in range(n):
+            agents[i][t] = base + tau[i]
+    folders = [write_model(tmp_path / "base", bases)]
+    return folders + [write_model(tmp_path / f"a{i}", agents[i]) for i in range(n)]
+
+
+def naive_masks(tau: list[list[float]], base: list[float], rule: dict[str, object]) -> list[list[bool]]:
+    """Per agent and element, by the rule's definition: the grid through numpy's float32 spacing just below |base|
+    (``np.spacing`` of the next float toward zero), the percentile by sorting the tensor's magnitudes."""
+    if "mask_dtype" in rule:
+        k = F32(float(rule["mask_ulps"]))  # type: ignore[arg-type]
+        below = [np.spacing(np.nextafter(abs(F32(b)), F32(0.0))) for b in base]
+        return [[abs(F32(x)) >= k * u for x, u in zip(row, below, strict=True)] for row in tau]
+    out = []
+    for row in tau:
+        mags = sorted(abs(F32(x)) for x in row)
+        rank = -(-int(float(rule["epsilon_q"]) * len(row)) // 100)  # type: ignore[arg-type]
+        t = mags[rank - 1] if rank > 0 else F32(0.0)
+        out.append([abs(F32(x)) > t for x in row])
+    return out
+
+
+def naive_ram(
+    tau: list[list[float]],
+    masks: list[list[bool]],
+    shared: str,
+    lam: list[float],
+    fisher: list[list[float]] | None = None,
+) -> list[float]:
+    """Per element, float32 in agent order: RAM's regions from ``masks``; the shared value by ``shared`` (mean,
+    elect) or Fisher-weighted; ``lam_i * tau_i`` where unique; 0 where untouched."""
+    out = []
+    for p in range(len(tau[0])):
+        active = [i for i in range(len(tau)) if masks[i][p]]
+        if len(active) >= 2:
+            out.append(shared_value(tau, active, p, shared, fisher))
+        else:
+            out.append(float(F32(lam[active[0]]) * F32(tau[active[0]][p])) if active else 0.0)
+    return out
+
+
+def read_taus(folders: list[Path]) -> tuple[dict[str, list[float]], dict[str, list[list[float]]]]:
+    """Per tensor: the base's values and each agent's float32 task vector, from the files."""
+    base = load(folders[0])
+    agents = [load(f) for f in folders[1:]]
+    taus = {t: [(a[t].float() - base[t].float()).tolist() for a in agents] for t in RULE_NAMES}
+    return {t: base[t].tolist() for t in RULE_NAMES}, taus
+
+
+def rule_merge(folders: list[Path], out: Path, method: str, fishers: list[Path] | None = None, **params: object) -> Any:
+    models = [ModelSpec(path=str(f), fisher=str(fishers[i]) if fishers else None) for i, f in enumerate(folders[1:])]
+    cfg = MergeConfig(method=method, base=str(folders[0]), models=models, params=params, chunk_size=128)
+    with contextlib.closing(Inputs.for_merge(cfg)) as inputs:
+        assert not make_plan(cfg, inputs.reference, len(models), 1).compiled  # other rules: reference kernels
+    merge(cfg, out, quiet=True)
+    return load(out)
+
+
+def lambdas(hist: list[list[int]], r: float, alpha: float = 2.0) -> list[float]:
+    """RAM+'s paper form from an overlap-count table ``[agent][unique, shared]``."""
+    return [1 + r * min(s / u if u else math.inf, alpha) for u, s in hist]
+
+
+@pytest.mark.parametrize("rule", sorted(MASK_RULES))
+@pytest.mark.parametrize("method", ["ram", "ram_plus"])
+def test_elect_under_another_mask_rule_matches_naive(tmp_path: Path, rule: str, method: str) -> None:
+    """``shared: elect`` with a grid / percentile mask rule (RAM+ with ``scope: layer``, so the group histograms
+    are counted under the rule too) equals the per-element reference, chunked over several chunks."""
+    folders = rule_family(tmp_path)
+    extra = {"scope": "layer", "r": 0.4} if method == "ram_plus" else {}
+    got = rule_merge(folders, tmp_path / "o", method, shared="elect", **MASK_RULES[rule], **extra)
+    base, taus = read_taus(folders)
+    masks = {t: naive_masks(taus[t], base[t], MASK_RULES[rule]) for t in RULE_NAMES}
+    counts: dict[str, list[list[int]]] = {}  # group -> [agent][unique, shared]
+    for t in RULE_NAMES:
+        row = counts.setdefault(group_of(t, {"scope": "layer"}), [[0, 0] for _ in range(3)])
+        for p in range(600):
+            active = [i for i in range(3) if masks[t][i][p]]
+            for i in active:
+                row[i][len(active) >= 2] += 1
+    for t in RULE_NAMES:
+        lam = lambdas(counts[group_of(t, {"scope": "layer"})], 0.4) if method == "ram_plus" else [1.0] * 3
+        delta = naive_ram(taus[t], masks[t], "elect", lam)
+        want = torch.tensor([float(F32(b) + F32(d)) for b, d in zip(base[t], delta, strict=True)])
+        assert torch.equal(got[t], want), (rule, method, t)
+    mean = rule_merge(folders, tmp_path / "mean", method, **MASK_RULES[rule], **extra)
+    assert not all(torch.equal(mean[t], got[t]) for t in RULE_NAMES)  # the election changed something
+
+
+@pytest.mark.parametrize("rule", sorted(MASK_RULES))
+@pytest.mark.parametrize("r", [0.0, 0.3])
+def test_ram_fisher_under_another_mask_rule_matches_naive(tmp_path: Path, rule: str, r: float) -> None:
+    """ram_fisher with a grid / percentile mask rule: regions, Fisher-weighted shared mean and (r > 0) the
+    Fisher-mass rho of the statistics pass all under the rule, against the per-element reference."""
+    folders = rule_family(tmp_path, seed=22)
+    g = torch.Generator().manual_seed(5)
+    fisher = [{t: torch.randint(1, 9, (600,), generator=g) / 4 for t in RULE_NAMES} for _ in range(3)]  # dyadic
+    fishers = [fisher_folder(tmp_path / f"f{i}", f) for i, f in enumerate(fisher)]
+    got = rule_merge(folders, tmp_path / "o", "ram_fisher", fishers, r=r, **MASK_RULES[rule])
+    base, taus = read_taus(folders)
+    masks = {t: naive_masks(taus[t], base[t], MASK_RULES[rule]) for t in RULE_NAMES}
+    mass = [[0.0, 0.0] for _ in range(3)]  # [agent][unique, shared], exact: dyadic values
+    for t in RULE_NAMES:
+        for p in range(600):
+            active = [i for i in range(3) if masks[t][i][p]]
+            for i in active:
+                mass[i][len(active) >= 2] += float(fisher[i][t][p])
+    lam = lambdas(mass, r) if r > 0 else [1.0] * 3  # type: ignore[arg-type]
+    for t in RULE_NAMES:
+        f = [fisher[i][t].tolist() for i in range(3)]
+        delta = naive_ram(taus[t], masks[t], "mean", lam, f)
+        want = torch.tensor([float(F32(b) + F32(d)) for b, d in zip(base[t], delta, strict=True)])
+        assert torch.equal(got[t], want), (rule, r, t)
+    if r > 0:
+        record = json.loads((tmp_path / "o" / "merge.json").read_text())
+        assert [a["lambda"] for a in record["scales"][0]["agents"]] == pytest.approx(lam)

@@ -12,7 +12,7 @@ import yaml
 from agentmerge import MergeConfig, ModelSpec, merge, provenance
 from agentmerge.checkpoint import read_safetensors_header
 from agentmerge.cli import main
-from agentmerge.provenance import InputHashes
+from agentmerge.config import Override
 from agentmerge.report import model_card
 
 
@@ -28,7 +28,7 @@ def _cfg(family: tuple[Path, list[Path]], method: str = "ram_plus") -> MergeConf
 
 def test_record_has_hashes_time_and_probe(tiny_family: tuple[Path, list[Path]], tmp_path: Path) -> None:
     base, agents = tiny_family
-    merge(_cfg(tiny_family), tmp_path / "out", quiet=True)
+    merge(_cfg(tiny_family), tmp_path / "out", quiet=True, hashing="sha256")  # the default, fast: test_digests.py
     record = json.loads((tmp_path / "out" / "merge.json").read_text())
     assert set(record["inputs"]) == {str(p) for p in [base, *agents]}
     for folder, files in record["inputs"].items():
@@ -38,19 +38,6 @@ def test_record_has_hashes_time_and_probe(tiny_family: tuple[Path, list[Path]], 
     assert record["seconds"] > 0 and record["config"]["method"] == "ram_plus"
     assert [a["name"] for a in record["probe"]] == [a.name for a in agents]
     assert all(0 < a["density"] < 1 for a in record["probe"])
-
-
-def test_hashes_are_cached_between_runs(
-    tiny_family: tuple[Path, list[Path]], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    base, agents = tiny_family
-    files = [base / "model.safetensors", *[a / "model.safetensors" for a in agents]]
-    first = InputHashes(files).result()
-    calls: list[Path] = []
-    monkeypatch.setattr(provenance, "sha256_file", lambda p: calls.append(p) or "0" * 64)
-    assert InputHashes(files, background=True).result() == first and calls == []
-    (tmp_path / "cache" / "sha256.json").write_text("not json")  # a broken cache is ignored, then rewritten
-    assert InputHashes(files[:1]).result() == {str(files[0]): "0" * 64} and len(calls) == 1
 
 
 def test_model_card_front_matter(tiny_family: tuple[Path, list[Path]], tmp_path: Path) -> None:
@@ -120,45 +107,64 @@ def test_dry_run_reports_input_problems(tiny_family: tuple[Path, list[Path]], tm
     assert code == 2 and not (tmp_path / "out").exists()
 
 
-def test_hub_cache_files_are_named_by_their_sha256(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    data = b"weights"
-    digest = hashlib.sha256(data).hexdigest()
-    (tmp_path / "blobs").mkdir()
-    (tmp_path / "blobs" / digest).write_bytes(data)
-    (tmp_path / "snap").mkdir()
-    (tmp_path / "snap" / "model.safetensors").symlink_to(tmp_path / "blobs" / digest)
-    monkeypatch.setattr(provenance, "sha256_file", lambda p: pytest.fail("hashed a file the hub already named"))
-    assert InputHashes([tmp_path / "snap" / "model.safetensors"]).result() == {
-        str(tmp_path / "snap" / "model.safetensors"): digest
-    }
-    monkeypatch.setenv("AGENTMERGE_NO_HASH", "1")
-    assert InputHashes([tmp_path / "snap" / "model.safetensors"]).result() == {}
+def _front(card: str) -> dict[str, object]:
+    front = yaml.safe_load(card.split("---\n")[1])
+    assert isinstance(front, dict)
+    return front
 
 
-def test_cancelled_hashing_reads_nothing_more(
-    tiny_family: tuple[Path, list[Path]], monkeypatch: pytest.MonkeyPatch
-) -> None:
+def _recipe(card: str) -> dict[str, object]:
+    """The native YAML embedded under '## Recipe'."""
+    block = card.split("## Recipe\n", 1)[1].split("```yaml\n", 1)[1].split("\n```", 1)[0]
+    data = yaml.safe_load(block)
+    assert isinstance(data, dict)
+    return data
+
+
+@pytest.mark.parametrize(
+    ("method", "paper"),
+    [("ram", "2601.13572"), ("ram_plus", "2601.13572"), ("unique_only", "2601.13572"), ("ties", "2306.01708")],
+)
+def test_card_tags_name_the_paper(tmp_path: Path, method: str, paper: str) -> None:
+    cfg = MergeConfig(method=method, base="org/base", models=[ModelSpec(path="org/a"), ModelSpec(path="org/b")])
+    front = _front(model_card(cfg, provenance.MergeResult(tmp_path, method, {}, 1.0, 1, 1)))
+    assert front["tags"] == ["merge", "agentmerge", method, f"arxiv:{paper}"]
+    assert front["base_model"] == ["org/base", "org/a", "org/b"] and front["base_model_relation"] == "merge"
+
+
+def test_card_without_a_paper_or_hub_inputs(tiny_family: tuple[Path, list[Path]], tmp_path: Path) -> None:
+    cfg = _cfg(tiny_family, "linear")
+    front = _front(model_card(cfg, provenance.MergeResult(tmp_path, "linear", {}, 1.0, 1, 1)))
+    assert front["tags"] == ["merge", "agentmerge", "linear"]
+    assert "base_model" not in front and "base_model_relation" not in front  # local paths are not Hub ids
+    mixed = MergeConfig(method="ram", base=str(tiny_family[0]), models=[ModelSpec(path="org/a"), ModelSpec(path="b")])
+    front = _front(model_card(mixed, provenance.MergeResult(tmp_path, "ram", {}, 1.0, 1, 1)))
+    assert front["base_model"] == "org/a" and front["base_model_relation"] == "merge"
+
+
+def test_card_embeds_the_native_recipe(tiny_family: tuple[Path, list[Path]], tmp_path: Path) -> None:
+    from agentmerge.config import config_from_dict
+
     base, agents = tiny_family
-    files = [base / "model.safetensors", *[a / "model.safetensors" for a in agents]]
-    monkeypatch.setenv("AGENTMERGE_CACHE", str(base.parent / "fresh-cache"))
-    monkeypatch.setattr(provenance, "sha256_file", lambda p: pytest.fail("hashed after cancel"))
-    hashes = InputHashes(files)
-    hashes.cancel()
-    assert hashes.result() == {}
-
-
-def test_failed_merge_cancels_hashing(
-    tiny_family: tuple[Path, list[Path]], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    from agentmerge import MergeConfig, ModelSpec, merge
-    from agentmerge.errors import CheckpointError
-
-    cancelled: list[bool] = []
-    monkeypatch.setattr(InputHashes, "cancel", lambda self: cancelled.append(True))
-    base, agents = tiny_family
-    from agentmerge.safety import output_lock
-
-    cfg = MergeConfig(method="ram", base=str(base), models=[ModelSpec(path=str(a)) for a in agents])
-    with output_lock(tmp_path / "o"), pytest.raises(CheckpointError):  # another run holds the output: this one fails
-        merge(cfg, tmp_path / "o", quiet=True)
-    assert cancelled == [True]
+    cfg = MergeConfig(
+        method="ties",
+        base=str(base),
+        models=[
+            ModelSpec(path=str(a), weight=w, params={"density": d})
+            for a, w, d in zip(agents, [1, 2, 3], [0.3, 0.5, 0.7], strict=True)
+        ],
+        params={"lambda": 0.8},
+        overrides=[Override(pattern="*mlp*", params={"lambda": 0.5})],
+        dtype="float32",
+        exclude=["*norm*"],
+        seed=7,
+    )
+    merge(cfg, tmp_path / "out", quiet=True)
+    card = (tmp_path / "out" / "README.md").read_text()
+    recipe = _recipe(card)
+    assert "threads" not in recipe and "max_shard_size" not in recipe  # defaults are left out
+    assert config_from_dict(recipe) == cfg  # the recipe is the merge's configuration, every input by absolute path
+    out2 = tmp_path / "again"
+    (tmp_path / "recipe.yaml").write_text(yaml.safe_dump(recipe))
+    assert main(["merge", str(tmp_path / "recipe.yaml"), str(out2), "--quiet"]) == 0
+    assert (out2 / "model.safetensors").read_bytes() == (tmp_path / "out" / "model.safetensors").read_bytes()

@@ -80,3 +80,13 @@ def test_heavy_imports_pause_the_collector_only_while_importing() -> None:
     with heavy_imports():
         assert not gc.isenabled()
     assert gc.isenabled()
+
+
+def test_convert_config_to_mergekit_answers_without_torch(tmp_path: object) -> None:
+    from pathlib import Path
+
+    native = Path(str(tmp_path)) / "ours.yaml"
+    native.write_text("method: ties\nbase: b\nmodels: [a1, a2]\nparams: {density: 0.3}\n")
+    out, err = _run("convert-config", "--to", "mergekit", str(native))
+    assert "HEAVY - CODE 0" in err, err
+    assert "merge_method: ties" in out

@@ -45,12 +45,12 @@ def test_duplicate_inputs_and_untuned_defaults_are_warned(
     assert _merge(base, [agents[0], agents[0], agents[1], copy], tmp_path / "o", "--method", "task_arithmetic") == 0
     err = capsys.readouterr().err
     assert f"warning: {agents[0]} is given twice as a model" in err
-    assert f"warning: {copy} holds the same weights as {agents[1]} (same sha256)" in err
+    assert f"warning: {copy} holds the same weights as {agents[1]} (same xxh3_128)" in err
     assert "warning: task_arithmetic: lambda left at its default with 4 models" in err
     assert _merge(base, agents[:2], tmp_path / "p", "--method", "task_arithmetic", "--param", "lambda=0.5") == 0
     assert "warning" not in capsys.readouterr().err
     base_copy = Path(shutil.copytree(base, tmp_path / "base-copy"))
-    assert _merge(base, [base, base_copy, agents[0]], tmp_path / "q", "--method", "ram") == 0
+    assert _merge(base, [base, base_copy, agents[0]], tmp_path / "q", "--method", "ram", "--hash", "sha256") == 0
     err = capsys.readouterr().err
     assert f"warning: {base} is the base as well: its task vector is zero" in err
     assert f"warning: {base_copy} holds the base's weights (same sha256)" in err

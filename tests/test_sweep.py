@@ -184,7 +184,9 @@ def test_killed_sweep_loses_only_running_trials(tiny_family: tuple[Path, list[Pa
     out = tmp_path / "out"
     log = tmp_path / "calls.log"
     (tmp_path / "sleep.txt").write_text("1.5")
-    env = dict(os.environ)
+    import agentmerge  # the subprocess runs from tmp_path: it must import this package, not an installed one
+
+    env = {**os.environ, "PYTHONPATH": str(Path(agentmerge.__file__).resolve().parents[1])}
     cmd = [
         sys.executable,
         "-m",
@@ -280,3 +282,103 @@ def test_ram_plus_trials_find_their_statistics_counted(
         if trial.setting.method == "ram_plus":
             merge(merge_config(cfg, trial), tmp_path / "m" / trial.id, quiet=True)
     assert len(seen) == counted  # three pairs, two values of r: no trial counted again
+
+
+def _old_trial_id(cfg_data: dict[str, object], models: list[str], method: str, params: dict[str, object]) -> str:
+    """The trial id as the first release computed it (the reference the ids of older sweep files must keep)."""
+    import hashlib
+
+    identity = {
+        "base": cfg_data["base"],
+        "models": models,
+        "method": method,
+        "params": params,
+        "seed": 0,
+        "evaluate": cfg_data["evaluate"],
+        "merge": {},
+    }
+    return hashlib.sha256(json.dumps(identity, sort_keys=True, default=str).encode()).hexdigest()[:16]
+
+
+def test_explicit_trials_are_named_merges_with_their_own_inputs() -> None:
+    from agentmerge.sweep.spec import merge_config
+
+    data: dict[str, object] = {
+        "base": "b",
+        "models": ["a1", "a2", "a3"],
+        "methods": {"ties": {"density": [0.3]}},
+        "evaluate": "zoo:test",
+        "evaluate_options": {"n": 24, "cache": "/somewhere"},
+        "trials": [
+            {"name": "code+tool.ram", "method": "ram", "models": [0, 1], "evaluate_options": {"tasks": ["code"]}},
+            {"name": "fisher", "method": "fisher", "fisher": ["f1", "f2", "f3"]},
+            {"name": "ram_plus_r0.1_a2", "method": "ram_plus", "params": {"r": 0.1, "alpha": 2.0}},
+        ],
+    }
+    cfg = sweep_from_dict(data)
+    made = trials(cfg, choose(cfg))
+    assert [t.setting.label for t in made] == ["ties(density=0.3)", "code+tool.ram", "fisher", "ram_plus_r0.1_a2"]
+    assert made[1].setting.models == (0, 1) and made[2].setting.models == (0, 1, 2)
+    assert cfg.options_of(made[1].setting) == {"n": 24, "cache": "/somewhere", "tasks": ["code"]}
+    assert [m.fisher for m in merge_config(cfg, made[2]).models] == ["f1", "f2", "f3"]
+    assert [m.fisher for m in merge_config(cfg, made[1]).models] == [None, None]
+    assert merge_config(cfg, made[3]).params == {"r": 0.1, "alpha": 2.0}
+    # where the evaluation cache lies decides no result; the fingerprint (e.g. the inputs' digest) does
+    moved = sweep_from_dict({**data, "evaluate_options": {"n": 24, "cache": "/elsewhere"}})
+    assert [t.id for t in trials(moved, choose(moved))] == [t.id for t in made]
+    stamped = sweep_from_dict({**data, "fingerprint": "abc"})
+    assert not {t.id for t in trials(stamped, choose(stamped))} & {t.id for t in made}
+
+
+def test_older_sweep_files_keep_their_trial_ids() -> None:
+    data: dict[str, object] = {"base": "b", "models": ["a1", "a2"], "methods": {"ram": {}}, "evaluate": "zoo"}
+    cfg = sweep_from_dict(data)
+    (trial,) = trials(cfg, choose(cfg))
+    assert trial.id == _old_trial_id(data, ["a1", "a2"], "ram", {})
+
+
+@pytest.mark.parametrize(
+    ("change", "message"),
+    [
+        ({"methods": {}}, "name the merges to try"),
+        ({"trials": [{"name": "x", "method": "ram"}, {"name": "x", "method": "ram"}]}, "used twice"),
+        ({"trials": [{"name": "../x", "method": "ram"}]}, "names the trial's folder"),
+        ({"trials": [{"name": "x", "method": "rma"}]}, "did you mean 'ram'"),
+        ({"trials": [{"name": "x", "method": "ram", "models": [0, 5]}]}, "distinct model indexes"),
+        ({"trials": [{"name": "x", "method": "fisher", "fisher": ["f"]}]}, "one fisher file per merged model"),
+        ({"trials": [{"name": "x", "method": "ram"}], "search": {"kind": "optuna"}}, "optuna chooses"),
+        ({"evaluate_options": {"nn": 3}}, "did you mean 'n'"),
+        ({"evaluate_options": {"n": 0}}, "n must be a positive integer"),
+        ({"evaluate": "python:m:f", "evaluate_options": {"n": 3}}, "takes none"),
+    ],
+)
+def test_bad_explicit_trials_are_refused_clearly(change: dict[str, object], message: str) -> None:
+    data = {"base": "b", "models": ["a1", "a2"], "methods": {"ram": {}}, "evaluate": "zoo", **change}
+    with pytest.raises(ConfigError, match=message):
+        sweep_from_dict(data)
+
+
+def test_named_trials_keep_their_folders_and_a_rerun_never_starts_ray(
+    ray_runtime: None, tiny_family: tuple[Path, list[Path]], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from agentmerge.sweep.run import RaySession
+
+    entries = [
+        {"name": "pair.ta", "method": "task_arithmetic", "params": {"lambda": 0.5}, "models": [0, 1]},
+        {"name": "all.ram", "method": "ram"},
+    ]
+    path = write_sweep(tmp_path, tiny_family, methods={}, trials=entries, keep="all")
+    out = tmp_path / "out"
+    first = run_sweep(load_sweep(path), out, source=path, quiet=True)
+    assert first.ran == 2 and {r["name"] for r in first.finished} == {"pair.ta", "all.ram"}
+    assert sorted(p.name for p in (out / "trials").iterdir()) == ["all.ram", "pair.ta"]
+    merged = json.loads((out / "trials" / "pair.ta" / "merge.json").read_text())
+    assert len(merged["config"]["models"]) == 2
+    assert "`pair.ta`" in (out / "results.md").read_text()
+
+    def refuse(self: RaySession) -> None:
+        raise AssertionError("Ray started with nothing to run")
+
+    monkeypatch.setattr(RaySession, "start", refuse)
+    again = run_sweep(load_sweep(path), out, source=path, quiet=True)
+    assert again.ran == 0 and again.skipped == 2 and again.finished == []

@@ -32,10 +32,9 @@ def tokenizer(chat_template: str | None = CHAT) -> Any:
     return tok
 
 
-def constant_lm(folder: Path, answer: str, *, chat_template: str | None = CHAT, merged: bool = False) -> Path:
-    """A Llama whose greedy output is ``answer`` repeated (every layer zero, one lm_head row set)."""
-    tok = tokenizer(chat_template)
-    cfg = transformers.LlamaConfig(
+def llama_config(tok: Any, eos: int | None = None) -> Any:
+    """A one-layer Llama of hidden size 16 for ``tok``'s vocabulary (EOS: the tokenizer's, unless given)."""
+    return transformers.LlamaConfig(
         vocab_size=len(tok),
         hidden_size=16,
         intermediate_size=32,
@@ -44,9 +43,15 @@ def constant_lm(folder: Path, answer: str, *, chat_template: str | None = CHAT, 
         num_key_value_heads=2,
         max_position_embeddings=512,
         tie_word_embeddings=False,
-        eos_token_id=tok.eos_token_id,
+        eos_token_id=tok.eos_token_id if eos is None else eos,
         pad_token_id=tok.pad_token_id,
     )
+
+
+def constant_lm(folder: Path, answer: str, *, chat_template: str | None = CHAT, merged: bool = False) -> Path:
+    """A Llama whose greedy output is ``answer`` repeated (every layer zero, one lm_head row set)."""
+    tok = tokenizer(chat_template)
+    cfg = llama_config(tok)
     model = transformers.LlamaForCausalLM(cfg)
     with torch.no_grad():
         for p in model.parameters():

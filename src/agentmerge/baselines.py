@@ -34,7 +34,8 @@ SLERP (two models A, B): ``omega = arccos(<A, B> / (|A| |B|))`` over the whole t
 ``theta = sin((1-t) omega)/sin(omega) A + sin(t omega)/sin(omega) B``, and ``(1 - t) A + t B`` when
 ``|cos omega| > colinear`` or a norm is 0. ``t = 0`` / ``t = 1`` return A / B exactly.
 
-RAM-TIES (the RAM authors' "arm-ties"): RAM's regions by ``m_i = |tau_i| > eps``, ``c = sum_i m_i``;
+RAM-TIES (the RAM authors' "arm-ties"): RAM's regions by ``m_i = |tau_i| > eps`` (or the tensor's mask
+rule), ``c = sum_i m_i``;
 unique elements (c = 1) keep the agent's delta whole, untouched ones (c = 0) stay 0; on the shared
 elements (c >= 2, D of them in the tensor) TIES without weights or lambda: with
 ``r_i = floor(D * (1 - keep_i))``, keep ``m_i tau_i`` where ``|m_i tau_i| >= `` its ``r_i``-th smallest
@@ -59,9 +60,10 @@ from collections.abc import Callable, Sequence
 
 import torch
 
-from agentmerge.deltas import disjoint_merge, overlap_count, seeded_uniform, sum_agents, update_mask
+from agentmerge.deltas import disjoint_merge, overlap_count, seeded_uniform, sum_agents
 from agentmerge.deltas import zero_unless as _zero_unless
-from agentmerge.spec import Chunk, Params, TensorSource, update_threshold
+from agentmerge.masks import chunk_mask
+from agentmerge.spec import Chunk, Params, TensorSource
 from agentmerge.stats import RankFn, gram_prepare, magnitude_thresholds, tensor_gram, tensor_thresholds
 
 # --------------------------------------------------------------------------- per-agent parameters
@@ -296,9 +298,9 @@ def slerp(c: Chunk) -> torch.Tensor:
 # --------------------------------------------------------------------------- RAM-TIES
 
 
-def _shared(c: Chunk, eps: float) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-    """Update mask ``[N, E]``, overlap count ``[E]`` and the shared-region values ``[N, D]`` (m_i * |tau_i|)."""
-    mask = update_mask(c.tau, eps)
+def _shared(c: Chunk) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """Update mask ``[N, E]`` (the tensor's rule), overlap count ``[E]`` and the shared-region values ``[N, D]``."""
+    mask = chunk_mask(c)
     count = overlap_count(mask)
     return mask, count, torch.where(mask, c.tau.abs(), 0.0)[:, count >= 2]
 
@@ -314,11 +316,10 @@ def keep_ranks(params: Params, model_params: Sequence[Params]) -> RankFn:
 
 
 def ram_ties(c: Chunk) -> torch.Tensor:
-    eps = c.eps
-    mask, count, shared_values = _shared(c, eps)
+    mask, count, shared_values = _shared(c)
     active = _zero_unless(c.tau.clone(), mask)
     rank_fn = keep_ranks(c.params, c.model_params)
-    t = tensor_thresholds(c, lambda ch: _shared(ch, eps)[2], rank_fn, shared_values)
+    t = tensor_thresholds(c, lambda ch: _shared(ch)[2], rank_fn, shared_values)
     shared = count >= 2
     trimmed = _trim(active, t)
     ones = torch.ones(c.tau.shape[0])
@@ -326,8 +327,7 @@ def ram_ties(c: Chunk) -> torch.Tensor:
 
 
 def ram_ties_prepare(source: TensorSource) -> torch.Tensor:
-    eps = update_threshold(source.params)
-    return magnitude_thresholds(source, lambda ch: _shared(ch, eps)[2], keep_ranks(source.params, source.model_params))
+    return magnitude_thresholds(source, lambda ch: _shared(ch)[2], keep_ranks(source.params, source.model_params))
 
 
 # --------------------------------------------------------------------------- Fisher

@@ -1,10 +1,11 @@
 """agentmerge's cache folder: small JSON stores keyed by the identity of input files.
 
-A file's identity is its real path, size, modification time and inode: a file rewritten in place gets a
-new one, so nothing stale is ever used for it. Stores are best effort: a missing, unreadable or broken
+A file's identity is its real path, size, modification time, change time and inode: a file rewritten in
+place gets a new one (even with its mtime restored: the kernel sets ctime on every write), so nothing stale
+is ever used for it. Stores are best effort: a missing, unreadable or broken
 store reads as empty, and a read-only home or a full disk never fails the work that wanted to cache.
 
-- ``sha256.json``: digests of input weight files (``provenance.InputHashes``).
+- ``sha256.json``, ``xxh3_128.json``: digests of input weight files (``digests.InputDigests``).
 - ``stats/<key>.json``: overlap histograms of one input set, per tensor and threshold (``stream.overlap_stats``),
   so that RAM+ merges and probes of the same files (a sweep of r, say) count them once.
 
@@ -32,9 +33,9 @@ def cache_dir() -> Path:
 
 
 def file_key(path: Path) -> str:
-    """The identity of a file: ``real path|size|mtime_ns|inode``."""
+    """The identity of a file: ``real path|size|mtime_ns|ctime_ns|inode``."""
     st = path.stat()
-    return f"{path.resolve()}|{st.st_size}|{st.st_mtime_ns}|{st.st_ino}"
+    return f"{path.resolve()}|{st.st_size}|{st.st_mtime_ns}|{st.st_ctime_ns}|{st.st_ino}"
 
 
 def files_key(groups: Sequence[Sequence[Path]]) -> str:

@@ -22,12 +22,11 @@ import errno
 import json
 import math
 import os
-import re
 import shutil
 import struct
 import threading
 import uuid
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Protocol
@@ -36,9 +35,10 @@ import torch
 
 from agentmerge.errors import CheckpointError
 from agentmerge.headers import check_data_covered, header_metadata, parse_header_json, read_json_object
+from agentmerge.hubref import HubRef, split_revision
 from agentmerge.localpath import looks_local, missing_local_message
 from agentmerge.safety import TMP_MARKER, mark_tmp, output_lock, remove_stale_siblings
-from agentmerge.units import MODEL_FILES, TOKENIZER_FILES
+from agentmerge.units import TOKENIZER_FILES
 
 SAFE_DTYPES: dict[str, torch.dtype] = {
     "F64": torch.float64,
@@ -61,7 +61,6 @@ SINGLE_FILE = "model.safetensors"
 INDEX_FILE = "model.safetensors.index.json"
 BIN_FILE = "pytorch_model.bin"
 BIN_INDEX_FILE = "pytorch_model.bin.index.json"
-_HUB_ID = re.compile(r"^[A-Za-z0-9][\w.-]*/[\w.-]+$")
 
 
 @dataclass(frozen=True)
@@ -195,17 +194,16 @@ def _file_size(path: Path) -> int:
 # --------------------------------------------------------------------------- reading
 
 
-def is_hub_ref(ref: str | Path) -> bool:
-    """Whether ``ref`` names a Hugging Face Hub repository: ``org/name`` where no such local path exists."""
-    return not Path(ref).expanduser().exists() and bool(_HUB_ID.match(str(ref)))
+HUB_PATTERNS = ("*.safetensors", "*.json", "*.txt", "*.model", "*.jinja")  # what a merge reads of a hub model
 
 
 def resolve_model_path(ref: str | Path) -> Path:
-    """A local folder (or single ``.safetensors`` file) as is; a hub id through huggingface_hub."""
+    """A local folder (or single ``.safetensors`` file) as is; ``org/name[@revision]`` through huggingface_hub."""
     path = Path(ref).expanduser()
     if path.exists():
         return path
-    if not _HUB_ID.match(str(ref)) or looks_local(str(ref)):
+    hub = split_revision(str(ref))
+    if hub is None or looks_local(hub.repo_id):
         raise CheckpointError(missing_local_message(str(ref)))
     try:
         from huggingface_hub import snapshot_download
@@ -214,14 +212,24 @@ def resolve_model_path(ref: str | Path) -> Path:
             f"{ref}: not a local path, and huggingface_hub is not installed to resolve it as a hub id "
             "(pip install huggingface_hub, or download the model and pass its folder)"
         ) from None
-    patterns = ["*.safetensors", "*.json", "*.txt", "*.model", "*.jinja"]
     try:
-        return Path(snapshot_download(str(ref), allow_patterns=patterns))
-    except Exception as e:  # offline, unknown repo, gated repo: all end the same way for the user
-        raise CheckpointError(
-            f"{ref}: could not fetch this hub id ({type(e).__name__}: {e}); "
+        return Path(snapshot_download(hub.repo_id, revision=hub.revision, allow_patterns=list(HUB_PATTERNS)))
+    except Exception as e:  # offline, unknown repo or revision, gated repo: all end the same way for the user
+        raise CheckpointError(_fetch_failed(hub, e)) from None
+
+
+def _fetch_failed(hub: HubRef, e: Exception) -> str:
+    """One line naming the id (and revision) that could not be fetched, and how to get it locally."""
+    why = f"{type(e).__name__}: {e}"
+    if hub.revision is None:
+        return (
+            f"{hub}: could not fetch this hub id ({why}); "
             "when offline, download the model first and pass its local folder"
-        ) from None
+        )
+    return (
+        f"{hub}: could not fetch revision {hub.revision!r} of hub id {hub.repo_id!r} ({why}); when offline, "
+        f"download it first (huggingface-cli download {hub.repo_id} --revision {hub.revision}) and pass its folder"
+    )
 
 
 class Readable(Protocol):
@@ -704,15 +712,43 @@ def set_config_dtype(folder: Path, dtype: torch.dtype) -> None:
     cfg_path.write_text(json.dumps(cfg, indent=2, sort_keys=True) + "\n")
 
 
-def finish_model_files(folder: Path, model: Path, tokenizer: Path | None, dtype: str | None) -> None:
+def update_config(folder: Path, values: Mapping[str, object], vocab_size: int | None = None) -> None:
+    """Set ``values`` in the folder's ``config.json``, and ``vocab_size`` (also in ``text_config``, where it is)."""
+    cfg_path = folder / "config.json"
+    if not cfg_path.exists() or not (values or vocab_size):
+        return
+    cfg = read_json_object(cfg_path, "config.json")
+    cfg.update(values)
+    text = cfg.get("text_config")
+    nested = isinstance(text, dict) and "vocab_size" in text
+    if vocab_size is not None and nested:
+        text["vocab_size"] = vocab_size  # type: ignore[index]
+    if vocab_size is not None and ("vocab_size" in cfg or not nested):
+        cfg["vocab_size"] = vocab_size
+    cfg_path.write_text(json.dumps(cfg, indent=2, sort_keys=True) + "\n")
+
+
+def finish_model_files(
+    folder: Path,
+    model: Path,
+    tokenizer: Path | None,
+    dtype: str | None,
+    *,
+    generation: Path | None = None,
+    config_values: Mapping[str, object] | None = None,
+    vocab_size: int | None = None,
+) -> None:
     """Give a folder of freshly written shards the rest of a model folder.
 
-    ``config.json`` and ``generation_config.json`` come from ``model``, the tokenizer files from
-    ``tokenizer`` (default: ``model``), and ``config.json`` records ``dtype`` when the weights were
-    written in another dtype than the model's.
+    ``config.json`` comes from ``model``, ``generation_config.json`` from ``generation`` (default: ``model``),
+    the tokenizer files from ``tokenizer`` (default: ``model``); ``config.json`` then gets ``config_values``
+    (token ids from the tokenizer's source), ``vocab_size`` (added vocabulary rows) and ``dtype`` when the
+    weights were written in another dtype than the model's.
     """
-    copy_aux_files(model, folder, MODEL_FILES)
+    copy_aux_files(model, folder, ["config.json"])
+    copy_aux_files(generation or model, folder, ["generation_config.json"])
     copy_aux_files(tokenizer or model, folder, TOKENIZER_FILES)
+    update_config(folder, config_values or {}, vocab_size)
     if dtype:
         set_config_dtype(folder, dtype_from_name(dtype))
 

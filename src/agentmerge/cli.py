@@ -7,6 +7,8 @@ agentmerge methods [--json]
 agentmerge fisher MODEL (--texts FILE.txt | --samples N) --out DIR   (diagonal Fisher for method fisher)
 agentmerge merge MERGEKIT.yaml OUTDIR [--dry-run]     (a mergekit config: it has merge_method)
 agentmerge convert-config MERGEKIT.yaml               (print the native YAML equivalent)
+agentmerge convert-config --to mergekit CONFIG.yaml [-o FILE]   (the reverse, for the methods both tools have)
+agentmerge convert SRC DST [--dtype keep|bf16|fp16|fp32]  (verl, DCP, LoRA, .bin -> a safetensors folder)
 agentmerge lm-eval OUTDIR --tasks T1,T2 [--limit N] [--include-path DIR]
 agentmerge sweep SWEEP.yaml --out DIR [--address ADDR] [--max-concurrent K] [--no-resume]
 """
@@ -24,6 +26,7 @@ from pathlib import Path
 from typing import Any
 
 from agentmerge import __version__
+from agentmerge.digests import HASH_MODES
 from agentmerge.errors import AgentMergeError, ConfigError
 from agentmerge.registry import METHODS
 from agentmerge.safety import (
@@ -36,7 +39,7 @@ from agentmerge.safety import (
     write_report,
     write_report_with,
 )
-from agentmerge.spec import EPSILON_DEFAULT, ParamValue
+from agentmerge.spec import EPSILON_DEFAULT, ParamValue, check_mask
 
 
 @contextlib.contextmanager
@@ -113,8 +116,10 @@ def _merge_parser(sub: Any) -> None:
     p.add_argument("out", nargs="?", help="output folder (or -o)")
     p.add_argument("-o", "--output", dest="output", help="output folder")
     p.add_argument("--method", help="merge method (see `agentmerge methods`)")
-    p.add_argument("--base", help="base model folder or hub id")
-    p.add_argument("--model", action="append", default=[], help="a model to merge (repeat)")
+    p.add_argument("--base", help="base model folder or hub id (org/name, org/name@revision)")
+    p.add_argument(
+        "--model", action="append", default=[], help="a model to merge: folder or org/name[@revision] (repeat)"
+    )
     p.add_argument("--weights", help="comma-separated weights, one per --model")
     p.add_argument("--fisher", action="append", default=[], help="Fisher of each --model, in order (fisher methods)")
     p.add_argument("--param", action="append", default=[], metavar="NAME=VALUE", help="method parameter (repeat)")
@@ -136,6 +141,11 @@ def _merge_parser(sub: Any) -> None:
         "--force-any",
         action="store_true",
         help="replace whatever is at the output path (never an input, a parent of one, or the current folder)",
+    )
+    p.add_argument(
+        "--hash",
+        choices=HASH_MODES,
+        help="digests of the inputs in merge.json: fast (sha256 when free, else xxh3_128; default), sha256, none",
     )
     p.add_argument("--quiet", action="store_true", help="no progress bars")
     p.add_argument("--json", action="store_true", help="print the result as JSON")
@@ -211,15 +221,15 @@ def cmd_merge(args: argparse.Namespace) -> int:
         plan = plan_merge(cfg, out, force=args.force, force_any=args.force_any)
         print(json.dumps(plan.to_dict(), indent=2) if args.json else plan.text())
         return 0
-    result = merge(cfg, out, force=args.force, quiet=args.quiet, force_any=args.force_any)
+    result = merge(cfg, out, force=args.force, quiet=args.quiet, force_any=args.force_any, hashing=args.hash)
     if args.json:
         print(json.dumps(result.to_dict(), indent=2))
     elif not args.quiet:
-        from agentmerge.provenance import duplicate_inputs
+        from agentmerge.provenance import input_warnings
         from agentmerge.report import merge_summary
 
         record = json.loads((result.out_dir / "merge.json").read_text())
-        print(merge_summary(cfg, result, duplicate_inputs(cfg, record)), file=sys.stderr)
+        print(merge_summary(cfg, result, input_warnings(cfg, record)), file=sys.stderr)
     return 0
 
 
@@ -233,6 +243,17 @@ def _probe_parser(sub: Any) -> None:
     p.add_argument(
         "--epsilon", type=float, default=EPSILON_DEFAULT, help=f"update threshold (default {EPSILON_DEFAULT:g})"
     )
+    p.add_argument(
+        "--mask-dtype", default="none", help="grid of the update test: none, base, float32, bfloat16, float16"
+    )
+    p.add_argument(
+        "--mask-ulps", type=int, default=1, help="grid rule: an update moves theta_0 by >= k ulps (default 1)"
+    )
+    p.add_argument(
+        "--epsilon-rule", default="fixed", help="fixed (--epsilon), percentile or valley, per agent and tensor"
+    )
+    p.add_argument("--epsilon-q", type=float, default=50.0, help="percentile rule: percent counted as no update")
+    p.add_argument("--seed", type=int, default=0, help="valley rule: seed of the subsample of large tensors")
     p.add_argument("--r", type=float, default=0.1, help="RAM+ r for the reported lambda (default 0.1)")
     p.add_argument("--alpha", type=float, default=2.0, help="RAM+ alpha for the reported lambda (default 2)")
     p.add_argument("--json", dest="json_out", help="write the full result as JSON here")
@@ -246,12 +267,21 @@ def _probe_parser(sub: Any) -> None:
 def cmd_probe(args: argparse.Namespace) -> int:
     with heavy_imports():
         from agentmerge.probe import probe
-        from agentmerge.report import agents_table, plot_probe, probe_markdown
+        from agentmerge.report import agents_table, plot_probe, probe_markdown, probe_rule_text
 
-    check_probe_args(args)
+    mask = check_probe_args(args)
     result = probe(
-        args.base, args.models, epsilon=args.epsilon, r=args.r, alpha=args.alpha, threads=args.threads, quiet=args.quiet
+        args.base,
+        args.models,
+        epsilon=args.epsilon,
+        r=args.r,
+        alpha=args.alpha,
+        threads=args.threads,
+        quiet=args.quiet,
+        mask=mask,
+        seed=args.seed,
     )
+    print(probe_rule_text(result))
     print(agents_table(result.agents, result.independent))
     if args.json_out:
         write_report(args.json_out, json.dumps(result.to_dict(), indent=2) + "\n", "--json")
@@ -262,22 +292,31 @@ def cmd_probe(args: argparse.Namespace) -> int:
     return 0
 
 
-def check_probe_args(args: argparse.Namespace) -> None:
-    """probe's parameters are checked as merge checks them (ram_plus's ranges), and no report lands in an input."""
+def check_probe_args(args: argparse.Namespace) -> dict[str, ParamValue]:
+    """probe's parameters are checked as merge checks them (ram_plus's ranges), and no report lands in an input.
+
+    Returns the mask parameters, checked.
+    """
     spec = METHODS["ram_plus"]
-    for name, value in (("epsilon", args.epsilon), ("r", args.r), ("alpha", args.alpha)):
+    mask: dict[str, ParamValue] = {}
+    for name in ("epsilon", "mask_dtype", "mask_ulps", "epsilon_rule", "epsilon_q", "r", "alpha"):
         param = spec.param(name)
         assert param is not None
         try:
-            param.check(value, "probe")
+            mask[name] = param.check(getattr(args, name), "probe")
         except ValueError as e:
-            raise ConfigError(f"--{name}: {e}") from None
+            raise ConfigError(f"--{name.replace('_', '-')}: {e}") from None
+    try:
+        check_mask(mask)
+    except ValueError as e:
+        raise ConfigError(f"probe: {e}") from None
     if args.threads is not None and args.threads < 1:
         raise ConfigError(f"--threads must be at least 1 (got {args.threads})")
     for flag, path in (("--json", args.json_out), ("--markdown", args.markdown), ("--plot", args.plot)):
         if path:
             refuse_report_inside_inputs(Path(path), [args.base, *args.models], flag)
             check_report_path(Path(path), flag)
+    return {k: mask[k] for k in ("mask_dtype", "mask_ulps", "epsilon_rule", "epsilon_q")}
 
 
 # --------------------------------------------------------------------------- fisher
@@ -352,18 +391,71 @@ def cmd_methods(args: argparse.Namespace) -> int:
 
 
 def _convert_parser(sub: Any) -> None:
-    p = sub.add_parser("convert-config", help="print the native YAML equivalent of a mergekit config")
-    p.add_argument("config", help="mergekit YAML file (with merge_method)")
+    p = sub.add_parser(
+        "convert-config", help="translate a mergekit config into the native YAML, or (--to mergekit) the reverse"
+    )
+    p.add_argument("config", help="mergekit YAML file (with merge_method); with --to mergekit, a native config")
+    p.add_argument(
+        "--to", choices=("native", "mergekit"), default="native", help="the format to write (default: native)"
+    )
+    p.add_argument("-o", "--output", help="write the YAML to this file instead of stdout")
     p.set_defaults(func=cmd_convert)
 
 
 def cmd_convert(args: argparse.Namespace) -> int:
-    from agentmerge.config import config_from_dict
+    from agentmerge.config import config_from_dict, read_config
     from agentmerge.mergekit_compat import load_mergekit
 
-    conv = load_mergekit(args.config)
-    config_from_dict(conv.config, args.config)  # refuse what would not merge
-    print(conv.to_yaml(), end="")
+    if args.to == "mergekit":
+        from agentmerge.mergekit_export import to_mergekit
+
+        data, notes = read_config(args.config)  # a mergekit file is read too: its import notes come first
+        exported = to_mergekit(config_from_dict(data, args.config), args.config)
+        exported.notes[:0] = notes
+        text, notes = exported.to_yaml(), exported.notes
+    else:
+        conv = load_mergekit(args.config)
+        config_from_dict(conv.config, args.config)  # refuse what would not merge
+        text, notes = conv.to_yaml(), conv.notes
+    if not args.output:
+        print(text, end="")
+        return 0
+    if Path(args.output).expanduser().resolve() == Path(args.config).expanduser().resolve():
+        raise ConfigError(f"{args.output}: -o names the config being converted; give another file name")
+    write_report(args.output, text, "-o")
+    for note in notes:
+        print(f"agentmerge: note: {note}", file=sys.stderr)
+    return 0
+
+
+# --------------------------------------------------------------------------- weights conversion
+
+
+def _convert_weights_parser(sub: Any) -> None:
+    p = sub.add_parser(
+        "convert", help="write any readable input (verl, DCP, MODEL+ADAPTER, .bin) as a safetensors model folder"
+    )
+    p.add_argument("src", help="verl actor folder (or the step folder holding actor/), DCP folder, model folder")
+    p.add_argument("dst", help="new output folder")
+    p.add_argument("--dtype", default="keep", choices=("keep", "bf16", "fp16", "fp32"), help="floating tensors' dtype")
+    p.add_argument("--max-shard-size", default="5GB", help="largest output file (default 5GB)")
+    p.add_argument("--model-files", help="folder with config.json and the tokenizer (default: found beside SRC)")
+    p.set_defaults(func=cmd_convert_weights)
+
+
+def cmd_convert_weights(args: argparse.Namespace) -> int:
+    from agentmerge.units import parse_size
+
+    try:
+        parse_size(args.max_shard_size)
+    except ValueError as e:
+        raise ConfigError(f"--max-shard-size: {e}") from None
+    with heavy_imports():
+        from agentmerge.convert import convert
+
+    shard = args.max_shard_size
+    out = convert(args.src, args.dst, dtype=args.dtype, max_shard_size=shard, model_files=args.model_files)
+    print(f"wrote {args.src} as a safetensors model folder: {out}", file=sys.stderr)
     return 0
 
 
@@ -544,6 +636,7 @@ def build_parser() -> argparse.ArgumentParser:
     _methods_parser(sub)
     _fisher_parser(sub)
     _convert_parser(sub)
+    _convert_weights_parser(sub)
     _lm_eval_parser(sub)
     _eval_parser(sub)
     _sweep_parser(sub)

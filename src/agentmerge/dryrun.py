@@ -10,14 +10,16 @@ from __future__ import annotations
 import os
 import shutil
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from agentmerge.checkpoint import Readable, plan_shards
 from agentmerge.config import MergeConfig
 from agentmerge.plan import make_plan, planned_tensors
+from agentmerge.report import input_lines
 from agentmerge.safety import check_output_target, check_writable_parent
+from agentmerge.sources import output_sources
 from agentmerge.stream import Inputs
 from agentmerge.validate import check_tokenizer_source, input_refs
 
@@ -45,6 +47,7 @@ class DryRunPlan:
     disk_free: int | None
     read_speed: float | None  # bytes/s measured on the inputs
     est_seconds: float | None  # reading time only: a lower bound on the merge time
+    inputs: list[str] = field(default_factory=list)  # added vocabulary rows, tokenizer source, its warnings
 
     def to_dict(self) -> dict[str, Any]:
         return dict(self.__dict__)
@@ -68,7 +71,7 @@ class DryRunPlan:
                 f"estimate: at least ~{self.est_seconds:.1f} s to read the inputs at the measured "
                 f"{self.read_speed / 1e6:.0f} MB/s; the method's CPU time and cold caches come on top"
             )
-        return "\n".join(lines)
+        return "\n".join(lines + self.inputs)
 
 
 def _gb(n: int) -> str:
@@ -87,7 +90,9 @@ def plan_merge(
     inputs = Inputs.for_merge(cfg)
     try:
         n = len(inputs.models)
-        plan = make_plan(cfg, inputs.reference, n, cfg.threads or os.cpu_count() or 1)
+        sources = output_sources(cfg, inputs.reference, inputs.models, inputs.vocab)  # refusals as in a merge
+        notes = input_lines(inputs.vocab.record([m.label for m in cfg.models]), sources.record())
+        plan = make_plan(cfg, inputs.reference, n, cfg.threads or os.cpu_count() or 1, inputs.vocab)
         shards = plan_shards(planned_tensors(plan.jobs), cfg.shard_bytes)
         sizes = {name: info.nbytes for name, info in inputs.reference.tensors.items()}
         fisher_pass = cfg.spec.model_pass is not None and any(float(j.params.get("r", 0)) > 0 for j in plan.merged)
@@ -117,6 +122,7 @@ def plan_merge(
         _disk_free(out),
         speed,
         est,
+        notes,
     )
 
 

@@ -36,6 +36,7 @@ from agentmerge.checkpoint import (
     plan_shards,
 )
 from agentmerge.errors import AgentMergeError
+from agentmerge.trainer import open_weights, trainer_config_folder
 from agentmerge.units import parse_size
 from agentmerge.validate import FISHER_MARK, check_fisher_role
 
@@ -62,19 +63,44 @@ class Sample:
 
 
 def load_causal_lm(path: str | Path) -> Any:
-    """A transformers causal LM in float32, eval mode, on the CPU."""
-    from transformers import AutoModelForCausalLM
+    """A transformers causal LM in float32, eval mode, on the CPU; a trainer checkpoint (verl, DCP) is built
+    from its config.json and given its weights (``trainer.open_weights``)."""
+    from transformers import AutoConfig, AutoModelForCausalLM
 
-    model: Any = AutoModelForCausalLM.from_pretrained(str(path), dtype=torch.float32)
+    folder = trainer_config_folder(path)
+    if folder is None:
+        model: Any = AutoModelForCausalLM.from_pretrained(str(path), dtype=torch.float32)
+    else:
+        config = AutoConfig.from_pretrained(str(folder))
+        model = AutoModelForCausalLM.from_config(config, dtype=torch.float32)  # type: ignore[no-untyped-call]
+        _load_trainer_weights(model, path)
     model.eval()
     return model
+
+
+def _load_trainer_weights(model: Any, path: str | Path) -> None:
+    """Every parameter from the trainer checkpoint (tied ones may be stored once); a tensor the model lacks,
+    or one it needs and the checkpoint lacks, is an error naming it."""
+    weights = open_weights(path)
+    try:
+        state = {n: weights.read(n).view(i.shape).float() for n, i in weights.tensors.items()}
+    finally:
+        weights.close()
+    missing, unexpected = model.load_state_dict(state, strict=False)
+    ties = getattr(model.config, "tie_word_embeddings", False)
+    tied = set(getattr(model, "_tied_weights_keys", None) or []) if ties else set()
+    missing = [m for m in missing if m not in tied]
+    if missing or unexpected:
+        what = f"lacks {missing[0]!r}" if missing else f"has {unexpected[0]!r}, which the model does not"
+        raise AgentMergeError(f"{path}: the checkpoint {what}; it does not match its config.json")
+    model.tie_weights()
 
 
 def config_parameters(path: str | Path) -> int:
     """Parameters of the causal LM that ``path``'s config.json describes, counted on the meta device (no memory)."""
     from transformers import AutoConfig, AutoModelForCausalLM
 
-    config = AutoConfig.from_pretrained(str(path))
+    config = AutoConfig.from_pretrained(str(trainer_config_folder(path) or path))
     with torch.device("meta"):
         skeleton = AutoModelForCausalLM.from_config(config)  # type: ignore[no-untyped-call]
     return int(sum(p.numel() for p in skeleton.parameters()))
@@ -154,8 +180,9 @@ def write_fisher(
     if folder.exists() and (not folder.is_dir() or any(folder.iterdir())):
         raise AgentMergeError(f"{folder}: already holds files; choose a new or empty folder for the Fisher")
     torch_dtype = dtype_from_name(dtype)
-    with Checkpoint(model_path) as ckpt:
-        infos = [i for i in ckpt.tensors.values() if i.dtype.is_floating_point]
+    weights = open_weights(model_path)
+    infos = [i for i in weights.tensors.values() if i.dtype.is_floating_point]
+    weights.close()
     planned = [PlannedTensor(i.name, torch_dtype, i.shape) for i in infos]
     with atomic_output_dir(folder) as tmp:
         mark = dict([FISHER_MARK])
@@ -182,9 +209,13 @@ def write_fisher(
 def check_causal_lm_folder(model_path: str | Path) -> None:
     """One-line errors, before transformers builds anything, for a folder that cannot be a causal LM: broken
     weights (agentmerge's own checks), a Fisher file, or a config.json that does not match the weights."""
-    with Checkpoint(model_path) as ckpt:  # a broken folder fails here with agentmerge's own one-line errors
-        check_fisher_role(ckpt, fisher=False)
-        stored = sum(i.numel for i in ckpt.tensors.values() if i.dtype.is_floating_point)
+    weights = open_weights(model_path)  # a broken folder fails here with agentmerge's own one-line errors
+    try:
+        if isinstance(weights, Checkpoint):
+            check_fisher_role(weights, fisher=False)
+        stored = sum(i.numel for i in weights.tensors.values() if i.dtype.is_floating_point)
+    finally:
+        weights.close()
     wanted = _transformers_step(model_path, "read its config.json", lambda: config_parameters(model_path))
     if wanted > 1.5 * stored + 1024:  # e.g. a config.json without sizes: transformers would build a 7B default
         raise AgentMergeError(
@@ -217,7 +248,7 @@ def estimate_fisher(
         from transformers import AutoTokenizer
 
         chosen = list(texts)[:samples] if samples else list(texts)
-        source = tokenizer or model_path
+        source = tokenizer or trainer_config_folder(model_path) or model_path
         tok = _transformers_step(source, "load its tokenizer", lambda: AutoTokenizer.from_pretrained(str(source)))
         data = text_samples(tok, chosen, max_tokens)
         mode = "texts"

@@ -3,7 +3,8 @@
 ``mdoels/agent0`` has the shape of a hub id (``owner/name``), but when ``models/agent0`` exists here it is
 a typo of a local path, and fetching it from the hub would fail later with a confusing message (or,
 worse, download someone else's model). A reference looks local when it starts with ``.``, ``/`` or ``~``,
-has more than one separator, or its first part (or a close spelling of it) is a folder here.
+has more than one separator, or its first part (or a close spelling of it) is a folder here. A local
+folder with ``adapter_config.json`` is a PEFT LoRA adapter (``is_adapter``).
 """
 
 from __future__ import annotations
@@ -11,6 +12,8 @@ from __future__ import annotations
 import difflib
 import os
 from pathlib import Path
+
+ADAPTER_CONFIG = "adapter_config.json"  # what makes a folder a PEFT adapter (read by lora.py)
 
 
 def _close(word: str, options: list[str]) -> str | None:
@@ -72,3 +75,9 @@ def missing_local_message(ref: str) -> str:
     hint = suggest_local(ref)
     tail = f" (did you mean {hint!r}?)" if hint and hint != ref else ""
     return f"{ref}: no such file or folder{tail}"
+
+
+def is_adapter(ref: str | Path) -> bool:
+    """Whether ``ref`` is a local PEFT adapter folder."""
+    path = Path(ref).expanduser()
+    return path.is_dir() and (path / ADAPTER_CONFIG).is_file()

@@ -29,18 +29,12 @@ from typing import Any
 
 import torch
 
-from agentmerge.checkpoint import Checkpoint, TensorInfo, resolve_model_path
+from agentmerge.checkpoint import Checkpoint, Readable, TensorInfo, resolve_model_path
 from agentmerge.errors import CheckpointError
+from agentmerge.localpath import ADAPTER_CONFIG, is_adapter
 
-ADAPTER_CONFIG = "adapter_config.json"
 _PREFIX = "base_model.model."
 _LORA_KEY = re.compile(r"^(?P<module>.+)\.(?P<part>lora_A|lora_B|lora_embedding_A|lora_embedding_B)(?:\.weight)?$")
-
-
-def is_adapter(ref: str | Path) -> bool:
-    """Whether ``ref`` is a local PEFT adapter folder."""
-    path = Path(ref).expanduser()
-    return path.is_dir() and (path / ADAPTER_CONFIG).is_file()
 
 
 def split_model_plus_adapter(ref: str) -> tuple[str, str] | None:
@@ -65,7 +59,7 @@ class LoraModule:
 class LoraModel:
     """An adapter applied to a host checkpoint, read like a ``Checkpoint`` (its floating tensors in float32)."""
 
-    def __init__(self, adapter: str | Path, host: Checkpoint, *, owns_host: bool = False) -> None:
+    def __init__(self, adapter: str | Path, host: Readable, *, owns_host: bool = False) -> None:
         self.ref = str(adapter)
         self.path = resolve_model_path(adapter)
         self.folder = self.path
@@ -193,7 +187,7 @@ def _read_config(folder: Path) -> dict[str, Any]:
     return cfg
 
 
-def _check_base(folder: Path, cfg: Mapping[str, Any], host: Checkpoint) -> None:
+def _check_base(folder: Path, cfg: Mapping[str, Any], host: Readable) -> None:
     """An adapter whose ``base_model_name_or_path`` is a local folder must be applied to that very folder."""
     named = cfg.get("base_model_name_or_path")
     if not isinstance(named, str) or not named:
@@ -220,7 +214,7 @@ def _scale(cfg: Mapping[str, Any], module: str) -> float:
 
 
 def _plan(
-    adapter: Any, host: Checkpoint, cfg: Mapping[str, Any], folder: Path
+    adapter: Any, host: Readable, cfg: Mapping[str, Any], folder: Path
 ) -> tuple[dict[str, LoraModule], dict[str, str]]:
     """``({target tensor: LoraModule}, {host tensor: adapter tensor replacing it})``; anything else is refused."""
     parts: dict[str, dict[str, str]] = {}
@@ -241,7 +235,7 @@ def _plan(
 
 
 def _module(
-    module: str, found: dict[str, str], adapter: Any, host: Checkpoint, cfg: Mapping[str, Any], folder: Path
+    module: str, found: dict[str, str], adapter: Any, host: Readable, cfg: Mapping[str, Any], folder: Path
 ) -> LoraModule:
     """One target's update, shapes checked: A ``[r, X]``, B ``[Y, r]``, target ``[Y, X]`` (``[X, Y]`` transposed)."""
     embedding = "lora_embedding_A" in found or "lora_embedding_B" in found

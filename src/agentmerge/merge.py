@@ -25,42 +25,57 @@ from tqdm import tqdm
 
 from agentmerge.checkpoint import ShardWriter, atomic_output_dir, finish_model_files, plan_shards
 from agentmerge.config import MergeConfig
-from agentmerge.deltas import histogram_from_patterns, overlap_histogram, rho_from_histogram, update_mask
+from agentmerge.deltas import histogram_from_patterns, overlap_histogram, rho_from_histogram
+from agentmerge.digests import InputDigests, hash_mode
+from agentmerge.masks import Levels, tensor_mask
 from agentmerge.methods import ram_lambda
 from agentmerge.plan import MergePlan, TensorJob, make_plan, planned_tensors
-from agentmerge.provenance import InputHashes, MergeResult, reproducibility_record
+from agentmerge.provenance import MergeResult, reproducibility_record
 from agentmerge.report import model_card
 from agentmerge.safety import check_output_target
+from agentmerge.sources import OutputSources, output_sources
 from agentmerge.spec import Params, TensorSource, TensorStats
-from agentmerge.stream import Inputs, Scratch, overlap_stats, run_parallel, run_rounds, torch_threads
+from agentmerge.stream import Inputs, Scratch, mask_levels, overlap_stats, run_parallel, run_rounds, torch_threads
 from agentmerge.validate import check_output_chunk, check_tokenizer_source, input_refs
+from agentmerge.vocab import new_rows
 
 __all__ = ["MergeResult", "count_overlaps", "merge"]
 
 
 def merge(
-    cfg: MergeConfig, out_dir: str | Path, *, force: bool = False, quiet: bool = False, force_any: bool = False
+    cfg: MergeConfig,
+    out_dir: str | Path,
+    *,
+    force: bool = False,
+    quiet: bool = False,
+    force_any: bool = False,
+    hashing: str | None = None,
 ) -> MergeResult:
     """Merge ``cfg.models`` into ``out_dir`` (written atomically). Returns what was done.
 
     ``force`` replaces an earlier agentmerge output at ``out_dir``; ``force_any`` any other folder (see ``safety``).
+    ``hashing`` (``fast``, ``sha256``, ``none``; default ``$AGENTMERGE_HASH``, else ``fast``) is how merge.json
+    identifies the input files (``digests``).
     """
     t0 = time.perf_counter()
+    mode = hash_mode(hashing)
     out = Path(out_dir)
     check_output_target(out, input_refs(cfg), force=force, force_any=force_any)
     if cfg.tokenizer_source:
         check_tokenizer_source(cfg.tokenizer_source)
     inputs = Inputs.for_merge(cfg)
     try:
-        plan = make_plan(cfg, inputs.reference, len(inputs.models), cfg.threads or os.cpu_count() or 1)
+        sources = output_sources(cfg, inputs.reference, inputs.models, inputs.vocab)
+        plan = make_plan(cfg, inputs.reference, len(inputs.models), cfg.threads or os.cpu_count() or 1, inputs.vocab)
         inputs.check_extras([j.name for j in plan.merged])
-        hashes = InputHashes.start(inputs.checkpoints)  # sha256 of the inputs for merge.json, in the background
+        hashes = InputDigests.start([f for c in inputs.checkpoints for f in c.weight_files], mode)  # for merge.json
         try:
             with torch_threads(1), atomic_output_dir(out, force=force or force_any) as tmp:
                 collected = statistics_pass(plan, inputs, quiet)
                 write_pass(plan, inputs, collected, tmp, quiet)
                 result = _result(cfg, plan, collected, tmp, time.perf_counter() - t0)
-                _finish_folder(cfg, inputs, result, hashes)
+                result = replace(result, vocab=inputs.vocab.record(result.model_labels), sources=sources.record())
+                _finish_folder(cfg, inputs, result, hashes, sources)
         except BaseException:
             hashes.cancel()
             raise
@@ -76,9 +91,10 @@ def count_overlaps(cfg: MergeConfig, *, quiet: bool = True) -> None:
     """
     inputs = Inputs.for_merge(cfg)
     try:
-        plan = make_plan(cfg, inputs.reference, len(inputs.models), cfg.threads or os.cpu_count() or 1)
+        plan = make_plan(cfg, inputs.reference, len(inputs.models), cfg.threads or os.cpu_count() or 1, inputs.vocab)
         with torch_threads(1):
-            overlap_stats(inputs, plan.thresholds(), plan.threads, plan.chunk, quiet)
+            levels = mask_levels(inputs, plan.rules(), plan.threads, plan.chunk, quiet)
+            overlap_stats(inputs, plan.rules(), plan.threads, plan.chunk, quiet, levels)
     finally:
         inputs.close()
 
@@ -96,6 +112,7 @@ class Collected:
     groups: dict[str, str] = field(default_factory=dict)  # tensor -> its RAM+ rescaling group (grouped scopes)
     group_hists: dict[str, torch.Tensor] = field(default_factory=dict)  # [N, N] summed over each group
     model_stat: Any = None  # the method's whole-model statistics (``Method.model_pass``)
+    levels: dict[str, Levels] = field(default_factory=dict)  # adaptive mask rules: per-agent thresholds per tensor
     _lock: threading.Lock = field(default_factory=threading.Lock)
     _preparing: dict[str, threading.Lock] = field(default_factory=dict)
 
@@ -109,10 +126,12 @@ class Collected:
 
     def stats(self, name: str, prepared: Any = None) -> TensorStats:
         group = self.group_hists.get(self.groups[name]) if name in self.groups else None
-        return TensorStats(self.hists.get(name), self.model_hist, prepared, group, self.model_stat)
+        return TensorStats(
+            self.hists.get(name), self.model_hist, prepared, group, self.model_stat, self.levels.get(name)
+        )
 
     def group_by(self, groups: dict[str, str]) -> None:
-        """Sum the tensors' histograms over their groups (tensor -> group), in plan order."""
+        """Sum the tensors' histograms (each under its tensor's mask rule) over their groups, in plan order."""
         self.groups = groups
         for name, group in groups.items():
             hist = self.hists[name]
@@ -129,14 +148,15 @@ class Collected:
 
 
 def statistics_pass(plan: MergePlan, inputs: Inputs, quiet: bool) -> Collected:
-    """What must be known before merging: overlap histograms (RAM+) and the compiled kernel's thresholds."""
+    """What must be known before merging: adaptive mask thresholds, overlap histograms (RAM+), compiled thresholds."""
     collected = Collected()
+    collected.levels = mask_levels(inputs, plan.rules(), plan.threads, plan.chunk, quiet)
     if plan.method.needs_model_stats:
-        collected.hists = overlap_stats(inputs, plan.thresholds(), plan.threads, plan.chunk, quiet)
+        collected.hists = overlap_stats(inputs, plan.rules(), plan.threads, plan.chunk, quiet, collected.levels)
         collected.model_hist = collected.total(len(inputs.models))
         collected.group_by(plan.groups())
     if plan.method.model_pass is not None:
-        collected.model_stat = plan.method.model_pass(inputs, plan, quiet)
+        collected.model_stat = plan.method.model_pass(inputs, plan, quiet, collected.levels)
     rounds = plan.method.compiled.rounds if plan.compiled and plan.method.compiled else None
     if rounds is not None:
         jobs = [j for j in plan.merged if j.chunked and rounds.wanted(plan.spec(j, 0, j.numel))]
@@ -153,6 +173,7 @@ def write_pass(plan: MergePlan, inputs: Inputs, collected: Collected, folder: Pa
     writer = ShardWriter(folder, plan_shards(tensors, plan.shard_bytes), tensors)
     chunks = ChunkWriter(plan, inputs, collected, writer)
     tasks = [chunks.task(job, s, e) for job in plan.jobs for s, e in job.chunks]
+    tasks += [chunks.added_task(job, s, e) for job, s, e in plan.added_tasks()]
     label = f"merge {plan.method.name} ({plan.kernels} kernels)"
     try:
         with tqdm(total=len(tasks), desc=label, unit="chunk", disable=quiet) as bar:
@@ -175,6 +196,16 @@ class ChunkWriter:
 
     def task(self, job: TensorJob, start: int, stop: int) -> Any:
         return lambda: self.write(job, start, stop)
+
+    def added_task(self, job: TensorJob, start: int, stop: int) -> Any:
+        return lambda: self.write_added(job, start, stop)
+
+    def write_added(self, job: TensorJob, start: int, stop: int) -> None:
+        """Added vocabulary rows: the adding agent's values, or the weighted mean of several (``vocab.new_rows``)."""
+        assert job.resized is not None
+        adders = list(job.resized.adders)
+        values = self.inputs.read_added(job.name, adders, start, stop)
+        self._put(job, start, new_rows(values, self.plan.weights[adders]).to(job.out_dtype))
 
     def write(self, job: TensorJob, start: int, stop: int) -> None:
         if not job.merged:
@@ -202,7 +233,8 @@ class ChunkWriter:
         spec = self.plan.spec(job, start, stop, self.collected.stats(job.name, self._prepared(job)))
         delta = self.plan.method.kernel(spec.with_values(ref, tau, self._extras(job, start, stop)))
         if not self.plan.method.needs_model_stats:
-            self.collected.add_hist(job.name, overlap_histogram(update_mask(tau, job.eps)))
+            mask = tensor_mask(tau, ref, job.rule, self.collected.levels.get(job.name))
+            self.collected.add_hist(job.name, overlap_histogram(mask))
         self._put(job, start, (ref + delta).to(job.out_dtype))
 
     def _put(self, job: TensorJob, start: int, values: torch.Tensor) -> None:
@@ -280,10 +312,20 @@ def _scale_row(group: str, rho: list[float], params: Params, labels: list[str]) 
     return {"group": group, "agents": agents}
 
 
-def _finish_folder(cfg: MergeConfig, inputs: Inputs, result: MergeResult, hashes: InputHashes) -> None:
-    """Config, tokenizer, merge.json and the model card next to the shards."""
-    tokenizer = Path(cfg.tokenizer_source).expanduser() if cfg.tokenizer_source else None
-    finish_model_files(result.out_dir, inputs.reference.folder, tokenizer, cfg.dtype)
+def _finish_folder(
+    cfg: MergeConfig, inputs: Inputs, result: MergeResult, hashes: InputDigests, sources: OutputSources
+) -> None:
+    """Config, tokenizer, generation config, merge.json and the model card next to the shards."""
+    gen = sources.generation_config
+    finish_model_files(
+        result.out_dir,
+        inputs.reference.folder,
+        sources.source.folder,
+        cfg.dtype,
+        generation=gen.folder if gen else None,
+        config_values=sources.config_ids,
+        vocab_size=inputs.vocab.out_rows,
+    )
     record = reproducibility_record(cfg, inputs.checkpoints, result, hashes)
     (result.out_dir / "merge.json").write_text(json.dumps(record, indent=2) + "\n")
     (result.out_dir / "README.md").write_text(model_card(cfg, result))

@@ -3,9 +3,10 @@
 A mergekit config is recognised by its ``merge_method`` key. The translation covers the methods both
 tools have (``registry.MERGEKIT``), top-level and per-model ``parameters`` (plain values, and filtered
 values for global parameters, which become ``overrides``), ``base_model``, ``dtype`` / ``out_dtype``
-and ``tokenizer_source``. Everything else (``slices``, ``modules``, gradients, LoRA references,
-revisions, a ``union`` tokenizer...) is refused with a ``ConfigError`` that names the key, never
-silently dropped. Harmless differences are returned as notes for the user to read.
+and ``tokenizer_source``; model references (``org/name@rev`` and ``{path, revision}`` become our
+``org/name@rev``, ``model+lora`` our ``MODEL+ADAPTER``). Everything else (``slices``, ``modules``,
+gradients, a revision on a local path, a ``union`` tokenizer...) is refused with a ``ConfigError`` that
+names the key, never silently dropped. Harmless differences are returned as notes for the user to read.
 
     conv = from_mergekit(yaml.safe_load(text))
     conv.config   # a dict for ``config_from_dict``
@@ -22,6 +23,7 @@ from typing import Any
 import yaml
 
 from agentmerge.errors import ConfigError
+from agentmerge.hubref import split_revision
 from agentmerge.registry import MERGEKIT, MERGEKIT_WITHOUT_COUNTERPART, METHODS, MethodMap, Scalar
 from agentmerge.spec import Method
 from agentmerge.userinput import did_you_mean, read_yaml
@@ -49,13 +51,13 @@ SPECIAL = ("weight", "normalize", "rescale", "int8_mask")  # handled by dedicate
 
 @dataclass
 class Converted:
-    """A native config dict and the notes on anything translated approximately."""
+    """A translated config dict (native, or mergekit's for ``mergekit_export``) and the notes on it."""
 
     config: dict[str, Any]
     notes: list[str] = field(default_factory=list)
 
     def to_yaml(self) -> str:
-        """The native YAML, with the notes as leading comments."""
+        """The YAML, with the notes as leading comments."""
         head = "".join(f"# note: {n}\n" for n in self.notes)
         return head + yaml.safe_dump(self.config, sort_keys=False)
 
@@ -186,7 +188,9 @@ def _mapping(value: object, where: str) -> dict[str, Any]:
 
 
 def _model_ref(ref: object, where: str) -> str:
-    """A mergekit model reference -> a path, a hub id, or ``MODEL+ADAPTER`` (a LoRA on a model); revisions refused."""
+    """A mergekit model reference -> a path, a hub id (``org/name@rev`` with a revision), or ``MODEL+ADAPTER``."""
+    if isinstance(ref, Mapping) and "path" in ref:
+        return _path_of(ref, where)  # {path, revision}: mergekit's ModelPath, written where a model goes
     if isinstance(ref, Mapping):
         extra = set(ref) - {"model", "lora", "override_architecture"}
         if extra or ref.get("override_architecture"):
@@ -203,17 +207,30 @@ def _model_ref(ref: object, where: str) -> str:
     if not isinstance(ref, str) or not ref:
         raise ConfigError(f"{where}: expected a model path or hub id (got {ref!r})")
     if Path(ref).expanduser().exists():
-        return ref
-    if "@" in ref:
-        raise ConfigError(f"{where}: 'model@revision' references are not supported; download that revision first")
-    return ref  # a hub id, or MODEL+ADAPTER (checked when the inputs are opened)
+        return ref  # a local folder wins, '@' in its name or not
+    if ref.count("@") > 1 or any("@" in part and split_revision(part) is None for part in ref.split("+")):
+        raise ConfigError(f"{where}: {ref!r}: '@revision' is read after a hub id (org/name@rev) only, once per model")
+    return ref  # a hub id (with its revision), or MODEL+ADAPTER (checked when the inputs are opened)
 
 
 def _path_of(entry: Mapping[str, Any], where: str) -> str:
-    """mergekit's ``{path: ..., revision: ...}`` form."""
-    if entry.get("revision"):
-        raise ConfigError(f"{where}: model revisions are not supported; download that revision first")
-    return _model_ref(entry.get("path"), where)
+    """mergekit's ``{path: ..., revision: ...}`` form -> ``path`` or ``org/name@revision``."""
+    extra = set(entry) - {"path", "revision"}
+    if extra:
+        raise ConfigError(f"{where}: unknown key {sorted(map(str, extra))[0]!r} (expected path, revision)")
+    path, rev = entry.get("path"), entry.get("revision")
+    if rev is None:
+        return _model_ref(path, where)
+    if not isinstance(path, str) or not isinstance(rev, str) or not rev:
+        raise ConfigError(f"{where}: expected {{path: ORG/NAME, revision: REV}} (got {dict(entry)!r})")
+    if Path(path).expanduser().exists():
+        raise ConfigError(f"{where}: revision {rev!r} given for the local path {path!r}; remove it or name a hub id")
+    ref = f"{path}@{rev}"
+    if split_revision(ref) is None:
+        raise ConfigError(
+            f"{where}: {ref!r} is not a hub id with a revision (expected org/name and a branch, tag or commit)"
+        )
+    return ref
 
 
 def _models(raw: object, base: str | None, source: str, notes: list[str]) -> list[tuple[str, dict[str, Any]]]:
@@ -316,6 +333,8 @@ def _per_model_param(
         )
     for s, (_, v) in zip(specs, values, strict=True):
         s["params"] = {**s.get("params", {}), name: v}
+    if isinstance(top.get(key), bool | int | float | str):  # the tensor-wide value, as mergekit records it
+        params[name] = _translate(key, top[key], mmap, method, f"{source}: parameters.{key}")[1]
 
 
 def _global_param(

@@ -4,7 +4,8 @@ A kernel sees one ``Chunk`` (an element range of one tensor, every agent's task 
 returns the merged task vector ``tau*`` for those elements; the driver writes ``theta_0 + tau*``.
 Every kernel is elementwise given its chunk's statistics, so results do not depend on chunking.
 
-RAM (arXiv 2601.13572), per element p, with m_i = |tau_i| > eps and c = sum_i m_i:
+RAM (arXiv 2601.13572), per element p, with m_i = |tau_i| > eps and c = sum_i m_i (or another mask
+rule of ``masks.py``: a grid of ulps, a percentile or valley threshold per agent and tensor):
 
     tau*[p] = 0                                   c = 0   (untouched: keep the base)
             = lambda_i * tau_i[p]                 c = 1   (unique to agent i: no dilution)
@@ -20,7 +21,7 @@ the group's summed histogram, see ``groups.py``).
 election over the active agents: ``s = sgn(sum_{i: m_i} tau_i)``, ``tau* = mean of the active tau_i with
 sgn(tau_i) = s`` (0 when ``s = 0``), the primitive ``deltas.disjoint_merge`` with unit weights.
 
-``ram_fisher``: RAM's regions, with ``F_i = max(fisher_i, floor)``::
+``ram_fisher``: RAM's regions (m_i under the tensor's mask rule), with ``F_i = max(fisher_i, floor)``::
 
     tau*[p] = sum_{i: m_i} F_i tau_i / sum_{i: m_i} F_i          c >= 2
             = lambda_i * tau_i[p]                                c = 1
@@ -43,6 +44,7 @@ import torch
 
 from agentmerge.deltas import disjoint_merge, overlap_count, rho_from_histogram, safe_divide, sum_agents, update_mask
 from agentmerge.groups import GROUPED_SCOPES
+from agentmerge.masks import chunk_mask
 from agentmerge.spec import Chunk, ChunkSpec, Params
 
 
@@ -67,7 +69,13 @@ def ram_combine(tau: torch.Tensor, eps: float, lam: torch.Tensor | None = None, 
     ``shared="elect"``: on the shared region, TIES's sign election over the active agents and the mean of
     those agreeing with it (``deltas.disjoint_merge`` with unit weights).
     """
-    mask = update_mask(tau, eps)
+    return ram_regions(tau, update_mask(tau, eps), lam, shared)
+
+
+def ram_regions(
+    tau: torch.Tensor, mask: torch.Tensor, lam: torch.Tensor | None = None, shared: str = "mean"
+) -> torch.Tensor:
+    """``ram_combine`` given the ``[N, E]`` update mask (any mask rule, ``masks.chunk_mask``)."""
     count = overlap_count(mask)
     active = torch.where(mask, tau, 0.0)
     mean = sum_agents(active) / count.clamp(min=1)
@@ -80,7 +88,7 @@ def ram_combine(tau: torch.Tensor, eps: float, lam: torch.Tensor | None = None, 
 
 
 def ram(c: Chunk) -> torch.Tensor:
-    return ram_combine(c.tau, c.eps, shared=str(c.params.get("shared", "mean")))
+    return ram_regions(c.tau, chunk_mask(c), shared=str(c.params.get("shared", "mean")))
 
 
 def scope_histogram(spec: ChunkSpec) -> torch.Tensor | None:
@@ -100,7 +108,7 @@ def ram_plus_lambdas(spec: ChunkSpec) -> torch.Tensor:
 
 
 def ram_plus(c: Chunk) -> torch.Tensor:
-    return ram_combine(c.tau, c.eps, ram_plus_lambdas(c), str(c.params.get("shared", "mean")))
+    return ram_regions(c.tau, chunk_mask(c), ram_plus_lambdas(c), str(c.params.get("shared", "mean")))
 
 
 # --------------------------------------------------------------------------- RAM with Fisher weights
@@ -114,9 +122,8 @@ def fisher_values(c: Chunk) -> torch.Tensor:
     return f.float().clamp(min=float(c.params["floor"]))
 
 
-def fisher_mass(tau: torch.Tensor, fisher: torch.Tensor, eps: float) -> torch.Tensor:
-    """``[N, E]`` task vectors and floored Fisher -> ``[N, 2]`` float64: each agent's Fisher mass (unique, shared)."""
-    mask = update_mask(tau, eps)
+def fisher_mass(mask: torch.Tensor, fisher: torch.Tensor) -> torch.Tensor:
+    """``[N, E]`` update mask (the tensor's rule), floored Fisher -> ``[N, 2]`` float64 Fisher mass (unique, shared)."""
     count = overlap_count(mask)
     f = torch.where(mask, fisher, 0.0).double()
     return torch.stack([(f * (count == 1)).sum(1), (f * (count >= 2)).sum(1)], dim=1)
@@ -135,7 +142,7 @@ def fisher_lambdas(spec: ChunkSpec) -> torch.Tensor | None:
 
 def ram_fisher(c: Chunk) -> torch.Tensor:
     """RAM with a Fisher-weighted mean on the shared region: ``sum_i m_i F_i tau_i / sum_i m_i F_i``."""
-    mask = update_mask(c.tau, c.eps)
+    mask = chunk_mask(c)
     count = overlap_count(mask)
     active = torch.where(mask, c.tau, 0.0)
     f = torch.where(mask, fisher_values(c), 0.0)
@@ -148,7 +155,7 @@ def ram_fisher(c: Chunk) -> torch.Tensor:
 def unique_only(c: Chunk) -> torch.Tensor:
     """Dilution ablation: ``scale * tau_a`` where only agent ``a`` updated the element."""
     a = int(c.params["agent"])  # below N: the config checks it
-    mask = update_mask(c.tau, c.eps)
+    mask = chunk_mask(c)
     keep = mask[a] & (overlap_count(mask) == 1)
     return torch.where(keep, c.tau[a] * float(c.params["scale"]), 0.0)
 

@@ -17,14 +17,20 @@ from agentmerge.config import MergeConfig
 from agentmerge.deltas import RNG_BLOCK
 from agentmerge.fused.jit import available
 from agentmerge.groups import GROUPED_SCOPES, group_of
-from agentmerge.spec import ChunkSpec, Method, Params, TensorStats, update_threshold
+from agentmerge.masks import grid_of
+from agentmerge.spec import ChunkSpec, MaskRule, Method, Params, TensorStats, mask_rule, update_threshold
+from agentmerge.vocab import ResizedTensor, VocabPlan
 
 MAX_CHUNK = RNG_BLOCK  # elements per chunk at most (see chunk_elements)
 
 
 @dataclass(frozen=True)
 class TensorJob:
-    """One output tensor: how it is produced, its element ranges and (when merged) its parameters."""
+    """One output tensor: how it is produced, its element ranges and (when merged) its parameters.
+
+    ``shape``, ``numel`` and ``chunks`` are the base's tensor (for a vocabulary tensor with added rows, its
+    first ``V_base`` rows); ``resized`` then names the rows past them, which come from the adding agents.
+    """
 
     name: str
     out_dtype: torch.dtype
@@ -34,6 +40,17 @@ class TensorJob:
     chunks: tuple[tuple[int, int], ...]
     params: Params = field(default_factory=dict)  # the method's parameters for this tensor (after overrides)
     model_params: tuple[Params, ...] = ()  # per model, when any model sets params
+    resized: ResizedTensor | None = None  # the vocabulary rows the agents added (vocab.py), else None
+    rule: MaskRule = field(default_factory=MaskRule)  # what its masks and overlap statistics count as an update
+
+    @property
+    def out_shape(self) -> tuple[int, ...]:
+        """The written tensor's shape: the base's, with the added vocabulary rows."""
+        return self.resized.out_shape if self.resized is not None else self.shape
+
+    def added_chunks(self, chunk: int) -> tuple[tuple[int, int], ...]:
+        """Element ranges of the added rows (whole rows, about ``chunk`` elements each); () when none."""
+        return self.resized.extra_chunks(chunk) if self.resized is not None else ()
 
     @property
     def eps(self) -> float:
@@ -57,20 +74,24 @@ class MergePlan:
     weights: torch.Tensor  # [N] float32 model weights
     seed: int
     shard_bytes: int
-    compiled: bool  # the method's compiled kernel runs (numba present, at most 16 agents)
+    compiled: bool  # the method's compiled kernel runs (numba present, at most 16 agents, plain mask rules)
 
     @property
     def merged(self) -> list[TensorJob]:
         return [j for j in self.jobs if j.merged]
+
+    def added_tasks(self) -> list[tuple[TensorJob, int, int]]:
+        """``(job, start, stop)`` of every chunk of added vocabulary rows."""
+        return [(j, s, e) for j in self.jobs for s, e in j.added_chunks(self.chunk)]
 
     @property
     def kernels(self) -> str:
         """Which kernels merge: ``compiled`` (numba) or ``reference`` (torch)."""
         return "compiled" if self.compiled else "reference"
 
-    def thresholds(self) -> dict[str, float]:
-        """Each merged tensor's update threshold (the overlap statistics pass counts with these)."""
-        return {j.name: j.eps for j in self.merged}
+    def rules(self) -> dict[str, MaskRule]:
+        """Each merged tensor's mask rule (the overlap statistics pass counts with these)."""
+        return {j.name: j.rule for j in self.merged}
 
     def groups(self) -> dict[str, str]:
         """The rescaling group (``groups.group_of``) of each merged tensor whose ``scope`` groups tensors."""
@@ -91,19 +112,23 @@ class MergePlan:
         )
 
 
-def make_plan(cfg: MergeConfig, ref: Readable, n_models: int, threads: int) -> MergePlan:
-    """Plan the merge of ``n_models`` models against the reference checkpoint ``ref``."""
+def make_plan(
+    cfg: MergeConfig, ref: Readable, n_models: int, threads: int, vocab: VocabPlan | None = None
+) -> MergePlan:
+    """Plan the merge of ``n_models`` models against the reference checkpoint ``ref`` (and added ``vocab`` rows)."""
     chunk = chunk_elements(cfg, n_models, threads)
     method = cfg.spec
+    jobs = tuple(plan_jobs(cfg, ref, chunk, vocab or VocabPlan()))
+    plain = all(j.rule.plain for j in jobs if j.merged)  # other mask rules run on the reference kernels
     return MergePlan(
         method=method,
-        jobs=tuple(plan_jobs(cfg, ref, chunk)),
+        jobs=jobs,
         chunk=chunk,
         threads=threads,
         weights=torch.tensor([m.weight for m in cfg.models], dtype=torch.float32),
         seed=cfg.seed,
         shard_bytes=cfg.shard_bytes,
-        compiled=method.compiled is not None and available(n_models),
+        compiled=plain and method.compiled is not None and available(n_models),
     )
 
 
@@ -122,7 +147,7 @@ def chunk_elements(cfg: MergeConfig, n_models: int, threads: int) -> int:
     return min(MAX_CHUNK, max(RNG_BLOCK // 16, (n // RNG_BLOCK) * RNG_BLOCK or n))
 
 
-def plan_jobs(cfg: MergeConfig, ref: Readable, chunk: int) -> list[TensorJob]:
+def plan_jobs(cfg: MergeConfig, ref: Readable, chunk: int, vocab: VocabPlan | None = None) -> list[TensorJob]:
     """Decide, per tensor of the reference, its output dtype, whether it is merged, its chunks and parameters."""
     out_dtype = dtype_from_name(cfg.dtype) if cfg.dtype else None
     multiple = cfg.spec.chunk_multiple
@@ -136,11 +161,23 @@ def plan_jobs(cfg: MergeConfig, ref: Readable, chunk: int) -> list[TensorJob]:
             unit = multiple(info.shape)
             step = -(-chunk // unit) * unit
         ranges = tuple((s, min(s + step, info.numel)) for s in range(0, info.numel, step)) or ((0, 0),)
-        params = cfg.tensor_params(name) if merged else {}
-        model_params = cfg.model_params(name) if merged else ()
-        jobs.append(TensorJob(name, dtype, info.shape, info.numel, merged, ranges, params, model_params))
+        params = resolve_mask(cfg.tensor_params(name), info.dtype) if merged else {}
+        model_params = tuple(resolve_mask(p, info.dtype) for p in cfg.model_params(name)) if merged else ()
+        rule = mask_rule(params, cfg.seed) if merged else MaskRule()
+        resized = vocab.tensors.get(name) if vocab is not None else None
+        job = TensorJob(
+            name, dtype, info.shape, info.numel, merged, ranges, params, model_params, resized=resized, rule=rule
+        )
+        jobs.append(job)
     return jobs
 
 
+def resolve_mask(params: Params, base_dtype: torch.dtype) -> Params:
+    """``mask_dtype: base`` made the base tensor's grid (``masks.grid_of``); other parameters unchanged."""
+    if params.get("mask_dtype") != "base":
+        return params
+    return {**params, "mask_dtype": grid_of(base_dtype)}
+
+
 def planned_tensors(jobs: Sequence[TensorJob]) -> list[PlannedTensor]:
-    return [PlannedTensor(j.name, j.out_dtype, j.shape) for j in jobs]
+    return [PlannedTensor(j.name, j.out_dtype, j.out_shape) for j in jobs]

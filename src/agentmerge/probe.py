@@ -11,6 +11,10 @@ other agents, see ``deltas.py``), per agent and per group of tensors (whole mode
 ``independent`` is what the overlap histogram would be if each agent chose its updated elements
 independently at random with its per-tensor density: per tensor t, agent i's updated elements that k
 others also update are ``numel_t * d_i(t) * P(k of the others)``, with a Poisson-binomial P.
+
+"Updated" follows the mask rule given (``masks.py``: ``|tau| > epsilon`` by default, or a grid of ulps,
+or a percentile / valley threshold per agent and tensor, whose values the result lists), the same rule
+a merge with those parameters counts with.
 """
 
 from __future__ import annotations
@@ -24,11 +28,14 @@ from typing import Any
 
 import torch
 
+from agentmerge.checkpoint import Readable
 from agentmerge.deltas import rho_from_histogram
 from agentmerge.groups import layer_of, module_type
+from agentmerge.masks import Levels
 from agentmerge.methods import ram_lambda
-from agentmerge.spec import EPSILON_DEFAULT
-from agentmerge.stream import Inputs, overlap_stats, torch_threads
+from agentmerge.plan import resolve_mask
+from agentmerge.spec import EPSILON_DEFAULT, MaskRule, Params, mask_rule
+from agentmerge.stream import Inputs, mask_levels, overlap_stats, torch_threads
 
 
 @dataclass(frozen=True)
@@ -58,6 +65,25 @@ class ProbeResult:
     per_layer: dict[str, list[AgentStats]] = field(default_factory=dict)
     per_module: dict[str, list[AgentStats]] = field(default_factory=dict)
     per_tensor: dict[str, list[AgentStats]] = field(default_factory=dict)
+    # {agent: {tensor: rows}}: vocabulary rows an agent added past the base's (not in the statistics above)
+    added_rows: dict[str, dict[str, int]] = field(default_factory=dict)
+    rule: str = "|tau| > 1e-05"  # the mask rule in words (``MaskRule.describe``)
+    storage: dict[str, str] = field(default_factory=dict)  # base and each agent: the dtypes it stores
+    thresholds: dict[str, list[float]] = field(default_factory=dict)  # adaptive rules: per tensor, per agent
+    fallback: dict[str, list[bool]] = field(default_factory=dict)  # valley: agents that had no valley there
+
+    def threshold_summary(self) -> list[dict[str, Any]]:
+        """Per agent over the tensors: min, median, max of the adaptive thresholds and the fallbacks (else [])."""
+        if not self.thresholds:
+            return []
+        out = []
+        for i, a in enumerate(self.agents):
+            values = sorted(v[i] for v in self.thresholds.values())
+            falls = sum(f[i] for f in self.fallback.values())
+            mid = len(values) // 2
+            median = values[mid] if len(values) % 2 else (values[mid - 1] + values[mid]) / 2
+            out.append({"agent": a.name, "min": values[0], "median": median, "max": values[-1], "fallbacks": falls})
+        return out
 
     def to_dict(self) -> dict[str, Any]:
         def rows(stats: list[AgentStats]) -> list[dict[str, Any]]:
@@ -67,12 +93,19 @@ class ProbeResult:
             "base": self.base,
             "models": self.models,
             "epsilon": self.epsilon,
+            "mask_rule": self.rule,
+            "storage_dtypes": self.storage,
+            "thresholds": {
+                "summary": self.threshold_summary(),
+                "per_tensor": {t: {"values": v, "fallback": self.fallback[t]} for t, v in self.thresholds.items()},
+            },
             "ram_plus": {"r": self.r, "alpha": self.alpha},
             "agents": rows(self.agents),
             "independent_overlap": self.independent,
             "per_layer": {k: rows(v) for k, v in self.per_layer.items()},
             "per_module": {k: rows(v) for k, v in self.per_module.items()},
             "per_tensor": {k: rows(v) for k, v in self.per_tensor.items()},
+            "added_rows": self.added_rows,
         }
 
 
@@ -147,11 +180,15 @@ def probe(
     chunk_size: int = 1 << 22,
     quiet: bool = False,
     allow_dtype_mismatch: bool = False,
+    mask: Params | None = None,
+    seed: int = 0,
 ) -> ProbeResult:
     """Read base and models once (streamed) and compute every statistic of ``ProbeResult``.
 
-    ``allow_dtype_mismatch`` accepts models stored in another floating dtype than the base (e.g. a bf16 base
-    with fp32 agents); task vectors are then computed in float32.
+    Vocabulary tensors with added rows count their base rows only; the added rows are reported per agent.
+    ``mask``: the mask parameters (``mask_dtype``, ``mask_ulps``, ``epsilon_rule``, ``epsilon_q``) as a merge
+    takes them, already checked; ``seed``: the valley rule's subsample. ``allow_dtype_mismatch`` is kept for
+    old callers (models in another floating dtype than the base are accepted; task vectors are float32).
     """
     labels = list(labels) if labels else [Path(m).name or m for m in models]
     n_threads = threads or os.cpu_count() or 1
@@ -159,11 +196,44 @@ def probe(
     try:
         names = [n for n, i in inputs.reference.tensors.items() if i.dtype.is_floating_point and i.numel]
         numels = {n: inputs.reference.tensors[n].numel for n in names}
+        params = {"epsilon": epsilon, **(mask or {})}
+        rules = {n: mask_rule(resolve_mask(params, inputs.reference.tensors[n].dtype), seed) for n in names}
+        storage = {"base": storage_dtypes(inputs.reference)}
+        storage |= {label: storage_dtypes(m) for label, m in zip(labels, inputs.models, strict=True)}
         with torch_threads(1):
-            hists = overlap_stats(inputs, dict.fromkeys(names, epsilon), n_threads, chunk_size, quiet)
+            levels = mask_levels(inputs, rules, n_threads, chunk_size, quiet)
+            hists = overlap_stats(inputs, rules, n_threads, chunk_size, quiet, levels)
+        vocab = inputs.vocab
     finally:
         inputs.close()
-    return probe_from_histograms(hists, numels, base, list(models), labels, epsilon, r, alpha)
+    result = probe_from_histograms(hists, numels, base, list(models), labels, epsilon, r, alpha)
+    result.added_rows = {
+        labels[i]: {name: t.out_rows - t.base_rows for name, t in vocab.tensors.items()} for i in vocab.adders
+    }
+    return _with_rule(result, rules, levels, storage)
+
+
+def storage_dtypes(ckpt: Readable) -> str:
+    """The dtypes a checkpoint stores its floating tensors in: ``bfloat16``, or ``bfloat16 (120), float32 (3)``."""
+    counts: dict[str, int] = {}
+    for info in ckpt.tensors.values():
+        if info.dtype.is_floating_point:
+            name = str(info.dtype).removeprefix("torch.")
+            counts[name] = counts.get(name, 0) + 1
+    if len(counts) == 1:
+        return next(iter(counts))
+    return ", ".join(f"{k} ({v})" for k, v in sorted(counts.items(), key=lambda kv: -kv[1]))
+
+
+def _with_rule(
+    result: ProbeResult, rules: Mapping[str, MaskRule], levels: Mapping[str, Levels], storage: dict[str, str]
+) -> ProbeResult:
+    """The result with the mask rule in words, the storage dtypes and any adaptive thresholds."""
+    result.rule = "; ".join(sorted({rule.describe() for rule in rules.values()}))  # "base" grids may differ
+    result.storage = storage
+    result.thresholds = {n: lv.values.tolist() for n, lv in levels.items()}
+    result.fallback = {n: list(lv.fallback) for n, lv in levels.items()}
+    return result
 
 
 def probe_from_histograms(

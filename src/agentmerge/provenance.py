@@ -1,12 +1,8 @@
-"""Provenance of a merge: what it did (``MergeResult``), the sha256 of its inputs, and its merge.json record."""
+"""Provenance of a merge: what it did (``MergeResult``), its inputs' digests (``digests``), its merge.json record."""
 
 from __future__ import annotations
 
-import contextlib
-import hashlib
-import os
 import platform
-import threading
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field
@@ -16,9 +12,10 @@ from typing import Any
 import torch
 
 import agentmerge
-from agentmerge.cache import cache_dir, file_key, load_store, save_store
-from agentmerge.checkpoint import Readable, is_hub_ref
+from agentmerge.checkpoint import Readable
 from agentmerge.config import MergeConfig
+from agentmerge.digests import ALGORITHMS, InputDigests, hash_mode
+from agentmerge.hubref import hub_repo_id, is_hub_ref, parse_hub_ref, snapshot_commit
 from agentmerge.probe import AgentStats, agent_stats
 from agentmerge.spec import ParamValue
 
@@ -37,6 +34,8 @@ class MergeResult:
     model_labels: list[str] = field(default_factory=list)
     numel: int = 0
     scales: list[dict[str, Any]] = field(default_factory=list)  # rho and lambda per rescaling group (group_scales)
+    vocab: dict[str, Any] | None = None  # added vocabulary rows (vocab.VocabPlan.record), None when none
+    sources: dict[str, Any] | None = None  # tokenizer / generation config source and checks (sources.py)
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -50,6 +49,8 @@ class MergeResult:
             "model_labels": self.model_labels,
             "numel": self.numel,
             "scales": self.scales,
+            "vocab": self.vocab,
+            "sources": self.sources,
         }
 
     def agents(self) -> list[AgentStats] | None:
@@ -60,14 +61,20 @@ class MergeResult:
 
 
 def reproducibility_record(
-    cfg: MergeConfig, checkpoints: Sequence[Readable], result: MergeResult, hashes: InputHashes | None = None
+    cfg: MergeConfig, checkpoints: Sequence[Readable], result: MergeResult, digests: InputDigests | None = None
 ) -> dict[str, Any]:
-    """merge.json: the resolved configuration, tool versions, input files with sha256, statistics and timing."""
-    sums = (hashes or InputHashes([f for c in checkpoints for f in c.weight_files])).result()
+    """merge.json: the resolved configuration, tool versions, input files with digests, statistics and timing.
+
+    Each input file is ``{"file", "bytes", "sha256": hex or null}``, plus ``"xxh3_128": hex`` where that is
+    the digest taken (``digests``, mode ``fast``); ``hashing`` names the mode, ``hash_errors`` (only when
+    there are some) the files left without a digest and why.
+    """
+    digests = digests or InputDigests([f for c in checkpoints for f in c.weight_files], hash_mode())
+    sums = digests.result()
     files = {}
     for ckpt in checkpoints:
         files[input_ref(ckpt.ref)] = [
-            {"file": f.name, "bytes": f.stat().st_size, "sha256": sums.get(str(f))} for f in ckpt.weight_files
+            {"file": f.name, "bytes": f.stat().st_size, **sums[str(f)].fields()} for f in ckpt.weight_files
         ]
     return {
         "agentmerge": agentmerge.__version__,
@@ -77,8 +84,13 @@ def reproducibility_record(
         "config": recorded_config(cfg),
         "resolved_params": result.params,
         "inputs": files,
+        "hashing": digests.mode,
+        **({"hash_errors": list(digests.errors)} if digests.errors else {}),
+        "hub": hub_commits(checkpoints),
         "probe": [a.__dict__ | {"rho": a.rho if a.rho != float("inf") else "inf"} for a in result.agents() or []],
         "scales": result.scales,
+        "vocab": result.vocab,
+        "sources": result.sources,
         "seconds": round(result.seconds, 3),
     }
 
@@ -88,9 +100,22 @@ def input_ref(ref: str) -> str:
     return ref if is_hub_ref(ref) else str(Path(ref).expanduser().resolve())
 
 
-def recorded_config(cfg: MergeConfig) -> dict[str, Any]:
-    """The resolved configuration with every input named by ``input_ref``."""
-    data = cfg.model_dump(mode="json")
+def hub_commits(checkpoints: Sequence[Readable]) -> dict[str, dict[str, str | None]]:
+    """Each input fetched from the Hub: its repository id, the revision asked for and the commit it resolved to."""
+    out: dict[str, dict[str, str | None]] = {}
+    for ckpt in checkpoints:
+        hub = parse_hub_ref(ckpt.ref)
+        if hub is not None:
+            out[ckpt.ref] = {"repo_id": hub.repo_id, "revision": hub.revision, "commit": snapshot_commit(ckpt.folder)}
+    return out
+
+
+def recorded_config(cfg: MergeConfig, *, recipe: bool = False) -> dict[str, Any]:
+    """The resolved configuration with every input named by ``input_ref``.
+
+    ``recipe``: only what differs from the defaults, the native YAML a user would write to merge again.
+    """
+    data = cfg.model_dump(mode="json", exclude_defaults=recipe)
     for key in ("base", "tokenizer_source"):
         if data.get(key):
             data[key] = input_ref(data[key])
@@ -102,19 +127,28 @@ def recorded_config(cfg: MergeConfig) -> dict[str, Any]:
 
 
 def hub_ids(cfg: MergeConfig) -> list[str]:
-    """The inputs (base first, then the models) that came from the Hugging Face Hub."""
+    """The repository ids (without revision) of the inputs, base first, then the models, that come from the Hub."""
     refs = ([cfg.base] if cfg.base else []) + [m.path for m in cfg.models]
-    return list(dict.fromkeys(r for r in refs if is_hub_ref(r)))
+    return list(dict.fromkeys(i for i in map(hub_repo_id, refs) if i is not None))
+
+
+def input_warnings(cfg: MergeConfig, record: dict[str, Any]) -> list[str]:
+    """What the user should hear about the inputs: models given twice (``duplicate_inputs``), files not hashed."""
+    return duplicate_inputs(cfg, record) + [f"no digest in merge.json for {e}" for e in record.get("hash_errors", [])]
 
 
 def duplicate_inputs(cfg: MergeConfig, record: dict[str, Any]) -> list[str]:
-    """Warnings for models given twice: the same folder (after resolving links), or the same weight files."""
+    """Warnings for models given twice: the same folder (after resolving links), or the same weight files.
+
+    Two inputs hold the same weights when every file's digest agrees, compared on a digest both have
+    (sha256 first, else xxh3_128); the warning says which.
+    """
     warnings = []
     seen: dict[str, str] = {}
-    by_files: dict[tuple[str, ...], str] = {}
+    by_files: dict[tuple[str, tuple[str, ...]], str] = {}
     if cfg.base:
         seen[input_ref(cfg.base)] = cfg.base
-        by_files[_file_sums(record, input_ref(cfg.base))] = cfg.base
+        by_files |= dict.fromkeys(_file_sums(record, input_ref(cfg.base)), cfg.base)
     for m in cfg.models:
         ref = input_ref(m.path)
         if cfg.base and seen.get(ref) == cfg.base:
@@ -125,112 +159,21 @@ def duplicate_inputs(cfg: MergeConfig, record: dict[str, Any]) -> list[str]:
             continue
         seen[ref] = m.path
         sums = _file_sums(record, ref)
-        if sums and sums in by_files:
-            what = "the base's weights" if by_files[sums] == cfg.base else f"the same weights as {by_files[sums]}"
-            warnings.append(f"{m.path} holds {what} (same sha256)")
-        by_files.setdefault(sums, m.path)
+        same = next((key for key in sums if key in by_files), None)
+        if same is not None:
+            what = "the base's weights" if by_files[same] == cfg.base else f"the same weights as {by_files[same]}"
+            warnings.append(f"{m.path} holds {what} (same {same[0]})")
+        for key in sums:
+            by_files.setdefault(key, m.path)
     return warnings
 
 
-def _file_sums(record: dict[str, Any], ref: str) -> tuple[str, ...]:
-    """The sha256 of an input's weight files as merge.json records them; () when unknown or not hashed."""
-    sums = tuple(str(f.get("sha256")) for f in record.get("inputs", {}).get(ref, []))
-    return sums if sums and "None" not in sums else ()
-
-
-# --------------------------------------------------------------------------- input hashes
-
-HASH_BLOCK = 8 * 1024 * 1024
-
-
-class InputHashes:
-    """sha256 of input weight files, computed on a background thread while the merge runs.
-
-    hashlib releases the GIL on large blocks, so hashing overlaps the merge; reads hit the page cache the
-    merge fills. Results are cached by (real path, size, mtime_ns, inode) in ``hash_cache_path()``, so
-    repeated merges of the same inputs (parameter sweeps) hash nothing again; files in a Hugging Face cache
-    are named by their sha256 already. ``AGENTMERGE_NO_HASH=1`` skips hashing (``sha256: null``).
-    """
-
-    def __init__(self, files: Sequence[Path], *, background: bool = False) -> None:
-        self.files = [Path(f) for f in dict.fromkeys(str(f) for f in files)]
-        self._sums: dict[str, str] = {}
-        self._error: BaseException | None = None
-        self._stop = threading.Event()
-        self._thread: threading.Thread | None = None
-        if background:
-            self._thread = threading.Thread(target=self._run, name="agentmerge-hash", daemon=True)
-            self._thread.start()
-
-    @classmethod
-    def start(cls, checkpoints: Sequence[Readable]) -> InputHashes:
-        """Start hashing every weight file of ``checkpoints`` in the background."""
-        return cls([f for c in checkpoints for f in c.weight_files], background=True)
-
-    def cancel(self) -> None:
-        """Stop before the next file (a failed merge should not keep reading its inputs)."""
-        self._stop.set()
-
-    def result(self) -> dict[str, str]:
-        """``{str(path): hex digest}``; waits for the background thread (or hashes now)."""
-        if self._thread is None:
-            self._run()
-        else:
-            self._thread.join()
-        if self._error is not None:
-            raise self._error
-        return dict(self._sums)
-
-    def _run(self) -> None:
-        if self._thread is not None:
-            with contextlib.suppress(OSError, AttributeError):  # Linux: lower this thread's priority only
-                os.setpriority(os.PRIO_PROCESS, threading.get_native_id(), 10)
-        try:
-            cache = _load_hash_cache()
-            fresh = {}
-            skip = os.environ.get("AGENTMERGE_NO_HASH") == "1"
-            for f in self.files:
-                if skip or self._stop.is_set():
-                    continue
-                key = file_key(f)
-                digest = cache.get(key) or hub_blob_digest(f) or sha256_file(f)
-                fresh[key] = digest
-                self._sums[str(f)] = digest
-            _save_hash_cache(cache | fresh)
-        except BaseException as e:  # re-raised in result(), on the caller's thread
-            self._error = e
-
-
-def hub_blob_digest(path: Path) -> str | None:
-    """The sha256 a Hugging Face cache already names the file by (``blobs/<sha256>``, LFS files), else None."""
-    real = path.resolve()
-    name = real.name
-    if real.parent.name == "blobs" and len(name) == 64 and all(c in "0123456789abcdef" for c in name):
-        return name
-    return None
-
-
-def sha256_file(path: Path) -> str:
-    """Hex sha256 of a file, read in ``HASH_BLOCK`` pieces (bounded memory)."""
-    h = hashlib.sha256()
-    buf = bytearray(HASH_BLOCK)
-    view = memoryview(buf)
-    with open(path, "rb", buffering=0) as f:
-        while n := f.readinto(buf):
-            h.update(view[:n])
-    return h.hexdigest()
-
-
-def hash_cache_path() -> Path:
-    """The digest store: ``cache_dir() / sha256.json``."""
-    return cache_dir() / "sha256.json"
-
-
-def _load_hash_cache() -> dict[str, str]:
-    data = load_store(hash_cache_path())
-    return {k: v for k, v in data.items() if isinstance(k, str) and isinstance(v, str) and len(v) == 64}
-
-
-def _save_hash_cache(entries: dict[str, str]) -> None:
-    """Best effort: a read-only home or a full disk must not fail the merge."""
-    save_store(hash_cache_path(), dict(list(entries.items())[-10_000:]))
+def _file_sums(record: dict[str, Any], ref: str) -> list[tuple[str, tuple[str, ...]]]:
+    """``(algorithm, digest of each weight file)`` for each algorithm every file of an input was hashed with."""
+    entries = record.get("inputs", {}).get(ref, [])
+    out = []
+    for algo in ALGORITHMS:
+        sums = tuple(e.get(algo) for e in entries)
+        if sums and all(isinstance(x, str) for x in sums):
+            out.append((algo, tuple(str(x) for x in sums)))
+    return out

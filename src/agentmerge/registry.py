@@ -16,7 +16,7 @@ from dataclasses import dataclass, field
 from types import MappingProxyType
 
 from agentmerge.groups import GROUPED_SCOPES, check_patterns
-from agentmerge.spec import EPSILON, Lazy, Method, Param, Params
+from agentmerge.spec import EPSILON, MASK_PARAMS, Lazy, Method, Param, Params, check_mask
 
 
 def rm(name: str) -> Lazy:
@@ -40,6 +40,7 @@ def ft(name: str) -> Lazy:
 
 
 STAT_BLOCKS = Lazy("agentmerge.stats:stat_blocks")
+RAM_PAPER = "2601.13572"  # Reinforced Agent Merging (RAM, RAM+), the paper this project implements
 
 # --------------------------------------------------------------------------- shared parameters
 
@@ -60,6 +61,7 @@ SHARED = Param(
 FLOOR = Param("floor", 1e-10, "lower bound of each Fisher value (all-zero Fisher -> plain average)", 0.0, low_open=True)
 RAM_PLUS_PARAMS = (
     EPSILON,
+    *MASK_PARAMS,
     SHARED,
     Param(
         "form", "paper", "paper: 1 + r*clip(rho,0,alpha); authors: 1 + (R-1)*min(rho,1)", choices=("paper", "authors")
@@ -85,6 +87,7 @@ RAM_PLUS_PARAMS = (
 
 
 def check_ram_plus(params: Params) -> None:
+    check_mask(params)
     pattern, groups = params["scope"] == "pattern", str(params["groups"]).strip()
     if pattern and not groups:
         raise ValueError("ram_plus: scope 'pattern' needs 'groups' (whitespace-separated globs or re:REGEX)")
@@ -116,8 +119,10 @@ _ALL = (
         "ram",
         "RAM: mean where 2+ agents updated, unique updates kept whole",
         rm("ram"),
-        (EPSILON, SHARED),
+        (EPSILON, *MASK_PARAMS, SHARED),
+        validate=check_mask,
         compiled_at=fk("RAM"),
+        paper=RAM_PAPER,
     ),
     Method(
         "ram_plus",
@@ -127,6 +132,7 @@ _ALL = (
         needs_model_stats=True,
         validate=check_ram_plus,
         compiled_at=fk("RAM_PLUS"),
+        paper=RAM_PAPER,
     ),
     Method(
         "ram_fisher",
@@ -134,10 +140,12 @@ _ALL = (
         rm("ram_fisher"),
         (
             EPSILON,
+            *MASK_PARAMS,
             FLOOR,
             Param("r", 0.0, "unique-region scale 1 + r*clip(rho,0,alpha), rho from Fisher mass (0: RAM's 1)", low=0.0),
             Param("alpha", 2.0, "clip bound of the Fisher-mass rho", low=0.0),
         ),
+        validate=check_mask,
         model_inputs=("fisher",),
         model_pass=Lazy("agentmerge.stream:fisher_mass_pass"),
     ),
@@ -147,9 +155,12 @@ _ALL = (
         rm("unique_only"),
         (
             EPSILON,
+            *MASK_PARAMS,
             Param("agent", 0, "index of the agent whose unique updates are kept", low=0),
             Param("scale", 1.0, "s: 1 keeps them whole, 1/N dilutes them as averaging would"),
         ),
+        paper=RAM_PAPER,
+        validate=check_mask,
     ),
     Method(
         "linear",
@@ -166,6 +177,7 @@ _ALL = (
         (Param("lambda", 1.0, "scaling coefficient of the summed task vectors"),),
         uses_weights=True,
         compiled_at=fk("TASK_ARITHMETIC"),
+        paper="2212.04089",
     ),
     Method(
         "ties",
@@ -175,6 +187,7 @@ _ALL = (
         uses_weights=True,
         prepare=bl("ties_prepare"),
         compiled_at=ft("TIES"),
+        paper="2306.01708",
     ),
     Method(
         "dare_linear",
@@ -184,6 +197,7 @@ _ALL = (
         uses_weights=True,
         validate=check_dare,
         compiled_at=ft("DARE_LINEAR"),
+        paper="2311.03099",
     ),
     Method(
         "dare_ties",
@@ -194,6 +208,7 @@ _ALL = (
         prepare=bl("dare_ties_prepare"),
         validate=check_dare,
         compiled_at=ft("DARE_TIES"),
+        paper="2311.03099",
     ),
     Method(
         "breadcrumbs",
@@ -208,6 +223,7 @@ _ALL = (
         prepare=bl("breadcrumbs_prepare"),
         validate=check_crumbs,
         compiled_at=ft("BREADCRUMBS"),
+        paper="2312.06795",
     ),
     Method(
         "della",
@@ -228,6 +244,7 @@ _ALL = (
         uses_weights=True,
         chunk_multiple=bl("row_length"),
         validate=check_della,
+        paper="2406.11617",
     ),
     Method(
         "model_stock",
@@ -235,6 +252,7 @@ _ALL = (
         bl("model_stock"),
         prepare=bl("model_stock_prepare"),
         chunk_multiple=STAT_BLOCKS,
+        paper="2403.19522",
     ),
     Method(
         "slerp",
@@ -256,11 +274,13 @@ _ALL = (
         bl("ram_ties"),
         (
             EPSILON,
+            *MASK_PARAMS,
             Param(
                 "keep", 0.1, "fraction of the shared region each agent keeps, by magnitude", 0.0, 1.0, per_model=True
             ),
         ),
         prepare=bl("ram_ties_prepare"),
+        validate=check_mask,
         compiled_at=ft("RAM_TIES"),
     ),
     Method(
@@ -271,6 +291,7 @@ _ALL = (
         uses_weights=True,
         needs_base=False,
         model_inputs=("fisher",),
+        paper="2111.09832",
     ),
 )
 
@@ -293,6 +314,8 @@ class MethodMap:
     ``ours_normalize``: what our method computes (weighted mean: True, weighted sum: False).
     ``convert``: mergekit name -> (our name, a, b), our value = a + b * mergekit's value.
     ``endpoints``: the base model becomes the first of two models (SLERP: t = 0 gives the base).
+    ``ours_only``: our parameters the mergekit method does not have; what mergekit computes is our default,
+    so a config exports to mergekit only with them at their defaults.
     """
 
     target: str
@@ -304,8 +327,11 @@ class MethodMap:
     convert: Mapping[str, tuple[str, float, float]] = field(default_factory=dict)
     endpoints: bool = False
     uses_base: bool = True  # False: mergekit ignores base_model (an entry of models that is the base is averaged)
+    ours_only: tuple[str, ...] = ()
 
 
+# mergekit's RAM masks by |tau| > epsilon and averages the shared region: our mask rules and `shared` at their defaults
+_RAM_ONLY = (*(p.name for p in MASK_PARAMS), "shared")
 _KEEP_TO_DROP = {"density": ("p", 1.0, -1.0)}  # mergekit keeps a fraction; ours drops one
 # mergekit 0.1.5's defaults (generalized_task_arithmetic.py): density 1.0 (no trim, no drop) for every
 # sparsifying method, lambda 1.0, breadcrumbs' gamma 0.01, della's epsilon 0.15.
@@ -313,13 +339,24 @@ _GTA = {"density": 1.0}  # lambda: mergekit 1.0, the same as ours (not filled in
 
 MERGEKIT: Mapping[str, MethodMap] = MappingProxyType(
     {
-        "ram": MethodMap("ram"),
-        "ramplus_tl": MethodMap("ram_plus", fixed={"scope": "tensor"}, defaults={"alpha": 0.2}),
+        "ram": MethodMap("ram", ours_only=_RAM_ONLY),
+        "ramplus_tl": MethodMap(
+            "ram_plus",
+            fixed={"scope": "tensor"},
+            defaults={"alpha": 0.2},
+            ours_only=("form", "rescale_factor", "groups", *_RAM_ONLY),
+        ),
         "linear": MethodMap("linear", normalize=True, ours_normalize=True, uses_base=False),
         "task_arithmetic": MethodMap("task_arithmetic", normalize=False, ours_normalize=False, rescale=False),
         "ties": MethodMap("ties", defaults=_GTA, normalize=True, ours_normalize=True, rescale=False),
-        "dare_ties": MethodMap(
-            "dare_ties", defaults=_GTA, normalize=False, ours_normalize=True, rescale=True, convert=_KEEP_TO_DROP
+        "dare_ties": MethodMap(  # mergekit's density is DARE's kept fraction; it has no TIES trim (ours: density)
+            "dare_ties",
+            defaults=_GTA,
+            normalize=False,
+            ours_normalize=True,
+            rescale=True,
+            convert=_KEEP_TO_DROP,
+            ours_only=("density",),
         ),
         "dare_linear": MethodMap(
             "dare_linear", defaults=_GTA, normalize=False, ours_normalize=False, rescale=True, convert=_KEEP_TO_DROP
@@ -338,7 +375,7 @@ MERGEKIT: Mapping[str, MethodMap] = MappingProxyType(
         ),
         "della_linear": MethodMap("della_linear", normalize=False, rescale=True),
         "model_stock": MethodMap("model_stock"),
-        "slerp": MethodMap("slerp", endpoints=True),
+        "slerp": MethodMap("slerp", endpoints=True, ours_only=("colinear",)),  # mergekit's threshold: 0.9995
     }
 )
 

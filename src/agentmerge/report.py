@@ -6,10 +6,12 @@ import json
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+import yaml
+
 import agentmerge
 from agentmerge.config import MergeConfig
 from agentmerge.probe import AgentStats, ProbeResult
-from agentmerge.provenance import MergeResult, hub_ids, input_ref
+from agentmerge.provenance import MergeResult, hub_ids, input_ref, recorded_config
 from agentmerge.spec import EPSILON_DEFAULT, ParamValue
 
 if TYPE_CHECKING:
@@ -39,6 +41,19 @@ def agents_table(agents: list[AgentStats], independent: list[list[float]] | None
     return "\n".join(lines)
 
 
+def probe_rule_text(p: ProbeResult) -> str:
+    """What counted as an update and how each input is stored; for adaptive rules the thresholds chosen."""
+    lines = [f"update rule: {p.rule}", "storage: " + "; ".join(f"{k} {v}" for k, v in p.storage.items())]
+    summary = p.threshold_summary()
+    if summary:
+        lines += ["", "| agent | threshold min | median | max | no valley (epsilon used) |", "|---|---|---|---|---|"]
+        lines += [
+            f"| {s['agent']} | {s['min']:.3g} | {s['median']:.3g} | {s['max']:.3g} | {s['fallbacks']} |"
+            for s in summary
+        ]
+    return "\n".join(lines) + "\n"
+
+
 def density_grid(groups: dict[str, list[AgentStats]], title: str) -> str:
     """Markdown: density % per group (rows) and agent (columns)."""
     if not groups:
@@ -55,10 +70,20 @@ def probe_markdown(p: ProbeResult) -> str:
     parts = [
         f"# Task-vector probe\n\nbase: `{p.base}`; epsilon = {p.epsilon:g}; RAM+ lambda with r = {p.r:g}, "
         f"alpha = {p.alpha:g}. w.k: share of an agent's updated elements that exactly k other agents also updated.",
+        "## What counted as an update\n\n" + probe_rule_text(p),
         "## Whole model\n\n" + agents_table(p.agents, p.independent),
         "## Density % per module type\n\n" + density_grid(p.per_module, "module"),
         "## Density % per layer\n\n" + density_grid(p.per_layer, "layer"),
     ]
+    if p.added_rows:
+        listed = "; ".join(
+            f"{agent}: " + ", ".join(f"{rows} in {name}" for name, rows in tensors.items())
+            for agent, tensors in p.added_rows.items()
+        )
+        parts.append(
+            "## Added vocabulary rows\n\nRows past the base's vocabulary, not counted above (no base value to "
+            f"differ from): {listed}."
+        )
     return "\n\n".join(parts) + "\n"
 
 
@@ -110,25 +135,8 @@ def _layer_heatmap(fig: Any, ax: Any, p: ProbeResult, names: list[str]) -> None:
 
 
 def model_card(cfg: MergeConfig, result: MergeResult) -> str:
-    """README.md for the merged model, with front matter the Hugging Face hub reads."""
+    """README.md for the merged model: front matter the Hugging Face Hub reads, what was merged, the recipe."""
     base = input_ref(cfg.base or cfg.models[0].path)
-    hub = hub_ids(cfg)
-    front = ["---"]
-    if hub:  # the Hub reads base_model as repository ids only
-        front += (
-            [f"base_model: {json.dumps(hub[0])}"]
-            if len(hub) == 1
-            else ["base_model:", *[f"- {json.dumps(h)}" for h in hub]]
-        )
-    front += [
-        "library_name: transformers",
-        "tags:",
-        "- merge",
-        "- agentmerge",
-        f"- {cfg.method}",
-        "---",
-        "",
-    ]
     params = ", ".join(f"{k} = {v}" for k, v in sorted(result.params.items())) or "none"
     body = [
         f"# Merged with agentmerge ({cfg.method})\n",
@@ -146,8 +154,31 @@ def model_card(cfg: MergeConfig, result: MergeResult) -> str:
             agents_table(agents),
             "",
         ]
-    body.append("The resolved configuration and the input files are recorded in `merge.json`.\n")
-    return "\n".join(front + body)
+    inputs = input_lines(result.vocab, result.sources)
+    if inputs:
+        body += ["## Tokenizer and vocabulary\n", *[f"- {line}" for line in inputs], ""]
+    body += [
+        "## Recipe\n",
+        "The native agentmerge configuration of this merge (`agentmerge merge recipe.yaml OUT` repeats it):\n",
+        "```yaml",
+        yaml.safe_dump(recorded_config(cfg, recipe=True), sort_keys=False).rstrip("\n"),
+        "```\n",
+        "The resolved configuration and the input files are recorded in `merge.json`.\n",
+    ]
+    return "\n".join(card_front_matter(cfg) + body)
+
+
+def card_front_matter(cfg: MergeConfig) -> list[str]:
+    """The card's YAML header: every Hub input as ``base_model`` (ids without revision; local paths left out),
+    ``base_model_relation: merge``, and tags (merge, agentmerge, the method, ``arxiv:ID`` of its paper)."""
+    hub = hub_ids(cfg)
+    front = ["---"]
+    if hub:  # the Hub reads base_model as repository ids only
+        front += [f"base_model: {json.dumps(hub[0])}"] if len(hub) == 1 else ["base_model:"]
+        front += [f"- {json.dumps(h)}" for h in hub] if len(hub) > 1 else []
+        front.append("base_model_relation: merge")
+    tags = ["merge", "agentmerge", cfg.method] + ([f"arxiv:{cfg.spec.paper}"] if cfg.spec.paper else [])
+    return [*front, "library_name: transformers", "tags:", *[f"- {t}" for t in tags], "---", ""]
 
 
 # --------------------------------------------------------------------------- what a merge did, on stderr
@@ -167,8 +198,38 @@ def merge_summary(cfg: MergeConfig, result: MergeResult, warnings: list[str]) ->
     if agents and result.numel:
         lines += _agent_lines(cfg, result, agents)
         lines.append(_regions_line(result))
-    lines += [f"warning: {w}" for w in warnings + tuning_warnings(cfg)]
+    lines += [f"  {line}" for line in input_lines(result.vocab, result.sources, warnings=False)]
+    source_warnings = list((result.sources or {}).get("warnings", []))
+    lines += [f"warning: {w}" for w in warnings + source_warnings + tuning_warnings(cfg)]
     return "\n".join(lines)
+
+
+def input_lines(vocab: dict[str, Any] | None, sources: dict[str, Any] | None, warnings: bool = True) -> list[str]:
+    """Added vocabulary rows; where the tokenizer, chat template and generation config come from; warnings.
+
+    ``vocab`` and ``sources`` as merge.json records them (``VocabPlan.record``, ``OutputSources.record``).
+    """
+    lines = []
+    if vocab:
+        lines.append(
+            f"vocabulary: rows {vocab['base_rows']}..{vocab['out_rows'] - 1} of {', '.join(vocab['tensors'])} "
+            f"added by {', '.join(vocab['added_by'])} ({vocab['new_rows']}); the other rows merged by the method; "
+            f"config.json vocab_size {vocab['out_rows']}"
+        )
+    if sources:
+        tok = sources["tokenizer"]
+        eos = sources["eos_token_id"].get(tok["from"])
+        lines.append(
+            f"tokenizer and chat template from {tok['from']} ({_WHY.get(tok['why'], tok['why'])}), "
+            f"generation_config.json from {sources['generation_config'] or 'no input (none written)'}; "
+            f"EOS id(s) {eos if eos else 'unknown'}"
+        )
+        if warnings:
+            lines += [f"warning: {w}" for w in sources.get("warnings", [])]
+    return lines
+
+
+_WHY = {"tokenizer_source": "tokenizer_source", "added tokens": "it added the vocabulary rows", "base": "the default"}
 
 
 def _agent_lines(cfg: MergeConfig, result: MergeResult, agents: list[AgentStats]) -> list[str]:

@@ -9,6 +9,17 @@ the stored values (``ref [E]``, ``models [N, E]`` in their file dtype) and widen
 One update threshold ``epsilon`` decides what counts as an update, per tensor: the value in the
 tensor's parameters (after overrides) for methods that take it, else ``EPSILON_DEFAULT``. Masks,
 overlap statistics and the RAM+ ratio all read it from ``ChunkSpec.eps`` / ``update_threshold``.
+
+The RAM family may replace that test by another *mask rule* (``MaskRule``, read from the parameters
+``mask_dtype``, ``mask_ulps``, ``epsilon_rule``, ``epsilon_q`` by ``mask_rule``): element p of agent i is
+active when ``|tau_i[p]| > t_i[p]`` with
+
+    fixed       t = epsilon                                   (the paper's rule, the default)
+    ulp grid    |tau| >= k * ulp_F(theta_0[p])                 (mask_dtype F, mask_ulps k)
+    percentile  t_i = q-th percentile of |tau_i| on the tensor (epsilon_q q)
+    valley      t_i = valley of a 2-Gaussian fit to log10|tau_i| (epsilon as the fallback)
+
+``agentmerge.masks`` computes them; this module only describes the rule, without torch.
 """
 
 from __future__ import annotations
@@ -97,6 +108,101 @@ def _number(text: str) -> float | str:
 
 EPSILON = Param("epsilon", EPSILON_DEFAULT, "an element counts as updated when |delta| > epsilon (strict)", low=0.0)
 
+# --------------------------------------------------------------------------- the mask rule
+
+MASK_DTYPES = ("none", "base", "float32", "bfloat16", "float16")  # base: the base tensor's dtype (resolved by the plan)
+EPSILON_RULES = ("fixed", "percentile", "valley")
+
+MASK_PARAMS = (
+    Param(
+        "mask_dtype",
+        "none",
+        "none: |delta| > epsilon; else a grid (base = the base tensor's dtype): |delta| >= mask_ulps * ulp(theta_0)",
+        choices=MASK_DTYPES,
+    ),
+    Param("mask_ulps", 1, "k of the grid rule: an update moves the base weight by at least k ulps", low=1, high=2**20),
+    Param(
+        "epsilon_rule",
+        "fixed",
+        "fixed: epsilon; percentile: per agent and tensor the epsilon_q-th percentile of |delta|; "
+        "valley: between the two modes of log10|delta| (epsilon when there is none)",
+        choices=EPSILON_RULES,
+    ),
+    Param("epsilon_q", 50.0, "percentile rule: percent of each agent's entries counted as no update", 0.0, 100.0),
+)
+
+
+@dataclass(frozen=True)
+class MaskRule:
+    """What counts as an update of one tensor (see the module docstring); ``dtype`` is never ``base`` here."""
+
+    epsilon: float = EPSILON_DEFAULT
+    dtype: str = "none"  # none, or the grid: float32, bfloat16, float16
+    ulps: int = 1
+    rule: str = "fixed"  # fixed, percentile, valley
+    q: float = 50.0
+    seed: int = 0  # the valley rule's subsample of a large tensor
+
+    @property
+    def plain(self) -> bool:
+        """Today's rule ``|tau| > epsilon`` (the compiled kernels run it)."""
+        return self.dtype == "none" and self.rule == "fixed"
+
+    @property
+    def adaptive(self) -> bool:
+        """Thresholds per agent and tensor, computed from the whole tensor before its kernel runs."""
+        return self.dtype == "none" and self.rule != "fixed"
+
+    @property
+    def key(self) -> str:
+        """A text that tells rules apart (cache keys); the plain rule's is ``repr(epsilon)``, as it always was."""
+        if self.dtype != "none":
+            return f"ulp:{self.dtype}:{self.ulps}"
+        if self.rule == "percentile":
+            return f"percentile:{self.q!r}"
+        if self.rule == "valley":
+            return f"valley:{self.epsilon!r}:{self.seed}"
+        return repr(self.epsilon)
+
+    def describe(self) -> str:
+        """The rule in words, e.g. ``|tau| >= 1 ulp of theta_0 in bfloat16``."""
+        if self.dtype != "none":
+            return f"|tau| >= {self.ulps} ulp of theta_0 in {self.dtype}"
+        if self.rule == "percentile":
+            return f"|tau| > the {self.q:g}th percentile of |tau| per agent and tensor"
+        if self.rule == "valley":
+            return f"|tau| > the valley of log10|tau| per agent and tensor (else {self.epsilon:g})"
+        return f"|tau| > {self.epsilon:g}"
+
+
+def mask_rule(params: Params, seed: int = 0) -> MaskRule:
+    """The mask rule of a tensor's parameters (methods without the mask parameters: ``|tau| > epsilon``).
+
+    A grid rule ignores ``epsilon_rule`` (``check_mask`` refuses both in a config).
+    """
+    dtype = str(params.get("mask_dtype", "none"))
+    if dtype == "base":
+        raise ValueError("mask_dtype 'base' is resolved to the base tensor's dtype by the plan (plan.resolve_mask)")
+    grid = dtype != "none"
+    rule = "fixed" if grid else str(params.get("epsilon_rule", "fixed"))
+    return MaskRule(  # parameters the rule does not read keep their defaults: equal rules compare equal
+        epsilon=update_threshold(params),
+        dtype=dtype,
+        ulps=int(params.get("mask_ulps", 1)) if grid else 1,
+        rule=rule,
+        q=float(params.get("epsilon_q", 50.0)) if rule == "percentile" else 50.0,
+        seed=seed if rule == "valley" else 0,
+    )
+
+
+def check_mask(params: Params) -> None:
+    """A grid rule and an adaptive epsilon are two different rules: one at a time."""
+    if params.get("mask_dtype", "none") != "none" and params.get("epsilon_rule", "fixed") != "fixed":
+        raise ValueError(
+            f"mask_dtype = {params['mask_dtype']!r} and epsilon_rule = {params['epsilon_rule']!r} are two mask rules; "
+            "set one (mask_dtype: none for an epsilon rule, epsilon_rule: fixed for a grid)"
+        )
+
 
 @dataclass(frozen=True)
 class TensorStats:
@@ -107,6 +213,7 @@ class TensorStats:
     prepared: Any = None  # the method's whole-tensor statistics (prepare / compiled rounds), multi-chunk tensors
     group_hist: torch.Tensor | None = None  # [N, N] int64, summed over this tensor's group (RAM+ ``scope``)
     model_stat: Any = None  # the method's whole-model statistics (``Method.model_pass``), e.g. Fisher masses
+    levels: Any = None  # adaptive mask rules: this tensor's per-agent thresholds (``masks.Levels``)
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -127,6 +234,11 @@ class ChunkSpec:
     def eps(self) -> float:
         """This tensor's update threshold."""
         return update_threshold(self.params)
+
+    @property
+    def rule(self) -> MaskRule:
+        """This tensor's mask rule (what its masks and overlap statistics count as an update)."""
+        return mask_rule(self.params, self.seed)
 
     @property
     def whole(self) -> bool:
@@ -244,8 +356,10 @@ class Method:
     chunk_multiple: Callable[[tuple[int, ...]], int] | None = None
     validate: Callable[[Params], None] | None = None  # cross-parameter check (ValueError)
     compiled_at: Lazy | None = None  # where its compiled form (a ``Compiled``) lives, when it has one
-    # a statistics pass over every merged tensor before the merge: (inputs, plan, quiet) -> model_stat (None: none)
+    # a statistics pass over every merged tensor before the merge, under each tensor's mask rule:
+    # (inputs, plan, quiet, levels) -> model_stat (None: none); levels: the adaptive rules' thresholds
     model_pass: Callable[..., Any] | None = None
+    paper: str | None = None  # arXiv id of the paper that defines it (the model card's ``arxiv:`` tag)
 
     @property
     def compiled(self) -> Compiled | None:

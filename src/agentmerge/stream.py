@@ -2,7 +2,8 @@
 
 ``Inputs`` holds the base (or reference) and the models, checked to be mergeable, and reads any
 element range of any tensor from all of them. ``run_parallel`` runs chunk jobs on a thread pool with a
-bounded window. ``overlap_stats`` is the statistics pass of RAM+ and the probe; ``run_rounds`` computes
+bounded window. ``overlap_stats`` is the statistics pass of RAM+ and the probe (``mask_levels`` first
+computes the thresholds of adaptive mask rules, tensor by tensor); ``run_rounds`` computes
 a compiled method's whole-tensor statistics (e.g. exact thresholds) in chunk-parallel rounds.
 """
 
@@ -12,7 +13,7 @@ import contextlib
 import math
 import os
 import threading
-from collections.abc import Callable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Collection, Iterator, Mapping, Sequence
 from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
 from pathlib import Path
 from typing import Any
@@ -23,16 +24,20 @@ from tqdm import tqdm
 from agentmerge.cache import cache_dir, files_key, load_store, save_store
 from agentmerge.checkpoint import Checkpoint, Readable, TensorInfo
 from agentmerge.config import MergeConfig
-from agentmerge.deltas import histogram_from_patterns, overlap_histogram, task_vectors, update_mask
+from agentmerge.deltas import histogram_from_patterns, overlap_histogram, task_vectors
 from agentmerge.errors import CheckpointError, MergeError
 from agentmerge.fused.jit import available
 from agentmerge.fused.kernels import counts
 from agentmerge.headers import read_json_object
-from agentmerge.lora import LoraModel, is_adapter, split_model_plus_adapter
+from agentmerge.localpath import is_adapter
+from agentmerge.lora import LoraModel, split_model_plus_adapter
+from agentmerge.masks import Levels, tensor_levels, tensor_mask
 from agentmerge.methods import fisher_mass
 from agentmerge.plan import MergePlan, TensorJob
-from agentmerge.spec import Rounds
+from agentmerge.spec import MaskRule, Rounds
+from agentmerge.trainer import open_weights
 from agentmerge.validate import check_fisher_role
+from agentmerge.vocab import VocabPlan, plan_vocab
 
 # --------------------------------------------------------------------------- inputs
 
@@ -50,13 +55,15 @@ class Inputs:
     ) -> None:
         self.models: list[Readable] = []
         self.extras: dict[str, list[Checkpoint]] = {}  # per-model extra tensors, e.g. "fisher"
-        self.base = Checkpoint(base) if base is not None else None
+        self.base = open_weights(base) if base is not None else None
+        self.vocab = VocabPlan()
         try:
             self.models = [open_model(m, self.base) for m in models]
             for c in self.checkpoints:
                 if isinstance(c, Checkpoint):
                     check_fisher_role(c, fisher=False)
-            check_compatible(self.reference, self.models, allow_dtype_mismatch)
+            self.vocab = plan_vocab(self.reference, self.models)
+            check_compatible(self.reference, self.models, allow_dtype_mismatch, resized=self.vocab.tensors.keys())
             for kind, paths in (extras or {}).items():
                 self.extras[kind] = []
                 for path in paths:
@@ -89,12 +96,12 @@ class Inputs:
                 c.close()
 
     def check_extras(self, names: Sequence[str]) -> None:
-        """Every extra checkpoint holds each of ``names`` with the reference's shape, else ``MergeError``."""
+        """Every extra checkpoint holds each of ``names`` with its model's shape, else ``MergeError``."""
         for kind, group in self.extras.items():
-            for ckpt in group:
+            for ckpt, model in zip(group, self.models, strict=True):
                 for name in names:
                     info = ckpt.tensors.get(name)
-                    want = self.reference.tensors[name].shape
+                    want = model.tensors[name].shape
                     if info is None or info.shape != want:
                         got = "lacks it" if info is None else f"has shape {list(info.shape)}"
                         raise MergeError(
@@ -123,6 +130,18 @@ class Inputs:
         if not (all_finite(ref) and all_finite(models)):
             raise MergeError(_non_finite(name, ref, models, self))
         return ref, models
+
+    def read_added(self, name: str, adders: Sequence[int], start: int, stop: int) -> torch.Tensor:
+        """``[A, E]`` float32: elements ``start:stop`` of ``name`` in the models that added vocabulary rows."""
+        values = torch.empty(len(adders), stop - start)
+        for row, i in enumerate(adders):
+            values[row] = self.models[i].read(name, start, stop)
+            if not all_finite(values[row]):
+                raise MergeError(
+                    f"{self.models[i].path}: tensor {name!r} contains NaN or Inf values in its added rows; "
+                    "this checkpoint is broken, re-export it"
+                )
+        return values
 
     def read_stored(
         self, name: str, start: int, stop: int, scratch: Scratch | None = None
@@ -160,11 +179,12 @@ class Scratch(threading.local):
         return buf[:nbytes].view(dtype)
 
 
-def open_model(ref: str, base: Checkpoint | None) -> Readable:
-    """A model folder or hub id; a LoRA adapter folder (on ``base``); or mergekit's ``MODEL+ADAPTER``."""
+def open_model(ref: str, base: Readable | None) -> Readable:
+    """A model folder or hub id, a trainer checkpoint (verl, DCP: ``trainer.open_weights``); a LoRA adapter folder
+    (on ``base``); or mergekit's ``MODEL+ADAPTER``."""
     pair = split_model_plus_adapter(ref)
     if pair is not None:
-        host = Checkpoint(pair[0])
+        host = open_weights(pair[0])
         try:
             return LoraModel(pair[1], host, owns_host=True)
         except BaseException:
@@ -180,7 +200,7 @@ def open_model(ref: str, base: Checkpoint | None) -> Readable:
         if base is None:
             raise MergeError(f"{ref}: a LoRA adapter is merged against its base model; pass the base (--base)")
         return LoraModel(ref, base)
-    return Checkpoint(ref)
+    return open_weights(ref)
 
 
 def all_finite(x: torch.Tensor) -> bool:
@@ -194,11 +214,17 @@ def _non_finite(name: str, ref: torch.Tensor, models: torch.Tensor, inputs: Inpu
     return f"{bad.path}: tensor {name!r} contains NaN or Inf values; this checkpoint is broken, re-export it"
 
 
-def check_compatible(ref: Readable, models: Sequence[Readable], allow_dtype_mismatch: bool = True) -> None:
+def check_compatible(
+    ref: Readable,
+    models: Sequence[Readable],
+    allow_dtype_mismatch: bool = True,
+    resized: Collection[str] = (),
+) -> None:
     """Same architecture, tensor names and shapes, and dtypes of the same kind; else a ``MergeError``.
 
     Floating tensors may differ in dtype (a bf16 base with fp32 agents is how verl and ToolRL release them);
     task vectors are float32 either way. ``allow_dtype_mismatch`` is kept for old callers and configs.
+    The vocabulary tensors in ``resized`` may have more rows (``vocab.plan_vocab`` checked them).
     """
     arch = _architecture(ref)
     for m in models:
@@ -213,14 +239,15 @@ def check_compatible(ref: Readable, models: Sequence[Readable], allow_dtype_mism
                 "models must share the base's architecture"
             )
         for name, info in ref.tensors.items():
-            _check_tensor(ref, m, info, m.tensors[name])
+            _check_tensor(ref, m, info, m.tensors[name], name in resized)
 
 
-def _check_tensor(ref: Readable, m: Readable, a: TensorInfo, b: TensorInfo) -> None:
-    if a.shape != b.shape:
+def _check_tensor(ref: Readable, m: Readable, a: TensorInfo, b: TensorInfo, resized: bool = False) -> None:
+    if a.shape != b.shape and not resized:
         raise MergeError(
             f"{m.path}: tensor {a.name!r} has shape {list(b.shape)} but {ref.path} has {list(a.shape)} "
-            "(vocabulary resized? merge only models with identical shapes)"
+            "(only vocabulary tensors, embedding and lm_head with config.json vocab_size rows, may grow; "
+            "merge models with this tensor's shape)"
         )
     floating = a.dtype.is_floating_point and b.dtype.is_floating_point  # bf16 base, fp32 agents: a normal case
     if a.dtype != b.dtype and not floating:
@@ -282,22 +309,29 @@ def torch_threads(n: int) -> Iterator[None]:
 
 
 def overlap_stats(
-    inputs: Inputs, thresholds: Mapping[str, float], threads: int, chunk: int, quiet: bool = True
+    inputs: Inputs,
+    rules: Mapping[str, MaskRule],
+    threads: int,
+    chunk: int,
+    quiet: bool = True,
+    levels: Mapping[str, Levels] | None = None,
 ) -> dict[str, torch.Tensor]:
-    """The statistics pass: ``[N, N]`` overlap histogram of each tensor named in ``thresholds``, at its threshold.
+    """The statistics pass: ``[N, N]`` overlap histogram of each tensor named in ``rules``, under its mask rule.
 
-    Counts only, nothing written; chunks of ``chunk`` elements on ``threads`` workers. Histograms already
-    counted for these very files (``OverlapCache``) are not counted again.
+    Counts only, nothing written; chunks of ``chunk`` elements on ``threads`` workers. ``levels`` holds
+    the thresholds of the tensors whose rule is adaptive (``mask_levels``). Histograms already counted
+    for these very files and rules (``OverlapCache``) are not counted again.
     """
     cache = OverlapCache([c.weight_files for c in inputs.checkpoints])
-    known = cache.get(thresholds, len(inputs.models))
-    todo = {name: eps for name, eps in thresholds.items() if name not in known}
+    known = cache.get(rules, len(inputs.models))
+    todo = {name: rule for name, rule in rules.items() if name not in known}
     tasks, owners = [], []
     scratch = Scratch()
-    for name, eps in todo.items():
+    for name, rule in todo.items():
         numel = inputs.reference.tensors[name].numel
+        level = (levels or {}).get(name)
         for s in range(0, numel, chunk):
-            tasks.append(_hist_task(inputs, name, s, min(s + chunk, numel), eps, scratch))
+            tasks.append(_hist_task(inputs, name, s, min(s + chunk, numel), rule, level, scratch))
             owners.append(name)
     n = len(inputs.models)
     counted = {name: torch.zeros(n, n, dtype=torch.int64) for name in todo}
@@ -305,14 +339,40 @@ def overlap_stats(
         for name, h in zip(owners, run_parallel(tasks, threads, bar), strict=True):
             counted[name] += h
     cache.put(counted, todo)
-    return {name: known[name] if name in known else counted[name] for name in thresholds}
+    return {name: known[name] if name in known else counted[name] for name in rules}
+
+
+def mask_levels(
+    inputs: Inputs, rules: Mapping[str, MaskRule], threads: int, chunk: int, quiet: bool = True
+) -> dict[str, Levels]:
+    """The per-agent thresholds of every tensor in ``rules`` whose rule is adaptive, one tensor per worker.
+
+    Each tensor is streamed in chunks of ``chunk`` elements (float32 task vectors, inputs checked finite);
+    the values do not depend on ``chunk`` (``masks.tensor_levels``).
+    """
+    wanted = {name: rule for name, rule in rules.items() if rule.adaptive}
+
+    def task(name: str, rule: MaskRule) -> Callable[[], Levels]:
+        numel = inputs.reference.tensors[name].numel
+
+        def batches() -> Iterator[tuple[int, torch.Tensor]]:
+            for s in range(0, numel, chunk):
+                ref, models = inputs.read(name, s, min(s + chunk, numel))
+                yield s, models.sub_(ref)
+
+        return lambda: tensor_levels(rule, name, numel, batches)
+
+    tasks = [task(name, rule) for name, rule in wanted.items()]
+    with tqdm(total=len(tasks), desc="mask thresholds", unit="tensor", disable=quiet or not tasks, leave=False) as bar:
+        return dict(zip(wanted, run_parallel(tasks, threads, bar), strict=True))
 
 
 class OverlapCache:
-    """Overlap histograms of one input set (files in order), per tensor and threshold, kept across runs.
+    """Overlap histograms of one input set (files in order), per tensor and mask rule, kept across runs.
 
     Stored in ``cache_dir() / stats``, keyed by the files' identities (``cache.files_key``), so a changed
-    file never reuses an old count. ``AGENTMERGE_NO_CACHE=1`` turns it off.
+    file never reuses an old count; a tensor's entry is keyed by its rule (``MaskRule.key``: the plain
+    rule's is its epsilon, as before). ``AGENTMERGE_NO_CACHE=1`` turns it off.
     """
 
     def __init__(self, files: Sequence[Sequence[Path]]) -> None:
@@ -320,48 +380,51 @@ class OverlapCache:
         self.path = cache_dir() / "stats" / f"{files_key(files)}.json" if self.on else None
 
     @staticmethod
-    def _key(name: str, eps: float) -> str:
-        return f"{name}|{eps!r}"
+    def _key(name: str, rule: MaskRule) -> str:
+        return f"{name}|{rule.key}"
 
-    def get(self, thresholds: Mapping[str, float], n: int) -> dict[str, torch.Tensor]:
-        """The cached ``[N, N]`` histograms of these tensors at these thresholds (those it has)."""
+    def get(self, rules: Mapping[str, MaskRule], n: int) -> dict[str, torch.Tensor]:
+        """The cached ``[N, N]`` histograms of these tensors under these rules (those it has)."""
         if self.path is None:
             return {}
         store = load_store(self.path)
         out = {}
-        for name, eps in thresholds.items():
-            rows = store.get(self._key(name, eps))
+        for name, rule in rules.items():
+            rows = store.get(self._key(name, rule))
             if isinstance(rows, list) and len(rows) == n and all(isinstance(r, list) and len(r) == n for r in rows):
                 out[name] = torch.tensor(rows, dtype=torch.int64)
         return out
 
-    def put(self, hists: Mapping[str, torch.Tensor], thresholds: Mapping[str, float]) -> None:
+    def put(self, hists: Mapping[str, torch.Tensor], rules: Mapping[str, MaskRule]) -> None:
         if self.path is None or not hists:
             return
         store = load_store(self.path)
-        store.update({self._key(name, thresholds[name]): h.tolist() for name, h in hists.items()})
+        store.update({self._key(name, rules[name]): h.tolist() for name, h in hists.items()})
         save_store(self.path, store)
 
 
 def _hist_task(
-    inputs: Inputs, name: str, start: int, stop: int, eps: float, scratch: Scratch
+    inputs: Inputs, name: str, start: int, stop: int, rule: MaskRule, levels: Levels | None, scratch: Scratch
 ) -> Callable[[], torch.Tensor]:
     def task() -> torch.Tensor:
-        if available(len(inputs.models)):
-            counted = counts(*inputs.read_stored(name, start, stop, scratch), eps)
+        if rule.plain and available(len(inputs.models)):
+            counted = counts(*inputs.read_stored(name, start, stop, scratch), rule.epsilon)
             if counted.finite:
                 return histogram_from_patterns(counted.patterns)
         ref, models = inputs.read(name, start, stop)  # also the path that names a non-finite input
-        return overlap_histogram(update_mask(task_vectors(ref, models), eps))
+        return overlap_histogram(tensor_mask(task_vectors(ref, models), ref, rule, levels))
 
     return task
 
 
-def fisher_mass_pass(inputs: Inputs, plan: MergePlan, quiet: bool = True) -> torch.Tensor | None:
+def fisher_mass_pass(
+    inputs: Inputs, plan: MergePlan, quiet: bool = True, levels: Mapping[str, Levels] | None = None
+) -> torch.Tensor | None:
     """``ram_fisher``'s statistics pass: ``[N, 2]`` float64 Fisher mass of each agent (unique, shared), whole model.
 
     Summed over every merged tensor, chunk by chunk in plan order (so the sum does not depend on threads);
-    None when no tensor rescales (``r = 0``), and nothing is read.
+    None when no tensor rescales (``r = 0``), and nothing is read. Updates are counted under each tensor's
+    mask rule (``levels``: the thresholds of the adaptive ones, ``mask_levels``), as the merge pass counts them.
     """
     if not any(float(j.params["r"]) > 0 for j in plan.merged):
         return None
@@ -371,7 +434,8 @@ def fisher_mass_pass(inputs: Inputs, plan: MergePlan, quiet: bool = True) -> tor
             ref, models = inputs.read(job.name, start, stop)
             floor = float(job.params["floor"])
             fisher = inputs.read_extras(job.name, start, stop)["fisher"].clamp_(min=floor)
-            return fisher_mass(models.sub_(ref), fisher, job.eps)
+            mask = tensor_mask(models.sub_(ref), ref, job.rule, (levels or {}).get(job.name))
+            return fisher_mass(mask, fisher)
 
         return run
 

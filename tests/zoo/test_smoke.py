@@ -4,7 +4,13 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
+import signal
+import subprocess
+import sys
+import time
 from pathlib import Path
+from typing import Any
 
 import pytest
 import torch
@@ -12,6 +18,7 @@ from safetensors.torch import load_file
 from transformers import AutoModelForCausalLM, AutoTokenizer
 
 from agentmerge.cli import build_parser
+from agentmerge.sweep.run import Results
 from agentmerge.zoo.build import build_zoo
 from agentmerge.zoo.config import DOMAINS, smoke_config
 from agentmerge.zoo.modeling import read_stage
@@ -70,10 +77,25 @@ def test_eval_cli_writes_json(zoo: Path, tmp_path: Path, capsys: pytest.CaptureF
     assert report["count"]["code.exact"] == 8
 
 
-def test_bench_smoke_writes_results(zoo: Path, tmp_path: Path) -> None:
-    docs = tmp_path / "docs"
-    argv = ["zoo", "bench", "--zoo", str(zoo), "--work", str(tmp_path / "work"), "--docs", str(docs)]
-    assert _run(*argv, "--seeds", "0", "--smoke", "--threads", "1", "--quiet") == 0
+def _bench_argv(zoo: Path, root: Path) -> list[str]:
+    return ["zoo", "bench", "--zoo", str(zoo), "--work", str(root / "work"), "--docs", str(root / "docs")]
+
+
+def _sweep_records(work: Path) -> list[dict[str, Any]]:
+    """Every trial record of every sweep under ``work`` (one line per trial the sweeps ran)."""
+    return [r for path in sorted(work.rglob("results.jsonl")) for r in Results(path).records()]
+
+
+@pytest.fixture(scope="module")
+def bench(zoo: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The smoke bench, run once through the sweep engine (three regimes, pairs, ablation, dilution)."""
+    root = tmp_path_factory.mktemp("bench")
+    assert _run(*_bench_argv(zoo, root), "--seeds", "0", "--smoke", "--threads", "1", "--quiet") == 0
+    return root
+
+
+def test_bench_smoke_writes_results(zoo: Path, bench: Path) -> None:
+    tmp_path, docs = bench, bench / "docs"
     combined = json.loads((docs / "results.json").read_text())
     assert list(combined["regimes"]) == ["bf16", "fp32_fp32", "paper_like"]
     for regime, results in combined["regimes"].items():
@@ -95,7 +117,7 @@ def test_bench_smoke_writes_results(zoo: Path, tmp_path: Path) -> None:
     ]
     tool = next(p for p in (zoo / "seed0").iterdir() if p.name.startswith("agent_tool.") and p.name.endswith("-fp32"))
     assert load_file(str(tool / "model.safetensors"))["model.embed_tokens.weight"].dtype == torch.float32
-    merged = tmp_path / "work" / "fp32_fp32" / "seed0" / "merges" / "ram" / "model.safetensors"
+    merged = tmp_path / "work" / "fp32_fp32" / "seed0" / "sweep-test" / "trials" / "ram" / "model.safetensors"
     assert load_file(str(merged))["model.embed_tokens.weight"].dtype == torch.bfloat16
     markdown = (docs / "results.md").read_text()
     assert "agentmerge zoo bench" in markdown
@@ -104,3 +126,70 @@ def test_bench_smoke_writes_results(zoo: Path, tmp_path: Path) -> None:
     assert "### Two-agent merges" in markdown and "### Overlap by base-weight magnitude" in markdown
     assert "**Partial:** regimes not run yet: fp32_bf16; regimes on fewer than 3 seeds:" in markdown
     assert "scripts/zoo_full_run.sh" in markdown
+    # the merges were trials of the seed's two sweeps, named by their row labels
+    for regime in combined["regimes"]:
+        seed = tmp_path / "work" / regime / "seed0"
+        val = {r["name"] for r in Results(seed / "sweep-val" / "results.jsonl").records()}
+        test = {r["name"]: r for r in Results(seed / "sweep-test" / "results.jsonl").records()}
+        assert {"ta_lambda0.5", "ta_lambda1", "code+tool.ta_lambda0.5"} <= val
+        assert {"linear", "ram", "fisher", "unique_code_s1", "tool+memory.ram"} <= set(test)
+        assert all(r["status"] == "ok" for r in test.values())
+        rows = combined["regimes"][regime]["rows"]
+        assert rows["ram"]["code.exact"]["mean"] == test["ram"]["metrics"]["code.exact"]
+        assert set(test["code+tool.linear"]["metrics"]) == {
+            "code.exact",
+            "code.partial",
+            "tool.exact",
+            "tool.f1",
+            "agentic_avg",
+        }
+
+
+def test_bench_rerun_runs_no_trial_and_scores_nothing(zoo: Path, bench: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A finished bench run again: every trial is found in results.jsonl, Ray never starts, nothing is evaluated."""
+    from agentmerge.sweep.run import RaySession
+    from agentmerge.zoo import evaluate as zoo_evaluate
+
+    def refuse(*args: object, **kwargs: object) -> None:
+        raise AssertionError("the rerun did work that was done already")
+
+    before = _sweep_records(bench / "work")
+    evals = sorted((bench / "work" / "evals").rglob("*.json"))
+    first = json.loads((bench / "docs" / "results.json").read_text())
+    monkeypatch.setattr(RaySession, "start", refuse)
+    monkeypatch.setattr(zoo_evaluate, "evaluate", refuse)
+    assert _run(*_bench_argv(zoo, bench), "--seeds", "0", "--smoke", "--threads", "1", "--quiet") == 0
+    assert _sweep_records(bench / "work") == before  # no trial ran: no line was added
+    assert sorted((bench / "work" / "evals").rglob("*.json")) == evals
+    again = json.loads((bench / "docs" / "results.json").read_text())
+    for regime, results in again["regimes"].items():
+        for key in ("rows", "pairs", "dilution", "task_arithmetic_lambda", "ablation", "probe", "skipped"):
+            assert results[key] == first["regimes"][regime][key], (regime, key)
+
+
+def test_killed_bench_resumes(zoo: Path, tmp_path: Path) -> None:
+    """SIGKILL in the middle of the test sweep, then a rerun: finished trials are kept, the rest run once."""
+    import agentmerge
+
+    env = {**os.environ, "PYTHONPATH": str(Path(agentmerge.__file__).resolve().parents[1])}
+    argv = [*_bench_argv(zoo, tmp_path), "--seeds", "0", "--smoke", "--regimes", "bf16", "--no-pairs"]
+    cmd = [sys.executable, "-m", "agentmerge", *argv, "--threads", "1", "--max-concurrent", "1", "--quiet"]
+    results = tmp_path / "work" / "bf16" / "seed0" / "sweep-test" / "results.jsonl"
+    proc = subprocess.Popen(cmd, env=env, start_new_session=True, stderr=subprocess.PIPE)
+    deadline = time.time() + 240
+    while time.time() < deadline and len(Results(results).records()) < 2 and proc.poll() is None:
+        time.sleep(0.1)
+    os.killpg(proc.pid, signal.SIGKILL)
+    proc.wait()
+    killed = Results(results).records()
+    val = Results(results.parent.parent / "sweep-val" / "results.jsonl").records()
+    assert 2 <= len(killed) < 12, "the bench finished before it could be killed"
+    assert not (tmp_path / "docs" / "results.json").exists()
+    done = subprocess.run(cmd, env=env, capture_output=True, text=True)
+    assert done.returncode == 0, done.stderr[-2000:]
+    after = Results(results).records()
+    assert after[: len(killed)] == killed  # the recorded trials were not run again
+    assert len(after) == len({r["trial"] for r in after}) == 12  # each of the other trials ran exactly once
+    assert Results(results.parent.parent / "sweep-val" / "results.jsonl").records() == val
+    rows = json.loads((tmp_path / "docs" / "results.json").read_text())["regimes"]["bf16"]["rows"]
+    assert {"linear", "task_arithmetic", "ties", "fisher", "ram", "ram_plus"} <= set(rows)

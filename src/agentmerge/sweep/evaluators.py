@@ -1,7 +1,9 @@
 """How a sweep scores a merged folder: ``{metric: float}`` from the zoo, lm-eval, or the user's own function.
 
 - ``zoo`` (``zoo:test``, ``zoo:validation``; default validation, the split to tune on): the zoo suite's
-  metrics and ``agentic_avg``, their mean over the trained domains (the default objective).
+  metrics and ``agentic_avg``, their mean over the trained domains (the default objective). Its options
+  (``evaluate_options``): ``n`` prompts per task (default 1000), ``tasks`` (default all), ``batch_size``, and
+  ``cache``, a folder of evaluations keyed by the merged weights' sha256 (the zoo bench's).
 - ``lm-eval:T1,T2``: lm-evaluation-harness tasks; metrics named ``task.metric``.
 - ``tasks:FILE.jsonl``: the user's own task file (docs/evaluate.md), greedy in the chat template; metrics
   ``tasks.<task>`` (share right) and ``tasks_avg``, their mean (the default objective). A relative FILE is
@@ -20,9 +22,12 @@ from pathlib import Path
 from typing import Any
 
 from agentmerge.errors import ConfigError
+from agentmerge.userinput import did_you_mean
 
 Evaluator = Callable[[Path], dict[str, float]]
 KINDS = ("zoo", "lm-eval", "python", "tasks")
+ZOO_OPTIONS = {"n": int, "tasks": list, "batch_size": int, "cache": str}
+_WHAT = {int: "a positive integer", list: "a non-empty list of task names", str: "a folder path"}
 
 
 def parse(spec: str) -> tuple[str, str]:
@@ -49,11 +54,30 @@ def default_objective(spec: str) -> str | None:
     return "agentic_avg" if kind == "zoo" else "tasks_avg" if kind == "tasks" else None
 
 
-def resolve(spec: str, search_path: Sequence[str] = (), threads: int = 1) -> Evaluator:
-    """The evaluator ``spec`` names, ready to call."""
+def check_options(spec: str, options: Mapping[str, Any]) -> None:
+    """The evaluator's options must be ones it takes, of the right type (only the zoo's take any)."""
+    kind = parse(spec)[0]
+    allowed = ZOO_OPTIONS if kind == "zoo" else {}
+    for key, value in options.items():
+        if key not in allowed:
+            known = tuple(allowed)
+            hint = did_you_mean(key, known) if known else f" (the {kind} evaluator takes none)"
+            raise ConfigError(f"evaluate_options: unknown option {key!r}{hint}")
+        kind_ok = isinstance(value, allowed[key]) and not isinstance(value, bool)
+        if key == "tasks":
+            kind_ok = kind_ok and bool(value) and all(isinstance(t, str) for t in value)
+        if not kind_ok or (allowed[key] is int and value < 1):
+            raise ConfigError(f"evaluate_options: {key} must be {_WHAT[allowed[key]]} (got {value!r})")
+
+
+def resolve(
+    spec: str, search_path: Sequence[str] = (), threads: int = 1, options: Mapping[str, Any] | None = None
+) -> Evaluator:
+    """The evaluator ``spec`` names with its ``options`` (checked by :func:`check_options`), ready to call."""
     kind, arg = parse(spec)
     if kind == "zoo":
-        return lambda folder: _zoo(folder, arg or "validation", threads)
+        opts = dict(options or {})
+        return lambda folder: _zoo(folder, arg or "validation", threads, opts)
     if kind == "lm-eval":
         tasks = [t for t in arg.split(",") if t]
         return lambda folder: _lm_eval(folder, tasks)
@@ -108,14 +132,22 @@ def _import(name: str, search_path: Sequence[str]) -> Any:
     return importlib.import_module(name)
 
 
-def _zoo(folder: Path, split: str, threads: int) -> dict[str, float]:
+def _zoo(folder: Path, split: str, threads: int, options: dict[str, Any]) -> dict[str, float]:
     import torch
 
-    from agentmerge.zoo.bench import agentic_average
-    from agentmerge.zoo.evaluate import evaluate
+    from agentmerge.zoo.evaluate import DEFAULT_N, agentic_average, evaluate_cached
 
     torch.set_num_threads(threads)
-    metrics = dict(evaluate(folder, split=split, quiet=True).metrics)
+    cache = options.get("cache")
+    report, _ = evaluate_cached(
+        folder,
+        split="val" if split == "validation" else split,  # the suite's own name of the split
+        n=options.get("n", DEFAULT_N),
+        tasks=options.get("tasks"),
+        batch_size=options.get("batch_size", 250),
+        cache=Path(cache) if cache else None,
+    )
+    metrics = dict(report.metrics)
     return {**metrics, "agentic_avg": agentic_average(metrics)}
 
 

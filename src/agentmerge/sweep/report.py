@@ -55,9 +55,12 @@ class Row:
     se: float | None  # None with one seed
     seeds: int
     metrics: dict[str, float]  # every metric's mean over the seeds
+    name: str | None = None  # an explicit trial's name
 
     @property
     def label(self) -> str:
+        if self.name:
+            return self.name
         params = ", ".join(f"{k}={v}" for k, v in sorted(self.params.items()))
         return f"{self.method}({params})" if params else self.method
 
@@ -68,7 +71,7 @@ def rows(cfg: SweepConfig, records: Sequence[dict[str, Any]]) -> list[Row]:
     groups: dict[str, list[dict[str, Any]]] = {}
     for r in records:
         if r.get("status") == "ok" and objective in r.get("metrics", {}):
-            key = json.dumps([r["method"], r["params"], r["models"]], sort_keys=True)
+            key = json.dumps([r["method"], r["params"], r["models"], r.get("name")], sort_keys=True)
             groups.setdefault(key, []).append(r)
     out = []
     for group in groups.values():
@@ -76,7 +79,10 @@ def rows(cfg: SweepConfig, records: Sequence[dict[str, Any]]) -> list[Row]:
         names = set.intersection(*(set(r["metrics"]) for r in group))
         means = {m: sum(float(r["metrics"][m]) for r in group) / len(group) for m in sorted(names)}
         first = group[0]
-        out.append(Row(first["method"], first["params"], first["models"], *_mean_se(values), len(group), means))
+        mean, se = _mean_se(values)
+        out.append(
+            Row(first["method"], first["params"], first["models"], mean, se, len(group), means, first.get("name"))
+        )
     return sorted(out, key=lambda row: row.mean, reverse=cfg.direction == "max")
 
 
@@ -112,6 +118,8 @@ def markdown(cfg: SweepConfig, records: Sequence[dict[str, Any]], plots: Sequenc
 
 
 def _setting(r: dict[str, Any]) -> str:
+    if r.get("name"):
+        return f"{r['name']} seed {r.get('seed')}"
     params = ", ".join(f"{k}={v}" for k, v in sorted(r.get("params", {}).items()))
     return f"{r.get('method')}({params}) seed {r.get('seed')}"
 

@@ -26,6 +26,7 @@ from tqdm import tqdm
 
 from agentmerge.errors import AgentMergeError, ConfigError
 from agentmerge.registry import METHODS
+from agentmerge.spec import MASK_PARAMS
 from agentmerge.sweep import evaluators
 from agentmerge.sweep.spec import SweepConfig, Trial, choose, merge_config, trials
 
@@ -68,6 +69,11 @@ class Results:
 # --------------------------------------------------------------------------- one trial (runs in a Ray worker)
 
 
+def trial_folder(root: Path, record: dict[str, Any]) -> Path:
+    """Where a trial's merged folder lies: ``trials/NAME`` for a named trial, else ``trials/ID``."""
+    return root / "trials" / str(record.get("name") or record["trial"])
+
+
 def run_trial(cfg_data: dict[str, Any], trial: Trial, folder: str, search_path: list[str]) -> dict[str, Any]:
     """Merge and evaluate one trial; always returns its record (``status`` ok or failed with the error's line)."""
     from agentmerge.merge import merge
@@ -77,6 +83,7 @@ def run_trial(cfg_data: dict[str, Any], trial: Trial, folder: str, search_path: 
     s = trial.setting
     record: dict[str, Any] = {
         "trial": trial.id,
+        **({"name": s.name} if s.name else {}),
         "method": s.method,
         "params": dict(s.params),
         "models": [cfg.models[i] for i in s.models],
@@ -88,7 +95,8 @@ def run_trial(cfg_data: dict[str, Any], trial: Trial, folder: str, search_path: 
     try:
         merge(merge_config(cfg, trial), out, force=True, quiet=True)
         record["merge_seconds"] = round(time.perf_counter() - t0, 3)
-        record["metrics"] = evaluators.resolve(cfg.evaluate, search_path, cfg.resources.cpus)(out)
+        evaluate = evaluators.resolve(cfg.evaluate, search_path, cfg.resources.cpus, cfg.options_of(s))
+        record["metrics"] = evaluate(out)
         record["status"] = "ok"
     except Exception as e:  # a failing trial is recorded, and the sweep goes on
         record["status"] = "failed"
@@ -121,6 +129,7 @@ class Outcome:
     best: dict[str, Any] | None = None
     objective: str | None = None
     notes: list[str] = field(default_factory=list)
+    finished: list[dict[str, Any]] = field(default_factory=list)  # the records of the trials this run ran
 
 
 def run_sweep(
@@ -132,8 +141,12 @@ def run_sweep(
     max_concurrent: int | None = None,
     resume: bool = True,
     quiet: bool = False,
+    session: RaySession | None = None,
 ) -> Outcome:
-    """Run every trial of ``cfg`` not yet in ``out/results.jsonl``, on Ray; then write ``out/results.md``."""
+    """Run every trial of ``cfg`` not yet in ``out/results.jsonl``, on Ray; then write ``out/results.md``.
+
+    ``session``: a :class:`RaySession` shared with other sweeps (its ``address`` is used, not ``address``).
+    """
     from agentmerge.sweep.report import best_record, objective_of, write_report
 
     t0 = time.perf_counter()
@@ -148,13 +161,20 @@ def run_sweep(
     objective = objective_of(cfg, results.records())
     runner = _Runner(cfg, root, results, search_path, objective, quiet)
     _count_overlaps_once(cfg, done, quiet)
-    with _ray(address, quiet):
-        ran = runner.run(_pending(cfg, done, runner), max_concurrent or _slots(cfg), _expected(cfg, done))
+    expected = _expected(cfg, done)
+    with contextlib.ExitStack() as stack:
+        if session is None:
+            session = stack.enter_context(RaySession(address, quiet))
+        ran = 0
+        if expected:  # nothing to run: Ray is not started
+            session.start()
+            ran = runner.run(_pending(cfg, done, runner), max_concurrent or _slots(cfg), expected)
     records = results.records()
     write_report(cfg, records, root)
     failed = sum(r.get("status") != "ok" for r in records if r["trial"] in runner.ran)
     best = best_record(cfg, records)
-    return Outcome(records, ran, len(done), failed, time.perf_counter() - t0, best, objective_of(cfg, records))
+    seconds = time.perf_counter() - t0
+    return Outcome(records, ran, len(done), failed, seconds, best, objective_of(cfg, records), [], runner.finished)
 
 
 def _pending(cfg: SweepConfig, done: set[str], runner: _Runner) -> Iterator[Trial]:
@@ -185,9 +205,8 @@ def _count_overlaps_once(cfg: SweepConfig, done: set[str], quiet: bool) -> None:
             continue
         merge_cfg = merge_config(cfg, trial)
         overrides = [o.model_dump() for o in merge_cfg.overrides]
-        key = json.dumps(
-            [merge_cfg.base, [m.path for m in merge_cfg.models], merge_cfg.params.get("epsilon"), overrides]
-        )
+        rule = {k: v for k, v in merge_cfg.params.items() if k == "epsilon" or k in {p.name for p in MASK_PARAMS}}
+        key = json.dumps([merge_cfg.base, [m.path for m in merge_cfg.models], rule, overrides], sort_keys=True)
         if key not in seen:
             seen.add(key)
             with contextlib.suppress(AgentMergeError, OSError):
@@ -206,14 +225,20 @@ def _slots(cfg: SweepConfig) -> int:
     return max(1, (os.cpu_count() or 1) // cfg.resources.cpus)
 
 
-class _ray:
-    """``ray.init`` for the sweep (local unless an address is given) and ``shutdown`` after, if we started it."""
+class RaySession:
+    """``ray.init`` (local unless an address is given) on first need; ``shutdown`` at the end if this one started it.
 
-    def __init__(self, address: str | None, quiet: bool) -> None:
-        self.address, self.quiet = address, quiet
+    Entering the session starts nothing: :meth:`start` does, the first time a sweep has a trial to run, so a
+    rerun with nothing left to do never starts Ray. Sweeps given the same session (``run_sweep(session=...)``)
+    share its workers, each of which imports torch once. ``num_cpus``: the logical CPUs of a local runtime
+    (default this machine's), against which the trials' ``resources.cpus`` are scheduled.
+    """
+
+    def __init__(self, address: str | None = None, quiet: bool = False, num_cpus: int | None = None) -> None:
+        self.address, self.quiet, self.num_cpus = address, quiet, num_cpus
         self.started = False
 
-    def __enter__(self) -> None:
+    def start(self) -> None:
         try:
             import ray
         except ImportError:
@@ -222,15 +247,19 @@ class _ray:
             level = logging.ERROR if self.quiet else logging.WARNING
             kwargs: dict[str, Any] = {"include_dashboard": False, "log_to_driver": False, "logging_level": level}
             if self.address is None:
-                kwargs["num_cpus"] = os.cpu_count() or 1
+                kwargs["num_cpus"] = self.num_cpus or os.cpu_count() or 1
             ray.init(address=self.address, **kwargs)
             self.started = True
+
+    def __enter__(self) -> RaySession:
+        return self
 
     def __exit__(self, *exc: object) -> None:
         if self.started:
             import ray
 
             ray.shutdown()
+            self.started = False
 
 
 class _Runner:
@@ -249,9 +278,9 @@ class _Runner:
         self.objective, self.quiet = objective, quiet
         self.ran: set[str] = set()
         self.finished: list[dict[str, Any]] = []  # this run's records, in arrival order (optuna reads them)
-        self._best: tuple[float, str] | None = None  # the kept folder (keep: best), an earlier run's included
+        self._best: tuple[float, Path] | None = None  # the kept folder (keep: best), an earlier run's included
         for record in results.records() if cfg.keep == "best" else []:
-            if record.get("status") == "ok" and (root / "trials" / record["trial"]).is_dir():
+            if record.get("status") == "ok" and trial_folder(root, record).is_dir():
                 self._keep_best(record)
 
     def run(self, pending: Iterator[Trial], window: int, expected: int) -> int:
@@ -269,7 +298,7 @@ class _Runner:
                     if trial is None:
                         exhausted = True
                         break
-                    folder = str(self.root / "trials" / trial.id)
+                    folder = str(trial_folder(self.root, {"trial": trial.id, "name": trial.setting.name}))
                     in_flight[task.remote(data, trial, folder, self.search_path)] = trial
                 if not in_flight:
                     return len(self.ran)
@@ -292,12 +321,12 @@ class _Runner:
         from agentmerge.sweep.report import score
 
         value = score(self.cfg, record, self.objective)
-        folder = self.root / "trials" / record["trial"]
+        folder = trial_folder(self.root, record)
         if value is None:
             shutil.rmtree(folder, ignore_errors=True)
         elif self._best is None or value > self._best[0]:
-            if self._best is not None:
-                shutil.rmtree(self.root / "trials" / self._best[1], ignore_errors=True)
-            self._best = (value, record["trial"])
-        else:
+            if self._best is not None and self._best[1] != folder:  # a named trial may reuse an old best's folder
+                shutil.rmtree(self._best[1], ignore_errors=True)
+            self._best = (value, folder)
+        elif folder != self._best[1]:
             shutil.rmtree(folder, ignore_errors=True)

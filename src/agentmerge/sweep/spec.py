@@ -16,10 +16,20 @@ direction: max                    # or min
 resources: {cpus: 1, gpus: 0}     # per trial
 keep: best                        # which merged folders to keep: none, best, all
 merge: {dtype: bfloat16}          # anything else a merge config takes (exclude, max_memory, ...)
+trials: []                        # explicit named settings besides the grid (below)
+evaluate_options: {}              # the evaluator's options (zoo: n, tasks, batch_size, cache)
+fingerprint: null                 # what else decides the results (e.g. a digest of the inputs' bytes)
 ```
 
 The example gives 1 x (1 + 3 + 2) x 1 = 6 trials. A trial's id is a stable hash of everything that decides
 its result (inputs, method, parameters, seed, evaluator, merge options), so a rerun recognises it.
+
+An explicit trial is one named setting, ``{name, method, params, models, fisher, evaluate_options}``:
+``models`` are indexes into ``models`` (default all), ``fisher`` one Fisher file per merged model (for
+``method: fisher``), ``evaluate_options`` refine the sweep's for this trial (e.g. score a pair of agents on
+their two domains only). A named trial keeps its merged folder under ``trials/NAME`` and its record carries
+``name``. The keys added after the first release (``trials``, ``evaluate_options``, ``fingerprint``) enter a
+trial's id only when set, so the ids of older sweep files do not change.
 """
 
 from __future__ import annotations
@@ -28,12 +38,13 @@ import hashlib
 import itertools
 import json
 import random
+import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
 from agentmerge.config import MergeConfig, config_from_dict
 from agentmerge.errors import ConfigError
@@ -60,11 +71,41 @@ class Resources(_Frozen):
     gpus: float = Field(default=0, ge=0)
 
 
+def _known_method(name: str) -> str:
+    if name not in METHODS:
+        raise ValueError(f"unknown method {name!r}{did_you_mean(name, tuple(METHODS))}")
+    return name
+
+
+class TrialEntry(_Frozen):
+    """One explicit setting: a named merge of some of the models with fixed parameters."""
+
+    name: str  # also its folder's name
+    method: str
+    params: dict[str, ParamValue] = Field(default_factory=dict)
+    models: list[int] | None = None  # indexes into the sweep's models; default all
+    fisher: list[str] | None = None  # one Fisher file per merged model
+    evaluate_options: dict[str, Any] = Field(default_factory=dict)
+
+    @field_validator("method")
+    @classmethod
+    def _known(cls, v: str) -> str:
+        return _known_method(v)
+
+    @field_validator("name")
+    @classmethod
+    def _folder_name(cls, v: str) -> str:
+        if not re.fullmatch(r"[A-Za-z0-9][A-Za-z0-9._+-]{0,127}", v):
+            raise ValueError(f"{v!r}: use letters, digits and . _ + - (it names the trial's folder)")
+        return v
+
+
 class SweepConfig(_Frozen):
     base: str | None = None
     models: list[str] = Field(min_length=1)
     subsets: Literal["all", "pairs"] | list[list[int]] = "all"
-    methods: dict[str, dict[str, ParamValue | list[ParamValue]]] = Field(min_length=1)
+    methods: dict[str, dict[str, ParamValue | list[ParamValue]]] = Field(default_factory=dict)
+    trials: list[TrialEntry] = Field(default_factory=list)
     search: Search = Field(default_factory=Search)
     seeds: list[int] = Field(default_factory=lambda: [0], min_length=1)
     evaluate: str
@@ -73,6 +114,8 @@ class SweepConfig(_Frozen):
     resources: Resources = Field(default_factory=Resources)
     keep: Literal["none", "best", "all"] = "best"
     merge: dict[str, Any] = Field(default_factory=dict)
+    evaluate_options: dict[str, Any] = Field(default_factory=dict)
+    fingerprint: str | None = None
 
     @field_validator("search", mode="before")
     @classmethod
@@ -92,9 +135,34 @@ class SweepConfig(_Frozen):
     @classmethod
     def _known_methods(cls, v: dict[str, Any]) -> dict[str, Any]:
         for name in v:
-            if name not in METHODS:
-                raise ValueError(f"unknown method {name!r}{did_you_mean(name, tuple(METHODS))}")
+            _known_method(name)
         return v
+
+    @model_validator(mode="after")
+    def _entries(self) -> SweepConfig:
+        if not self.methods and not self.trials:
+            raise ValueError("name the merges to try: methods (a grid), trials (explicit settings), or both")
+        if self.trials and self.search.kind == "optuna":
+            raise ValueError("search: optuna chooses from the methods grid; run explicit trials with grid or random")
+        names = [e.name for e in self.trials]
+        if len(set(names)) != len(names):
+            raise ValueError(f"trials: the name {next(n for n in names if names.count(n) > 1)!r} is used twice")
+        for entry in self.trials:
+            models = self.entry_models(entry)
+            if entry.fisher is not None and len(entry.fisher) != len(models):
+                raise ValueError(f"trials: {entry.name}: give one fisher file per merged model ({len(models)})")
+        for options in [self.evaluate_options, *(e.evaluate_options for e in self.trials)]:
+            try:
+                evaluators.check_options(self.evaluate, options)
+            except ConfigError as e:
+                raise ValueError(str(e)) from None
+        return self
+
+    def entry_models(self, entry: TrialEntry) -> tuple[int, ...]:
+        """The model indexes an explicit trial merges (checked: distinct, in range)."""
+        if entry.models is None:
+            return tuple(range(len(self.models)))
+        return self._indexes(entry.models, f"trials: {entry.name}: models")
 
     @field_validator("merge")
     @classmethod
@@ -112,12 +180,18 @@ class SweepConfig(_Frozen):
             return [tuple(range(n))]
         if self.subsets == "pairs":
             return list(itertools.combinations(range(n), 2))
-        out = []
-        for s in self.subsets:
-            if not s or any(not 0 <= i < n for i in s) or len(set(s)) != len(s):
-                raise ConfigError(f"subsets: {s} must be distinct model indexes in 0..{n - 1}")
-            out.append(tuple(s))
-        return out
+        return [self._indexes(s, "subsets") for s in self.subsets]
+
+    def _indexes(self, s: list[int], where: str) -> tuple[int, ...]:
+        n = len(self.models)
+        if not s or any(not 0 <= i < n for i in s) or len(set(s)) != len(s):
+            raise ConfigError(f"{where}: {s} must be distinct model indexes in 0..{n - 1}")
+        return tuple(s)
+
+    def options_of(self, setting: Setting) -> dict[str, Any]:
+        """The evaluator's options for a setting: the sweep's, refined by its explicit entry's."""
+        entry = next((e for e in self.trials if e.name == setting.name), None)
+        return {**self.evaluate_options, **(entry.evaluate_options if entry else {})}
 
 
 @dataclass(frozen=True)
@@ -127,9 +201,13 @@ class Setting:
     method: str
     params: tuple[tuple[str, ParamValue], ...]  # sorted by name
     models: tuple[int, ...]
+    name: str | None = None  # an explicit trial's name
+    fisher: tuple[str, ...] | None = None  # an explicit trial's Fisher files, one per merged model
 
     @property
     def label(self) -> str:
+        if self.name:
+            return self.name
         params = ", ".join(f"{k}={v}" for k, v in self.params)
         return f"{self.method}({params})" if params else self.method
 
@@ -144,7 +222,7 @@ class Trial:
 
 
 def grid(cfg: SweepConfig) -> list[Setting]:
-    """Every setting of the grid, in file order: subsets, then methods, then the product of parameter values."""
+    """Every setting, in file order: subsets, then methods, then the product of parameter values; then ``trials``."""
     out = []
     for models in cfg.subset_list():
         for method, values in cfg.methods.items():
@@ -152,6 +230,9 @@ def grid(cfg: SweepConfig) -> list[Setting]:
             lists = [v if isinstance(v, list) else [v] for v in (values[k] for k in names)]
             for combo in itertools.product(*lists):
                 out.append(Setting(method, tuple(zip(names, combo, strict=True)), models))
+    for e in cfg.trials:
+        fisher = tuple(e.fisher) if e.fisher is not None else None
+        out.append(Setting(e.method, tuple(sorted(e.params.items())), cfg.entry_models(e), e.name, fisher))
     return out
 
 
@@ -165,7 +246,7 @@ def choose(cfg: SweepConfig) -> list[Setting]:
 
 def trial_of(cfg: SweepConfig, setting: Setting, seed: int) -> Trial:
     """The trial of ``setting`` with ``seed``; its id hashes everything that decides its result."""
-    identity = {
+    identity: dict[str, Any] = {
         "base": cfg.base,
         "models": [cfg.models[i] for i in setting.models],
         "method": setting.method,
@@ -174,6 +255,15 @@ def trial_of(cfg: SweepConfig, setting: Setting, seed: int) -> Trial:
         "evaluate": cfg.evaluate,
         "merge": cfg.merge,
     }
+    # keys added later enter only when set, so older sweeps keep their ids; where the cache lies decides nothing
+    options = {k: v for k, v in cfg.options_of(setting).items() if k != "cache"}
+    later: dict[str, Any] = {
+        "name": setting.name,
+        "fisher": setting.fisher,
+        "options": options,
+        "fingerprint": cfg.fingerprint,
+    }
+    identity |= {k: v for k, v in later.items() if v}
     digest = hashlib.sha256(json.dumps(identity, sort_keys=True, default=str).encode()).hexdigest()
     return Trial(setting, seed, digest[:16])
 
@@ -188,7 +278,9 @@ def merge_config(cfg: SweepConfig, trial: Trial) -> MergeConfig:
     data = {
         **cfg.merge,
         "method": s.method,
-        "models": [{"path": cfg.models[i]} for i in s.models],
+        "models": [
+            {"path": cfg.models[i], **({"fisher": s.fisher[k]} if s.fisher else {})} for k, i in enumerate(s.models)
+        ],
         "params": dict(s.params),
         "seed": trial.seed,
         "threads": cfg.merge.get("threads", cfg.resources.cpus),
@@ -216,8 +308,9 @@ def sweep_from_dict(data: Mapping[str, Any], source: str = "sweep") -> SweepConf
         cfg = SweepConfig.model_validate(dict(data))
     except ValidationError as e:
         first = e.errors()[0]
-        where = ".".join(str(x) for x in first["loc"])
-        raise ConfigError(f"{source}: {where}: {str(first['msg']).removeprefix('Value error, ')}") from None
+        loc = ".".join(str(x) for x in first["loc"])
+        where = f"{loc}: " if loc else ""
+        raise ConfigError(f"{source}: {where}{str(first['msg']).removeprefix('Value error, ')}") from None
     for setting in grid(cfg):
         merge_config(cfg, trial_of(cfg, setting, cfg.seeds[0]))
     return cfg

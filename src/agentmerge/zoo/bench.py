@@ -2,25 +2,33 @@
 
 Per seed: the base and the three specialists are scored on the test split; the probe measures each agent's
 density and overlap; every available merge method is applied (task arithmetic's lambda is tuned on the
-validation split); the dilution ablation keeps one agent's unique updates at s = 1 and s = 1/N. Every merge and
-evaluation is cached under the work folder by a key of its inputs, so a rerun only does what is missing.
+validation split); the dilution ablation keeps one agent's unique updates at s = 1 and s = 1/N.
+
+The merges run through the sweep engine (``agentmerge.sweep``): per seed and regime, one sweep of explicit
+trials on the validation split (task arithmetic's lambda grid) and one on the test split (every other merge),
+each trial named by its row label, scored by the ``zoo`` evaluator and recorded in the sweep's
+``results.jsonl``; the tables are built from those records. Building the zoo, scoring the base and the agents,
+the probe and the Fisher files are not merges and run here. A rerun skips every recorded trial, and every
+evaluation is cached by the weights' sha256, so it only does what is missing.
 """
 
 from __future__ import annotations
 
-import hashlib
+import contextlib
 import json
+import os
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from agentmerge.sweep.run import RaySession
 from agentmerge.zoo.build import Logger, build_zoo
 from agentmerge.zoo.config import DOMAINS, ZooConfig
-from agentmerge.zoo.evaluate import evaluate
+from agentmerge.zoo.evaluate import agentic_average, cache_key, evaluate_cached, file_digest
 from agentmerge.zoo.fisher import diagonal_fisher, is_fisher_file, save_fisher
-from agentmerge.zoo.tasks import SUITE_VERSION, all_tasks
+from agentmerge.zoo.tasks import SUITE_VERSION
 
 DOMAIN_TASKS = {"code": ("code",), "tool": ("tool",), "memory": ("mem_short", "mem_long")}
 
@@ -53,6 +61,7 @@ PAIRS: tuple[tuple[str, str], ...] = (("code", "tool"), ("code", "memory"), ("to
 PAIR_METHODS = ("linear", "task_arithmetic", "ties", "dare_ties", "ram", "ram_plus")
 ABLATION_R: tuple[float, ...] = (0.0, 0.05, 0.1, 0.2, 0.5)
 ABLATION_ALPHA: tuple[float, ...] = (1.0, 2.0)
+DILUTION_TAGS = ("s1", "s1_over_n")  # the unique updates at s = 1 and s = 1/N
 
 
 def ram_plus_ablation(
@@ -86,109 +95,69 @@ def available_methods() -> set[str]:
     return set(METHODS)
 
 
-def file_digest(path: Path) -> str:
-    """sha256 of a checkpoint's weights (cache key of everything computed from it)."""
-    digest = hashlib.sha256()
-    with (path / "model.safetensors").open("rb") as handle:
-        for block in iter(lambda: handle.read(1 << 20), b""):
-            digest.update(block)
-    return digest.hexdigest()[:16]
-
-
-def _key(*parts: Any) -> str:
-    return hashlib.sha256(json.dumps(parts, sort_keys=True, default=str).encode()).hexdigest()[:16]
+Entry = dict[str, Any]  # one explicit trial of a sweep file (name, method, params, models, ...)
+Records = dict[str, dict[str, Any]]  # a sweep's records of this bench's trials, by trial name
 
 
 @dataclass
 class SeedBench:
-    """Runs (or reuses) every merge and evaluation of one seed."""
+    """The merges and evaluations of one seed on one set of agents (all three, or a pair).
+
+    The base and agents are scored here (cached); the merges are trials of the seed's sweeps
+    (:func:`run_seed`): :meth:`val_entries` then :meth:`read_val`, :meth:`test_entries` then :meth:`read_test`.
+    """
 
     cfg: ZooConfig
     plan: BenchPlan
     seed: int
     zoo: dict[str, Path]
-    work: Path
+    evals: Path  # the evaluation cache (keyed by the weights)
     log: Logger
-    threads: int | None = None
     domains: tuple[str, ...] = DOMAINS
-    evals: Path | None = None  # evaluation cache (keyed by weights); default work/evals
     out: dict[str, Any] = field(default_factory=dict)
+    started: float = 0.0
+
+    @property
+    def full(self) -> bool:
+        return self.domains == DOMAINS
 
     @property
     def eval_tasks(self) -> list[str] | None:
         """Every task for the 3-agent merge; only the merged agents' domains for a subset (a pair)."""
-        if self.domains == DOMAINS:
+        if self.full:
             return None
         return [t for d in self.domains for t in DOMAIN_TASKS[d]]
 
-    # ------------------------------------------------------------------ evaluation (cached)
+    @property
+    def prefix(self) -> str:
+        """Trial names of a pair start with ``code+tool.``; the 3-agent merges' are the row labels."""
+        return "" if self.full else "+".join(self.domains) + "."
+
+    # ------------------------------------------------------------------ the base and the agents (cached)
     def eval(self, ckpt: Path, label: str, split: str, tasks: Sequence[str] | None = None) -> dict[str, float]:
         n = self.cfg.n_test if split == "test" else self.cfg.n_val
         tasks = tasks or self.eval_tasks
-        names = list(tasks) if tasks else list(all_tasks())
-        key = _key(file_digest(ckpt), split, n, names, SUITE_VERSION)
-        cache = (self.evals or self.work / "evals") / f"{label}.{split}.{key}.json"
-        if cache.is_file():
-            metrics: dict[str, float] = json.loads(cache.read_text())["metrics"]
-            return metrics
-        report = evaluate(ckpt, split=split, n=n, tasks=names, batch_size=self.cfg.eval_batch, quiet=True)
-        cache.parent.mkdir(parents=True, exist_ok=True)
-        cache.write_text(json.dumps(report.to_dict(), indent=1) + "\n")
-        self.log(f"seed {self.seed}: eval {label} [{split}] {report.seconds:.1f}s {_brief(report.metrics)}")
+        batch = self.cfg.eval_batch
+        report, cached = evaluate_cached(
+            ckpt, split=split, n=n, tasks=tasks, batch_size=batch, cache=self.evals, label=label
+        )
+        if not cached:
+            self.log(f"seed {self.seed}: eval {label} [{split}] {report.seconds:.1f}s {_brief(report.metrics)}")
         return report.metrics
 
-    # ------------------------------------------------------------------ merging (cached)
-    def merge(self, label: str, method: str, params: dict[str, Any], fisher: dict[str, Path] | None = None) -> Path:
-        from agentmerge.config import MergeConfig, ModelSpec
-        from agentmerge.merge import merge
-
-        agents = [self.zoo[f"agent_{d}"] for d in self.domains]
-        out = self.work / "merges" / label
-        key = _key(method, params, [file_digest(p) for p in [self.zoo["base"], *agents]], self.seed)
-        marker = out / "bench_key.json"
-        if marker.is_file() and json.loads(marker.read_text()).get("key") == key:
-            return out
-        specs = [
-            ModelSpec(path=str(p), name=f"agent_{d}", fisher=str(fisher[d]) if fisher else None)
-            for d, p in zip(self.domains, agents, strict=True)
-        ]
-        cfg = MergeConfig(
-            method=method,
-            base=str(self.zoo["base"]),
-            models=specs,
-            params=params,
-            seed=self.seed,
-            threads=self.threads,
-            allow_dtype_mismatch=True,  # a bf16 base with fp32 agents; the output keeps the base's dtype
-        )
-        result = merge(cfg, out, force=True, quiet=True)
-        marker.write_text(json.dumps({"key": key, "seconds": result.seconds}) + "\n")
-        return out
-
-    # ------------------------------------------------------------------ the stages
-    def run(self) -> dict[str, Any]:
-        available = available_methods()
+    def begin(self) -> None:
+        """Score the base and the agents on the test split; probe the three agents."""
         self.out = {"seed": self.seed, "rows": {}, "val": {}, "skipped": {}, "dilution": {}, "timing": {}}
         self.out["domains"] = list(self.domains)
-        started = time.perf_counter()
+        self.started = time.perf_counter()
         for name in ("base", *[f"agent_{d}" for d in self.domains]):
             self.out["rows"][name] = self.eval(self.zoo[name], name, "test")
-        self.out["timing"]["eval_zoo"] = time.perf_counter() - started
-        if self.domains == DOMAINS:
+        self.out["timing"]["eval_zoo"] = time.perf_counter() - self.started
+        if self.full:
             self._probe()
-        full = self.domains == DOMAINS
-        for run in self.plan.methods:
-            if not full and run.label not in self.plan.pair_methods:
-                continue
-            if run.method == "task_arithmetic":
-                self._task_arithmetic(available)
-            else:
-                self._method(run, available)
-        if full:
-            for run in self.plan.ablation:
-                self._method(run, available)
-            self._dilution(available)
-        self.out["timing"]["total"] = time.perf_counter() - started
+
+    def finish(self) -> dict[str, Any]:
+        self.out["timing"]["total"] = time.perf_counter() - self.started
         return self.out
 
     def _probe(self) -> None:
@@ -204,64 +173,109 @@ class SeedBench:
         self.out["probe"]["drift"] = [task_vector_stats(base, a)["drift"] for a in agents]
         self.out["probe"]["magnitude"] = magnitude_overlap(base, agents, labels)
 
-    def _task_arithmetic(self, available: set[str]) -> None:
-        if "task_arithmetic" not in available:
-            self.out["skipped"]["task_arithmetic"] = "method not in the engine registry"
-            return
-        scores: dict[str, float] = {}
-        for lam in self.plan.ta_lambdas:
-            label = f"ta_lambda{lam:g}"
-            metrics = self.eval(self.merge(label, "task_arithmetic", {"lambda": lam}), label, "val")
-            scores[f"{lam:g}"] = agentic_average(metrics)
-        best = max(scores, key=lambda k: scores[k])
-        self.out["val"]["task_arithmetic"] = {"val_agentic_avg": scores, "best_lambda": float(best)}
-        path = self.merge(f"ta_lambda{best}", "task_arithmetic", {"lambda": float(best)})
-        self.out["rows"]["task_arithmetic"] = self.eval(path, f"ta_lambda{best}", "test")
+    # ------------------------------------------------------------------ the merges, as sweep trials
+    def entry(self, label: str, method: str, params: dict[str, Any], **extra: Any) -> Entry:
+        """The sweep trial of one merge of this bench's agents, named by its row label."""
+        out: Entry = {"name": self.prefix + label, "method": method, "params": params}
+        out["models"] = [DOMAINS.index(d) for d in self.domains]
+        if self.eval_tasks:
+            out["evaluate_options"] = {"tasks": self.eval_tasks}
+        return out | extra
 
-    def _method(self, run: MethodRun, available: set[str]) -> None:
+    def runs(self) -> list[MethodRun]:
+        """The method runs of this bench, in table order (a pair runs only the plan's pair methods)."""
+        return [r for r in self.plan.methods if self.full or r.label in self.plan.pair_methods]
+
+    def val_entries(self, available: set[str]) -> list[Entry]:
+        """Task arithmetic at each lambda of the grid, scored on validation."""
+        if not any(r.method == "task_arithmetic" for r in self.runs()) or "task_arithmetic" not in available:
+            return []
+        return [self.entry(f"ta_lambda{lam:g}", "task_arithmetic", {"lambda": lam}) for lam in self.plan.ta_lambdas]
+
+    def read_val(self, records: Records) -> None:
+        """Choose task arithmetic's lambda by the validation agentic average."""
+        scores = {}
+        for lam in self.plan.ta_lambdas:
+            rec = records.get(f"{self.prefix}ta_lambda{lam:g}")
+            if rec is not None and rec["status"] == "ok":
+                scores[f"{lam:g}"] = agentic_average(_metrics(rec))
+        if scores:
+            best = max(scores, key=lambda k: scores[k])
+            self.out["val"]["task_arithmetic"] = {"val_agentic_avg": scores, "best_lambda": float(best)}
+
+    def test_entries(self, available: set[str], fisher: dict[str, Path] | None) -> list[Entry]:
+        """Every merge of the table (task arithmetic at its chosen lambda), the ablation, the dilution runs."""
+        out = [e for run in self.runs() if (e := self._test_entry(run, available, fisher)) is not None]
+        if self.full:
+            out += [e for run in self.plan.ablation if (e := self._test_entry(run, available, fisher)) is not None]
+            out += self._dilution_entries(available)
+        return out
+
+    def _test_entry(self, run: MethodRun, available: set[str], fisher: dict[str, Path] | None) -> Entry | None:
+        if run.method == "task_arithmetic":
+            if "task_arithmetic" not in available:
+                self.out["skipped"]["task_arithmetic"] = "method not in the engine registry"
+                return None
+            chosen = self.out["val"].get("task_arithmetic")
+            if chosen is None:
+                self.out["skipped"]["task_arithmetic"] = "no lambda trial finished on validation"
+                return None
+            best = chosen["best_lambda"]
+            return self.entry(f"ta_lambda{best:g}", "task_arithmetic", {"lambda": best})
         if run.method not in available:
             self.out["skipped"][run.label] = "method not in the engine registry when the bench ran"
             self.log(f"seed {self.seed}: skipping {run.label} (not in the engine registry)")
-            return
-        fisher = self._fisher() if run.method == "fisher" else None
-        try:
-            path = self.merge(run.label, run.method, run.params, fisher)
-        except Exception as exc:  # a failing engine method must not sink the other rows
-            self.out["skipped"][run.label] = f"merge failed: {type(exc).__name__}: {exc}"
-            self.log(f"seed {self.seed}: {run.label} failed: {exc}")
-            return
-        self.out["rows"][run.label] = self.eval(path, run.label, "test")
+            return None
+        if run.method == "fisher" and fisher is not None:
+            return self.entry(run.label, run.method, run.params, fisher=[str(fisher[d]) for d in self.domains])
+        return self.entry(run.label, run.method, run.params)
 
-    def _fisher(self) -> dict[str, Path]:
-        paths: dict[str, Path] = {}
-        for i, domain in enumerate(DOMAINS):
-            agent = self.zoo[f"agent_{domain}"]
-            out = self.work / "fisher" / f"agent_{domain}.{file_digest(agent)}.safetensors"
-            if not is_fisher_file(out):  # also a file of an older zoo, written without the Fisher mark
-                fisher = diagonal_fisher(agent, domain, self.plan.fisher_prompts, 7000 + 10 * self.seed + i)
-                save_fisher(fisher, out)
-            paths[domain] = out
-        return paths
-
-    def _dilution(self, available: set[str]) -> None:
+    def _dilution_entries(self, available: set[str]) -> list[Entry]:
         if "unique_only" not in available:
             self.out["skipped"]["unique_only"] = "method not in the engine registry"
-            return
-        n = len(self.domains)
+            return []
+        out = []
+        scales = dict(zip(DILUTION_TAGS, (1.0, 1.0 / len(self.domains)), strict=True))
         for index, domain in enumerate(self.domains):
-            row: dict[str, dict[str, float]] = {}
-            for tag, scale in (("s1", 1.0), ("s1_over_n", 1.0 / n)):
-                label = f"unique_{domain}_{tag}"
+            options = {"tasks": list(DOMAIN_TASKS[domain])}
+            for tag, scale in scales.items():
                 params = {"agent": index, "scale": scale}
-                path = self.merge(label, "unique_only", params)
-                row[tag] = self.eval(path, label, "test", DOMAIN_TASKS[domain])
-            self.out["dilution"][domain] = row
+                out.append(self.entry(f"unique_{domain}_{tag}", "unique_only", params, evaluate_options=options))
+        return out
+
+    def read_test(self, records: Records) -> None:
+        """The table's rows and the dilution scores, from the test sweep's records (failures noted as skipped)."""
+        for run in [*self.runs(), *(self.plan.ablation if self.full else ())]:
+            if run.label in self.out["skipped"]:
+                continue
+            name = run.label
+            if run.method == "task_arithmetic":
+                name = f"ta_lambda{self.out['val']['task_arithmetic']['best_lambda']:g}"
+            rec = records[self.prefix + name]
+            if rec["status"] == "ok":
+                self.out["rows"][run.label] = _metrics(rec)
+            else:
+                self.out["skipped"][run.label] = _failure(rec)
+                self.log(f"seed {self.seed}: {run.label} failed: {rec['error']}")
+        if self.full and "unique_only" not in self.out["skipped"]:
+            for domain in self.domains:
+                recs = {tag: records[f"unique_{domain}_{tag}"] for tag in DILUTION_TAGS}
+                if all(r["status"] == "ok" for r in recs.values()):
+                    self.out["dilution"][domain] = {tag: _metrics(r) for tag, r in recs.items()}
+                else:
+                    self.out["skipped"][f"unique_{domain}"] = next(
+                        _failure(r) for r in recs.values() if r["status"] != "ok"
+                    )
 
 
-def agentic_average(metrics: dict[str, float]) -> float:
-    """Mean of the trained-domain metrics (code, tool, memory); held-out columns are not in it."""
-    values = [v for k, v in metrics.items() if not k.startswith("reverse.")]
-    return sum(values) / len(values)
+def _metrics(record: dict[str, Any]) -> dict[str, float]:
+    """A trial's zoo metrics without the evaluator's ``agentic_avg`` (the tables compute their own)."""
+    return {k: float(v) for k, v in record["metrics"].items() if k != "agentic_avg"}
+
+
+def _failure(record: dict[str, Any]) -> str:
+    stage = "evaluation" if "merge_seconds" in record else "merge"
+    return f"{stage} failed: {record.get('error', '')}"
 
 
 def _brief(metrics: dict[str, float]) -> str:
@@ -275,33 +289,135 @@ def run_bench(
     work: Path,
     log: Logger,
     threads: int | None = None,
+    max_concurrent: int | None = None,
+    quiet: bool = True,
+    session: RaySession | None = None,
 ) -> list[dict[str, Any]]:
     """Build the zoo of ``cfg``'s regime and bench every seed; returns the per-seed records.
 
-    Merges are cached under ``work/{regime}/seed{S}`` (pairs under ``.../pair_{a}_{b}``); evaluations under
-    ``work/evals/seed{S}`` (keyed by the weights' digest, so a base or agent shared by regimes is scored once).
+    The merges of seed S are the trials of two sweeps (:func:`run_seed`) under ``work/{regime}/seed{S}``;
+    evaluations are cached under ``work/evals/seed{S}`` (keyed by the weights' digest, so a base or agent shared
+    by regimes is scored once). One local Ray runtime (``session``, or one of its own) serves every sweep; a
+    trial takes ``threads`` CPUs (default all) and at most ``max_concurrent`` run at once (default: CPUs /
+    ``threads``).
     """
     records = []
-    for seed in plan.seeds:
-        started = time.perf_counter()
-        zoo = build_zoo(cfg, zoo_out, seed, threads=threads, log=log)
-        built = time.perf_counter() - started
-        root = work / cfg.regime / f"seed{seed}"
-        evals = work / "evals" / f"seed{seed}"
-        bench = SeedBench(cfg, plan, seed, zoo, root, log, threads, evals=evals)
-        record = bench.run()
-        record["timing"]["build"] = built
-        record["stages"] = {name: _stage_summary(path) for name, path in zoo.items()}
-        record["pairs"] = {}
-        if plan.pairs:
-            for pair in PAIRS:
-                sub = SeedBench(cfg, plan, seed, zoo, root / f"pair_{pair[0]}_{pair[1]}", log, threads, pair, evals)
-                record["pairs"]["+".join(pair)] = sub.run()
-        records.append(record)
-        log(
-            f"seed {seed} [{cfg.regime}]: done (build {built:.0f}s, bench {time.perf_counter() - started - built:.0f}s)"
-        )
+    with contextlib.ExitStack() as stack:
+        session = session or stack.enter_context(bench_session(threads, quiet))
+        for seed in plan.seeds:
+            started = time.perf_counter()
+            zoo = build_zoo(cfg, zoo_out, seed, threads=threads, log=log)
+            built = time.perf_counter() - started
+            root, evals = work / cfg.regime / f"seed{seed}", work / "evals" / f"seed{seed}"
+            sweeps = Sweeps(cfg, seed, zoo, root, evals, log, session, threads, max_concurrent, quiet)
+            record = run_seed(plan, sweeps)
+            record["timing"]["build"] = built
+            record["stages"] = {name: _stage_summary(path) for name, path in zoo.items()}
+            records.append(record)
+            bench = time.perf_counter() - started - built
+            log(f"seed {seed} [{cfg.regime}]: done (build {built:.0f}s, bench {bench:.0f}s)")
     return records
+
+
+def bench_session(threads: int | None, quiet: bool) -> RaySession:
+    """The local Ray runtime of a bench, started by its first trial; ``--threads`` above the core count is honoured."""
+    return RaySession(quiet=quiet, num_cpus=max(os.cpu_count() or 1, threads or 1))
+
+
+@dataclass(frozen=True)
+class Sweeps:
+    """One seed's sweeps: what they merge (the seed's zoo), where they run, and on how many CPUs."""
+
+    cfg: ZooConfig
+    seed: int
+    zoo: dict[str, Path]
+    root: Path  # work/{regime}/seed{S}: sweep-val/ and sweep-test/ (results.jsonl, trials/NAME), fisher/
+    evals: Path
+    log: Logger
+    session: RaySession
+    threads: int | None = None
+    max_concurrent: int | None = None
+    quiet: bool = True
+
+    def config(self, split: str, entries: list[Entry]) -> Any:
+        """The sweep of ``entries`` on ``split`` (val or test): this seed's agents, merged at its seed."""
+        from agentmerge.sweep.spec import sweep_from_dict
+
+        inputs = [self.zoo["base"], *(self.zoo[f"agent_{d}"] for d in DOMAINS)]
+        data = {
+            "base": str(self.zoo["base"]),
+            "models": [str(self.zoo[f"agent_{d}"]) for d in DOMAINS],
+            "trials": entries,
+            "seeds": [self.seed],
+            "evaluate": "zoo:validation" if split == "val" else "zoo:test",
+            "evaluate_options": {
+                "n": self.cfg.n_val if split == "val" else self.cfg.n_test,
+                "batch_size": self.cfg.eval_batch,
+                "cache": str(self.evals),
+            },
+            "fingerprint": cache_key([file_digest(p) for p in inputs], SUITE_VERSION),
+            "resources": {"cpus": self.threads or os.cpu_count() or 1},
+            "keep": "all",
+            "merge": {"allow_dtype_mismatch": True},  # a bf16 base with fp32 agents: the merge keeps bf16
+        }
+        return sweep_from_dict(data, f"zoo bench seed {self.seed} ({split})")
+
+    def run(self, split: str, entries: list[Entry]) -> Records:
+        """Run one sweep (its recorded trials skipped) and return this sweep's records by trial name."""
+        from agentmerge.sweep.run import run_sweep
+        from agentmerge.sweep.spec import choose, trials
+
+        if not entries:
+            return {}
+        sweep = self.config(split, entries)
+        folder = self.root / f"sweep-{split}"
+        outcome = run_sweep(sweep, folder, max_concurrent=self.max_concurrent, quiet=self.quiet, session=self.session)
+        for rec in outcome.finished:
+            brief = _brief(_metrics(rec)) if rec["status"] == "ok" else rec.get("error", "")
+            self.log(f"seed {self.seed}: {rec['name']} [{split}] {rec['seconds']:.1f}s {brief}")
+        self.log(f"seed {self.seed}: {split} sweep: {outcome.ran} trials ran, {outcome.skipped} recorded earlier")
+        ids = {t.id for t in trials(sweep, choose(sweep))}
+        return {r["name"]: r for r in outcome.records if r["trial"] in ids}
+
+
+def run_seed(plan: BenchPlan, sweeps: Sweeps) -> dict[str, Any]:
+    """One seed: the 3-agent bench and, with ``plan.pairs``, the three pairs, their merges in two sweeps.
+
+    First the validation sweep (task arithmetic's lambda grid, of every agent set), then the test sweep (every
+    merge of the tables at the chosen lambdas, the RAM+ ablation, the dilution runs). The Fisher files are
+    made between the two when a Fisher merge is planned.
+    """
+    available = available_methods()
+    cfg, seed, zoo = sweeps.cfg, sweeps.seed, sweeps.zoo
+    full = SeedBench(cfg, plan, seed, zoo, sweeps.evals, sweeps.log)
+    pairs = [SeedBench(cfg, plan, seed, zoo, sweeps.evals, sweeps.log, pair) for pair in PAIRS]
+    benches = [full, *(pairs if plan.pairs else [])]
+    for bench in benches:
+        bench.begin()
+    records = sweeps.run("val", [e for b in benches for e in b.val_entries(available)])
+    for bench in benches:
+        bench.read_val(records)
+    wants_fisher = "fisher" in available and any(r.method == "fisher" for b in benches for r in b.runs())
+    fisher = _fisher(plan, sweeps) if wants_fisher else None
+    records = sweeps.run("test", [e for b in benches for e in b.test_entries(available, fisher)])
+    for bench in benches:
+        bench.read_test(records)
+    record = full.finish()
+    record["pairs"] = {"+".join(b.domains): b.finish() for b in benches[1:]}
+    return record
+
+
+def _fisher(plan: BenchPlan, sweeps: Sweeps) -> dict[str, Path]:
+    """Each agent's diagonal Fisher file (cached by the agent's digest; not a merge, so not a sweep trial)."""
+    paths: dict[str, Path] = {}
+    for i, domain in enumerate(DOMAINS):
+        agent = sweeps.zoo[f"agent_{domain}"]
+        out = sweeps.root / "fisher" / f"agent_{domain}.{file_digest(agent)}.safetensors"
+        if not is_fisher_file(out):  # also a file of an older zoo, written without the Fisher mark
+            fisher = diagonal_fisher(agent, domain, plan.fisher_prompts, 7000 + 10 * sweeps.seed + i)
+            save_fisher(fisher, out)
+        paths[domain] = out
+    return paths
 
 
 def _stage_summary(path: Path) -> dict[str, Any]:

@@ -14,9 +14,13 @@ import time
 from collections.abc import Iterator
 from dataclasses import replace
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from agentmerge.safety import check_report_path, write_report
+
+if TYPE_CHECKING:
+    from agentmerge.sweep.run import RaySession
+    from agentmerge.zoo.build import Logger
 
 DEFAULT_ZOO = ".zoo-cache"
 CORE_METHODS = ("linear", "task_arithmetic", "ties", "dare_ties", "ram", "ram_plus")
@@ -68,6 +72,12 @@ def _bench_parser(sub: Any) -> None:
         + ")",
     )
     p.add_argument("--render-only", action="store_true", help="only re-render results.md from results.json")
+    p.add_argument(
+        "--max-concurrent",
+        type=int,
+        default=None,
+        help="merge trials in flight at once (default: cores / --threads); each trial uses --threads CPUs",
+    )
     _common(p)
     p.set_defaults(func=cmd_bench)
 
@@ -110,41 +120,57 @@ def cmd_build(args: argparse.Namespace) -> int:
 
 
 def cmd_bench(args: argparse.Namespace) -> int:
-    from agentmerge.zoo.bench import run_bench
+    from agentmerge.errors import ConfigError
+    from agentmerge.zoo.bench import bench_session
     from agentmerge.zoo.build import stderr_logger
-    from agentmerge.zoo.regime_report import load_combined, render_combined_from_json, write_combined
-    from agentmerge.zoo.results import aggregate
+    from agentmerge.zoo.regime_report import render_combined_from_json
 
     docs = Path(args.docs)
     if args.render_only:
         print(f"wrote {render_combined_from_json(docs)}")
         return 0
+    if args.max_concurrent is not None and args.max_concurrent < 1:
+        raise ConfigError(f"--max-concurrent must be at least 1 (got {args.max_concurrent})")
     threads = _threads(args.threads)
     seeds = tuple(int(s) for s in args.seeds.split(",") if s.strip())
     log = stderr_logger(args.quiet)
-    for regime in _regimes(args):
-        cfg = _config(args.smoke, regime)
-        started = time.perf_counter()
-        plan = _plan(args.smoke, seeds, regime, not args.no_pairs)
-        if args.methods:
-            keep = set(CORE_METHODS) if args.methods == "core" else set(args.methods.split(","))
-            plan = replace(plan, methods=tuple(m for m in plan.methods if m.label in keep))
-        if args.no_ablation:
-            plan = replace(plan, ablation=())
-        records = run_bench(cfg, plan, Path(args.zoo), Path(args.work), log, threads)
-        meta = {
-            "command": _command(args),
-            "regime": regime,
-            "config": cfg.to_dict(),
-            "threads": threads,
-            "wall_seconds": time.perf_counter() - started,
-        }
-        with _docs_lock(docs):  # several bench processes (e.g. one per seed) may share a docs folder
-            combined = load_combined(docs)
-            combined["regimes"][regime] = aggregate(records, meta)
-            json_path, md_path = write_combined(combined, docs)
-        print(f"[{regime}] wrote {md_path} and {json_path}", flush=True)
+    with bench_session(threads, args.quiet) as session:  # one Ray runtime for every regime's sweeps
+        for regime in _regimes(args):
+            _bench_regime(args, regime, seeds, threads, log, session)
     return 0
+
+
+def _bench_regime(
+    args: argparse.Namespace, regime: str, seeds: tuple[int, ...], threads: int, log: Logger, session: RaySession
+) -> None:
+    """Bench one regime and write it into the docs folder's results (the other regimes there are kept)."""
+    from agentmerge.zoo.bench import run_bench
+    from agentmerge.zoo.regime_report import load_combined, write_combined
+    from agentmerge.zoo.results import aggregate
+
+    docs = Path(args.docs)
+    cfg = _config(args.smoke, regime)
+    started = time.perf_counter()
+    plan = _plan(args.smoke, seeds, regime, not args.no_pairs)
+    if args.methods:
+        keep = set(CORE_METHODS) if args.methods == "core" else set(args.methods.split(","))
+        plan = replace(plan, methods=tuple(m for m in plan.methods if m.label in keep))
+    if args.no_ablation:
+        plan = replace(plan, ablation=())
+    zoo, work = Path(args.zoo), Path(args.work)
+    records = run_bench(cfg, plan, zoo, work, log, threads, args.max_concurrent, args.quiet, session)
+    meta = {
+        "command": _command(args),
+        "regime": regime,
+        "config": cfg.to_dict(),
+        "threads": threads,
+        "wall_seconds": time.perf_counter() - started,
+    }
+    with _docs_lock(docs):  # several bench processes (e.g. one per seed) may share a docs folder
+        combined = load_combined(docs)
+        combined["regimes"][regime] = aggregate(records, meta)
+        json_path, md_path = write_combined(combined, docs)
+    print(f"[{regime}] wrote {md_path} and {json_path}", flush=True)
 
 
 @contextlib.contextmanager
@@ -196,6 +222,8 @@ def _command(args: argparse.Namespace) -> str:
         parts.append("--smoke")
     if args.threads:
         parts += ["--threads", str(args.threads)]
+    if args.max_concurrent:
+        parts += ["--max-concurrent", str(args.max_concurrent)]
     return shlex.join(parts)
 
 

@@ -1,8 +1,17 @@
-"""Score any checkpoint folder on the zoo suite: greedy decoding, batched, one metric per table column."""
+"""Score any checkpoint folder on the zoo suite: greedy decoding, batched, one metric per table column.
+
+:func:`evaluate_cached` keeps each report in a cache folder under a key of the weights' sha256, the split, the
+prompt count, the tasks and the suite version, so a checkpoint scored once (by the bench, or by a sweep's
+trial wherever its folder lies) is not scored again.
+"""
 
 from __future__ import annotations
 
+import contextlib
+import hashlib
+import json
 import math
+import os
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field
@@ -18,7 +27,7 @@ from agentmerge.zoo.generation import complete
 from agentmerge.zoo.modeling import load_model
 from agentmerge.zoo.quiet import quiet_transformers
 from agentmerge.zoo.splits import eval_set
-from agentmerge.zoo.tasks import all_tasks
+from agentmerge.zoo.tasks import SUITE_VERSION, all_tasks
 from agentmerge.zoo.vocab import char_vocab
 
 DEFAULT_N = 1000
@@ -34,6 +43,10 @@ class EvalReport:
     stderr: dict[str, float] = field(default_factory=dict)
     count: dict[str, int] = field(default_factory=dict)
     seconds: float = 0.0
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> EvalReport:
+        return cls(data["checkpoint"], data["split"], data["metrics"], data["stderr"], data["count"], data["seconds"])
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -94,3 +107,55 @@ def evaluate(
             report.metrics[metric], report.stderr[metric], report.count[metric] = mean, se, len(scores)
     report.seconds = time.perf_counter() - started
     return report
+
+
+def agentic_average(metrics: dict[str, float]) -> float:
+    """Mean of the trained-domain metrics (code, tool, memory); held-out columns are not in it."""
+    values = [v for k, v in metrics.items() if not k.startswith("reverse.")]
+    return sum(values) / len(values)
+
+
+def file_digest(path: Path) -> str:
+    """sha256 of a checkpoint's weight files, in name order (cache key of everything computed from it)."""
+    digest = hashlib.sha256()
+    files = sorted(path.glob("*.safetensors")) or [path / "model.safetensors"]
+    for file in files:
+        with file.open("rb") as handle:
+            for block in iter(lambda: handle.read(1 << 20), b""):
+                digest.update(block)
+    return digest.hexdigest()[:16]
+
+
+def cache_key(*parts: Any) -> str:
+    return hashlib.sha256(json.dumps(parts, sort_keys=True, default=str).encode()).hexdigest()[:16]
+
+
+def evaluate_cached(
+    checkpoint: Path,
+    *,
+    split: str,
+    n: int,
+    tasks: Sequence[str] | None,
+    batch_size: int,
+    cache: Path | None,
+    label: str | None = None,
+) -> tuple[EvalReport, bool]:
+    """:func:`evaluate`, or its report from ``cache`` (``LABEL.SPLIT.KEY.json``, any label); True if cached.
+
+    The report is written whole (a temporary file renamed), so a process killed meanwhile leaves no torn file.
+    """
+    names = list(tasks) if tasks else list(all_tasks())
+    if cache is None:
+        report = evaluate(checkpoint, split=split, n=n, tasks=names, batch_size=batch_size, quiet=True)
+        return report, False
+    key = cache_key(file_digest(checkpoint), split, n, names, SUITE_VERSION)
+    for hit in sorted(cache.glob(f"*.{split}.{key}.json")):
+        with contextlib.suppress(ValueError, KeyError, TypeError):
+            return EvalReport.from_dict(json.loads(hit.read_text())), True
+    report = evaluate(checkpoint, split=split, n=n, tasks=names, batch_size=batch_size, quiet=True)
+    cache.mkdir(parents=True, exist_ok=True)
+    target = cache / f"{label or checkpoint.name}.{split}.{key}.json"
+    tmp = target.with_name(f".{target.name}.{os.getpid()}.tmp")
+    tmp.write_text(json.dumps(report.to_dict(), indent=1) + "\n")
+    tmp.replace(target)
+    return report, False
