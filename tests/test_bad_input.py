@@ -222,7 +222,7 @@ def test_index_problems(
         ({"method": "ram_plus", "params": {"alfa": 1.0}}, "did you mean 'alpha'"),
         ({"method": "ram", "params": {"epsilon": -1.0}}, "out of range"),
         ({"method": "ram_plus", "params": {"r": "lots"}}, "must be a number"),
-        ({"method": "ram_plus", "params": {"scope": "layer"}}, "must be one of global, tensor"),
+        ({"method": "ram_plus", "params": {"scope": "row"}}, "must be one of global, tensor, layer, module, pattern"),
         ({"method": "ram", "max_shard_size": "0GB"}, "must be positive"),
         ({"method": "ram", "dtype": "float13"}, "unknown dtype"),
         ({"method": "ram", "modles": []}, "did you mean 'models'"),

@@ -21,7 +21,7 @@ def cfg(**kw: object) -> dict[str, object]:
         (cfg(method="ram_pluss"), "did you mean 'ram_plus'"),
         (cfg(params={"alhpa": 1.0}), "did you mean 'alpha'"),
         (cfg(params={"r": -1}), "out of range"),
-        (cfg(params={"scope": "layer"}), "must be one of global, tensor"),
+        (cfg(params={"scope": "row"}), "must be one of global, tensor, layer, module, pattern"),
         (cfg(params={"epsilon": "tiny"}), "must be a number"),
         (cfg(modles=[]), "did you mean 'models'"),
         (cfg(models=[{"path": "a", "wieght": 2}]), "did you mean 'weight'"),

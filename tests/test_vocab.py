@@ -53,8 +53,11 @@ def fisher_file(model_dir: Path, folder: Path, seed: int) -> Path:
     return folder
 
 
-def fisher_config(family: dict[str, Path], names: list[str], folder: Path) -> MergeConfig:
-    """Fisher merges of ``names``; a ``_cut`` agent's Fisher is its full agent's, cut to the base's rows."""
+def fisher_config(
+    family: dict[str, Path], names: list[str], folder: Path, method: str = "fisher", **kw: object
+) -> MergeConfig:
+    """Fisher merges of ``names`` (``method``: one that reads Fisher files); a ``_cut`` agent's Fisher is its full
+    agent's, cut to the base's rows."""
     folder.mkdir()
     models = []
     for i, n in enumerate(names):
@@ -63,7 +66,7 @@ def fisher_config(family: dict[str, Path], names: list[str], folder: Path) -> Me
             cut = {k: (v[: base_rows(family)] if k in VOCAB_TENSORS else v) for k, v in tensors(full).items()}
             save_file(cut, full / "model.safetensors", metadata=dict([FISHER_MARK]))
         models.append(ModelSpec(path=str(family[n]), name=n, fisher=str(full)))
-    return MergeConfig(method="fisher", base=str(family["base"]), models=models, chunk_size=64)
+    return MergeConfig(method=method, base=str(family["base"]), models=models, chunk_size=64, **kw)  # type: ignore[arg-type]
 
 
 @pytest.mark.parametrize("method", sorted(METHODS))
@@ -71,9 +74,10 @@ def test_common_rows_equal_truncated_merge_and_added_rows_copied(
     family: dict[str, Path], tmp_path: Path, method: str
 ) -> None:
     """Every method: rows [0, V_base) equal the merge of the agents cut to V_base rows; the rest are tool's."""
-    if method == "fisher":
-        full = fisher_config(family, ["tool", "math"], tmp_path / "f1")
-        cut = fisher_config(family, ["tool_cut", "math"], tmp_path / "f2")
+    if "fisher" in METHODS[method].model_inputs:  # fisher, ram_fisher (with r > 0: its Fisher-mass pass too)
+        kw: dict[str, object] = {"params": {"r": 0.1}} if METHODS[method].param("r") is not None else {}
+        full = fisher_config(family, ["tool", "math"], tmp_path / "f1", method, **kw)
+        cut = fisher_config(family, ["tool_cut", "math"], tmp_path / "f2", method, **kw)
     else:
         full, cut = config(family, method, ["tool", "math"]), config(family, method, ["tool_cut", "math"])
     merge(full, tmp_path / "full", quiet=True)

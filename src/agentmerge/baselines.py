@@ -60,7 +60,8 @@ from collections.abc import Callable, Sequence
 
 import torch
 
-from agentmerge.deltas import overlap_count, seeded_uniform, sum_agents
+from agentmerge.deltas import disjoint_merge, overlap_count, seeded_uniform, sum_agents
+from agentmerge.deltas import zero_unless as _zero_unless
 from agentmerge.masks import chunk_mask
 from agentmerge.spec import Chunk, Params, TensorSource
 from agentmerge.stats import RankFn, gram_prepare, magnitude_thresholds, tensor_gram, tensor_thresholds
@@ -81,43 +82,6 @@ def chunk_values(c: Chunk, name: str) -> torch.Tensor:
 
 
 # --------------------------------------------------------------------------- shared pieces
-
-
-def disjoint_merge(tau: torch.Tensor, weights: torch.Tensor) -> torch.Tensor:
-    """``[N, E]`` (zeros = dropped), ``[N]`` -> ``[E]``: TIES sign election by mass and disjoint weighted mean."""
-    wt = tau * weights[:, None]  # [N, E]
-    elected = torch.sign(sum_agents(wt))  # [E] in {-1, 0, 1}
-    wt.mul_(elected)  # > 0 exactly where the entry is nonzero and agrees with the elected sign
-    agree = wt > 0  # [N, E]
-    num = sum_agents(wt.clamp_(min=0.0)).mul_(elected)  # sum of the agreeing w_i tau_i (all of one sign)
-    return _safe_divide(num, _agreeing_weight(agree, weights))
-
-
-def _agreeing_weight(agree: torch.Tensor, weights: torch.Tensor) -> torch.Tensor:
-    """``[N, E]`` bool, ``[N]`` -> ``[E]`` ``sum_i agree_i * w_i``, agents added in order (as ``sum_agents``).
-
-    ``acc + w_i * agree_i`` with ``agree_i`` in {0, 1} is exact whether or not it is fused, so this equals
-    ``sum_agents(agree * weights[:, None])`` bit for bit without the ``[N, E]`` float copy.
-    """
-    acc = torch.zeros(agree.shape[1:], dtype=torch.float32)
-    for row, w in zip(agree, weights.tolist(), strict=True):
-        acc.add_(row, alpha=w)
-    return acc
-
-
-def _safe_divide(num: torch.Tensor, den: torch.Tensor) -> torch.Tensor:
-    """``[E]`` ``num / den`` where ``den != 0``, else 0 (``num`` is overwritten)."""
-    return _zero_unless(num.div_(den), den != 0)
-
-
-def _zero_unless(x: torch.Tensor, keep: torch.Tensor) -> torch.Tensor:
-    """In place: contiguous float32 ``x`` -> ``x`` where ``keep``, else +0.0; returns ``x``.
-
-    The same bits as ``torch.where(keep, x, 0.0)``, as an AND of the bit patterns with an all-ones or
-    all-zeros int32 mask, which is a few times faster than ``where``/``masked_fill_`` on a random mask.
-    """
-    x.view(torch.int32).bitwise_and_(keep.to(torch.int32).neg_())
-    return x
 
 
 SLICE = 1 << 18  # elements per slice of the float64 temporaries of DARE and DELLA (bounds their memory)

@@ -121,7 +121,7 @@ def _merge_parser(sub: Any) -> None:
         "--model", action="append", default=[], help="a model to merge: folder or org/name[@revision] (repeat)"
     )
     p.add_argument("--weights", help="comma-separated weights, one per --model")
-    p.add_argument("--fisher", action="append", default=[], help="Fisher of each --model, in order (method fisher)")
+    p.add_argument("--fisher", action="append", default=[], help="Fisher of each --model, in order (fisher methods)")
     p.add_argument("--param", action="append", default=[], metavar="NAME=VALUE", help="method parameter (repeat)")
     p.add_argument("--dtype", help="output dtype for floating tensors (default: the base's)")
     p.add_argument("--max-shard-size", help="largest output file, e.g. 2GB (default 5GB)")

@@ -76,11 +76,21 @@ class ModelSpec(_Frozen):
         return self.name or Path(self.path).name or self.path
 
 
+def join_lists(params: Any) -> Any:
+    """A parameter given as a YAML list of strings (``groups``) -> one whitespace-separated string."""
+    if not isinstance(params, Mapping):
+        return params
+    texts = {k: v for k, v in params.items() if isinstance(v, list) and all(isinstance(x, str) for x in v)}
+    return {**params, **{k: " ".join(v) for k, v in texts.items()}}
+
+
 class Override(_Frozen):
     """Parameters for the tensors whose names match ``pattern`` (fnmatch glob)."""
 
     pattern: str
     params: dict[str, ParamValue]
+
+    _lists = field_validator("params", mode="before")(classmethod(lambda cls, v: join_lists(v)))
 
 
 class MergeConfig(_Frozen):
@@ -99,6 +109,8 @@ class MergeConfig(_Frozen):
     max_memory: str | int = "1GB"
     chunk_size: int | None = Field(default=None, ge=1)  # elements per chunk; derived from max_memory if unset
     allow_dtype_mismatch: bool = True  # no longer needed: floating dtypes may always differ from the base's
+
+    _lists = field_validator("params", mode="before")(classmethod(lambda cls, v: join_lists(v)))
 
     @field_validator("method")
     @classmethod

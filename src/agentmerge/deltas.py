@@ -9,6 +9,11 @@ Shapes: ``E`` elements of one chunk of one tensor (flattened), ``N`` agents.
 
 From ``H``: agent i's updated elements ``sum_k H[i, k]``, unique ``H[i, 0]``, shared
 ``sum_{k>=1} H[i, k]``, and the RAM+ overlap-unique ratio ``rho_i = shared_i / unique_i``.
+
+Sign election (TIES, its family, RAM's ``shared: elect``), ``disjoint_merge``::
+
+    s[p]    = sgn(sum_i w_i tau_i[p])                     (tau_i zero where an agent is left out)
+    tau*[p] = sum_{i: sgn tau_i[p] = s[p]} w_i tau_i[p] / sum_{same i} w_i      (0 where none agrees)
 """
 
 from __future__ import annotations
@@ -89,6 +94,47 @@ def rho_from_histogram(hist: torch.Tensor) -> list[float]:
     unique = hist[:, 0].tolist()
     shared = hist[:, 1:].sum(1).tolist()
     return [s / u if u else float("inf") for s, u in zip(shared, unique, strict=True)]
+
+
+def disjoint_merge(tau: torch.Tensor, weights: torch.Tensor) -> torch.Tensor:
+    """``[N, E]`` (zeros = dropped), ``[N]`` -> ``[E]``: TIES sign election by mass and disjoint weighted mean.
+
+    ``s[p] = sgn(sum_i w_i tau_i[p])``; the mean of the nonzero ``w_i tau_i[p]`` with sign ``s[p]`` over their
+    weights, 0 where none agrees (``s = 0`` included). TIES, its family and RAM's ``shared: elect`` share it.
+    """
+    wt = tau * weights[:, None]  # [N, E]
+    elected = torch.sign(sum_agents(wt))  # [E] in {-1, 0, 1}
+    wt.mul_(elected)  # > 0 exactly where the entry is nonzero and agrees with the elected sign
+    agree = wt > 0  # [N, E]
+    num = sum_agents(wt.clamp_(min=0.0)).mul_(elected)  # sum of the agreeing w_i tau_i (all of one sign)
+    return safe_divide(num, agreeing_weight(agree, weights))
+
+
+def agreeing_weight(agree: torch.Tensor, weights: torch.Tensor) -> torch.Tensor:
+    """``[N, E]`` bool, ``[N]`` -> ``[E]`` ``sum_i agree_i * w_i``, agents added in order (as ``sum_agents``).
+
+    ``acc + w_i * agree_i`` with ``agree_i`` in {0, 1} is exact whether or not it is fused, so this equals
+    ``sum_agents(agree * weights[:, None])`` bit for bit without the ``[N, E]`` float copy.
+    """
+    acc = torch.zeros(agree.shape[1:], dtype=torch.float32)
+    for row, w in zip(agree, weights.tolist(), strict=True):
+        acc.add_(row, alpha=w)
+    return acc
+
+
+def safe_divide(num: torch.Tensor, den: torch.Tensor) -> torch.Tensor:
+    """``[E]`` ``num / den`` where ``den != 0``, else 0 (``num`` is overwritten)."""
+    return zero_unless(num.div_(den), den != 0)
+
+
+def zero_unless(x: torch.Tensor, keep: torch.Tensor) -> torch.Tensor:
+    """In place: contiguous float32 ``x`` -> ``x`` where ``keep``, else +0.0; returns ``x``.
+
+    The same bits as ``torch.where(keep, x, 0.0)``, as an AND of the bit patterns with an all-ones or
+    all-zeros int32 mask, which is a few times faster than ``where``/``masked_fill_`` on a random mask.
+    """
+    x.view(torch.int32).bitwise_and_(keep.to(torch.int32).neg_())
+    return x
 
 
 def seeded_uniform(seed: int, name: str, start: int, stop: int, rows: int) -> torch.Tensor:

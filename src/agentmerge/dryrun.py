@@ -95,7 +95,8 @@ def plan_merge(
         plan = make_plan(cfg, inputs.reference, n, cfg.threads or os.cpu_count() or 1, inputs.vocab)
         shards = plan_shards(planned_tensors(plan.jobs), cfg.shard_bytes)
         sizes = {name: info.nbytes for name, info in inputs.reference.tensors.items()}
-        passes = 2 if cfg.spec.needs_model_stats or cfg.spec.prepare is not None else 1
+        fisher_pass = cfg.spec.model_pass is not None and any(float(j.params.get("r", 0)) > 0 for j in plan.merged)
+        passes = 2 if cfg.spec.needs_model_stats or cfg.spec.prepare is not None or fisher_pass else 1
         merged = sum(sizes[j.name] for j in plan.merged)
         copied = sum(sizes[j.name] for j in plan.jobs if not j.merged)
         bytes_read = passes * merged * (n + 1) + copied

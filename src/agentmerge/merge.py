@@ -12,6 +12,7 @@ the output is bit-identical whatever the chunk size, shard size or thread count.
 from __future__ import annotations
 
 import json
+import math
 import os
 import threading
 import time
@@ -24,15 +25,16 @@ from tqdm import tqdm
 
 from agentmerge.checkpoint import ShardWriter, atomic_output_dir, finish_model_files, plan_shards
 from agentmerge.config import MergeConfig
-from agentmerge.deltas import histogram_from_patterns, overlap_histogram
+from agentmerge.deltas import histogram_from_patterns, overlap_histogram, rho_from_histogram
 from agentmerge.digests import InputDigests, hash_mode
 from agentmerge.masks import Levels, tensor_mask
+from agentmerge.methods import ram_lambda
 from agentmerge.plan import MergePlan, TensorJob, make_plan, planned_tensors
 from agentmerge.provenance import MergeResult, reproducibility_record
 from agentmerge.report import model_card
 from agentmerge.safety import check_output_target
 from agentmerge.sources import OutputSources, output_sources
-from agentmerge.spec import TensorSource, TensorStats
+from agentmerge.spec import Params, TensorSource, TensorStats
 from agentmerge.stream import Inputs, Scratch, mask_levels, overlap_stats, run_parallel, run_rounds, torch_threads
 from agentmerge.validate import check_output_chunk, check_tokenizer_source, input_refs
 from agentmerge.vocab import new_rows
@@ -107,6 +109,9 @@ class Collected:
     hists: dict[str, torch.Tensor] = field(default_factory=dict)  # [N, N] per merged tensor
     prepared: dict[str, Any] = field(default_factory=dict)  # whole-tensor statistics (prepare / rounds)
     model_hist: torch.Tensor | None = None  # [N, N] summed over the tensors, once the statistics pass is done
+    groups: dict[str, str] = field(default_factory=dict)  # tensor -> its RAM+ rescaling group (grouped scopes)
+    group_hists: dict[str, torch.Tensor] = field(default_factory=dict)  # [N, N] summed over each group
+    model_stat: Any = None  # the method's whole-model statistics (``Method.model_pass``)
     levels: dict[str, Levels] = field(default_factory=dict)  # adaptive mask rules: per-agent thresholds per tensor
     _lock: threading.Lock = field(default_factory=threading.Lock)
     _preparing: dict[str, threading.Lock] = field(default_factory=dict)
@@ -120,7 +125,17 @@ class Collected:
         return sum(self.hists.values(), torch.zeros(n, n, dtype=torch.int64))
 
     def stats(self, name: str, prepared: Any = None) -> TensorStats:
-        return TensorStats(self.hists.get(name), self.model_hist, prepared, self.levels.get(name))
+        group = self.group_hists.get(self.groups[name]) if name in self.groups else None
+        return TensorStats(
+            self.hists.get(name), self.model_hist, prepared, group, self.model_stat, self.levels.get(name)
+        )
+
+    def group_by(self, groups: dict[str, str]) -> None:
+        """Sum the tensors' histograms (each under its tensor's mask rule) over their groups, in plan order."""
+        self.groups = groups
+        for name, group in groups.items():
+            hist = self.hists[name]
+            self.group_hists[group] = self.group_hists[group] + hist if group in self.group_hists else hist.clone()
 
     def prepared_once(self, source: TensorSource, prepare: Any) -> Any:
         """``prepare(source)`` computed once per tensor, whichever chunk job asks first (the others wait)."""
@@ -139,6 +154,9 @@ def statistics_pass(plan: MergePlan, inputs: Inputs, quiet: bool) -> Collected:
     if plan.method.needs_model_stats:
         collected.hists = overlap_stats(inputs, plan.rules(), plan.threads, plan.chunk, quiet, collected.levels)
         collected.model_hist = collected.total(len(inputs.models))
+        collected.group_by(plan.groups())
+    if plan.method.model_pass is not None:
+        collected.model_stat = plan.method.model_pass(inputs, plan, quiet, collected.levels)
     rounds = plan.method.compiled.rounds if plan.compiled and plan.method.compiled else None
     if rounds is not None:
         jobs = [j for j in plan.merged if j.chunked and rounds.wanted(plan.spec(j, 0, j.numel))]
@@ -259,7 +277,39 @@ def _result(cfg: MergeConfig, plan: MergePlan, collected: Collected, out: Path, 
         model_hist=collected.model_hist.tolist() if collected.model_hist is not None else None,
         model_labels=[m.label for m in cfg.models],
         numel=sum(j.numel for j in plan.merged),
+        scales=group_scales(plan, collected, [m.label for m in cfg.models]),
     )
+
+
+def group_scales(plan: MergePlan, collected: Collected, labels: list[str]) -> list[dict[str, Any]]:
+    """rho_i and lambda_i per rescaling group, as merge.json and the summary report them.
+
+    RAM+ with a grouped scope: one row per group (lambda with the parameters of the group's first tensor);
+    RAM+ with scope global: one row ``model``; ram_fisher with r > 0: one row from the Fisher masses.
+    """
+    if collected.group_hists:
+        params: dict[str, Params] = {}
+        for job in plan.merged:
+            if job.name in collected.groups:
+                params.setdefault(collected.groups[job.name], job.params)
+        hists = collected.group_hists.items()
+        return [_scale_row(g, rho_from_histogram(h), params[g], labels) for g, h in hists]
+    if isinstance(collected.model_stat, torch.Tensor) and plan.merged:
+        rho = [s / u if u else math.inf for u, s in collected.model_stat.tolist()]
+        return [_scale_row("model (Fisher mass)", rho, plan.merged[0].params, labels)]
+    if plan.method.name == "ram_plus" and collected.model_hist is not None and plan.merged:
+        first = plan.merged[0].params
+        if first["scope"] == "global":
+            return [_scale_row("model", rho_from_histogram(collected.model_hist), first, labels)]
+    return []
+
+
+def _scale_row(group: str, rho: list[float], params: Params, labels: list[str]) -> dict[str, Any]:
+    agents = [
+        {"agent": name, "rho": x if math.isfinite(x) else "inf", "lambda": ram_lambda(x, params)}
+        for name, x in zip(labels, rho, strict=True)
+    ]
+    return {"group": group, "agents": agents}
 
 
 def _finish_folder(

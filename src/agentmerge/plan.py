@@ -16,6 +16,7 @@ from agentmerge.checkpoint import PlannedTensor, Readable, dtype_from_name
 from agentmerge.config import MergeConfig
 from agentmerge.deltas import RNG_BLOCK
 from agentmerge.fused.jit import available
+from agentmerge.groups import GROUPED_SCOPES, group_of
 from agentmerge.masks import grid_of
 from agentmerge.spec import ChunkSpec, MaskRule, Method, Params, TensorStats, mask_rule, update_threshold
 from agentmerge.vocab import ResizedTensor, VocabPlan
@@ -91,6 +92,10 @@ class MergePlan:
     def rules(self) -> dict[str, MaskRule]:
         """Each merged tensor's mask rule (the overlap statistics pass counts with these)."""
         return {j.name: j.rule for j in self.merged}
+
+    def groups(self) -> dict[str, str]:
+        """The rescaling group (``groups.group_of``) of each merged tensor whose ``scope`` groups tensors."""
+        return {j.name: group_of(j.name, j.params) for j in self.merged if j.params.get("scope") in GROUPED_SCOPES}
 
     def spec(self, job: TensorJob, start: int, stop: int, stats: TensorStats | None = None) -> ChunkSpec:
         """The ``ChunkSpec`` of elements ``start:stop`` of ``job``'s tensor."""

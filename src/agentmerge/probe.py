@@ -21,7 +21,6 @@ from __future__ import annotations
 
 import math
 import os
-import re
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
@@ -31,31 +30,12 @@ import torch
 
 from agentmerge.checkpoint import Readable
 from agentmerge.deltas import rho_from_histogram
+from agentmerge.groups import layer_of, module_type
 from agentmerge.masks import Levels
 from agentmerge.methods import ram_lambda
 from agentmerge.plan import resolve_mask
 from agentmerge.spec import EPSILON_DEFAULT, MaskRule, Params, mask_rule
 from agentmerge.stream import Inputs, mask_levels, overlap_stats, torch_threads
-
-MODULE_PATTERNS: tuple[tuple[str, re.Pattern[str]], ...] = (
-    ("embedding", re.compile(r"embed|wte|wpe|lm_head|word_embeddings|tok_embeddings|\boutput\.weight")),
-    ("norm", re.compile(r"norm|\bln_|\bln\d|layer_norm")),
-    ("attention", re.compile(r"attn|attention|[qkvo]_proj|qkv|query|key|value")),
-    ("mlp", re.compile(r"mlp|ffn|feed_forward|gate_proj|up_proj|down_proj|fc\d|c_fc|c_proj|experts")),
-)
-_LAYER = re.compile(r"(?:^|\.)(?:layers|layer|h|blocks|block)\.(\d+)\.")
-
-
-def module_type(name: str) -> str:
-    """``model.layers.3.self_attn.q_proj.weight`` -> ``attention`` (embedding, norm, attention, mlp, other)."""
-    lowered = name.lower()
-    return next((kind for kind, pat in MODULE_PATTERNS if pat.search(lowered)), "other")
-
-
-def layer_of(name: str) -> str:
-    """``model.layers.3.mlp.up_proj.weight`` -> ``"3"``; tensors outside numbered blocks -> ``"-"``."""
-    m = _LAYER.search(name)
-    return m.group(1) if m else "-"
 
 
 @dataclass(frozen=True)

@@ -33,6 +33,7 @@ class MergeResult:
     model_hist: list[list[int]] | None = None  # [N][N] overlap histogram over merged tensors
     model_labels: list[str] = field(default_factory=list)
     numel: int = 0
+    scales: list[dict[str, Any]] = field(default_factory=list)  # rho and lambda per rescaling group (group_scales)
     vocab: dict[str, Any] | None = None  # added vocabulary rows (vocab.VocabPlan.record), None when none
     sources: dict[str, Any] | None = None  # tokenizer / generation config source and checks (sources.py)
 
@@ -47,6 +48,7 @@ class MergeResult:
             "model_hist": self.model_hist,
             "model_labels": self.model_labels,
             "numel": self.numel,
+            "scales": self.scales,
             "vocab": self.vocab,
             "sources": self.sources,
         }
@@ -86,6 +88,7 @@ def reproducibility_record(
         **({"hash_errors": list(digests.errors)} if digests.errors else {}),
         "hub": hub_commits(checkpoints),
         "probe": [a.__dict__ | {"rho": a.rho if a.rho != float("inf") else "inf"} for a in result.agents() or []],
+        "scales": result.scales,
         "vocab": result.vocab,
         "sources": result.sources,
         "seconds": round(result.seconds, 3),

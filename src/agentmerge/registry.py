@@ -15,6 +15,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from types import MappingProxyType
 
+from agentmerge.groups import GROUPED_SCOPES, check_patterns
 from agentmerge.spec import EPSILON, MASK_PARAMS, Lazy, Method, Param, Params, check_mask
 
 
@@ -50,19 +51,49 @@ DENSITY = Param(
 DROP = Param(
     "p", 0.5, "drop probability of each task-vector element (survivors scaled by 1/(1-p))", 0.0, 1.0, per_model=True
 )
+SHARED = Param(
+    "shared",
+    "mean",
+    "shared region (2+ agents): mean of the active agents (the paper), or elect: TIES sign election, "
+    "mean of the active agents agreeing with the elected sign",
+    choices=("mean", "elect"),
+)
+FLOOR = Param("floor", 1e-10, "lower bound of each Fisher value (all-zero Fisher -> plain average)", 0.0, low_open=True)
 RAM_PLUS_PARAMS = (
     EPSILON,
     *MASK_PARAMS,
+    SHARED,
     Param(
         "form", "paper", "paper: 1 + r*clip(rho,0,alpha); authors: 1 + (R-1)*min(rho,1)", choices=("paper", "authors")
     ),
     Param("r", 0.1, "paper form: strength of the unique-region rescaling", low=0.0),
     Param("alpha", 2.0, "paper form: clip bound of rho", low=0.0),
     Param("rescale_factor", 1.2, "authors form: R (the released RAM+ uses 1.2)", low=1.0),
-    Param("scope", "global", "rho counted over the whole model (global) or per tensor", choices=("global", "tensor")),
+    Param(
+        "scope",
+        "global",
+        "rho and lambda over the whole model (global), per tensor, per layer index, per module type, "
+        "or per pattern of groups",
+        choices=("global", "tensor", *GROUPED_SCOPES),
+    ),
+    Param(
+        "groups",
+        "",
+        "scope pattern: whitespace-separated globs (re:REGEX for a regex), first match wins, the rest one group",
+    ),
 )
 
 # --------------------------------------------------------------------------- cross-parameter checks
+
+
+def check_ram_plus(params: Params) -> None:
+    check_mask(params)
+    pattern, groups = params["scope"] == "pattern", str(params["groups"]).strip()
+    if pattern and not groups:
+        raise ValueError("ram_plus: scope 'pattern' needs 'groups' (whitespace-separated globs or re:REGEX)")
+    if groups and not pattern:
+        raise ValueError(f"ram_plus: 'groups' is read only with scope 'pattern' (scope is {params['scope']!r})")
+    check_patterns(groups)
 
 
 def check_dare(params: Params) -> None:
@@ -88,7 +119,7 @@ _ALL = (
         "ram",
         "RAM: mean where 2+ agents updated, unique updates kept whole",
         rm("ram"),
-        (EPSILON, *MASK_PARAMS),
+        (EPSILON, *MASK_PARAMS, SHARED),
         validate=check_mask,
         compiled_at=fk("RAM"),
         paper=RAM_PAPER,
@@ -99,9 +130,24 @@ _ALL = (
         rm("ram_plus"),
         RAM_PLUS_PARAMS,
         needs_model_stats=True,
-        validate=check_mask,
+        validate=check_ram_plus,
         compiled_at=fk("RAM_PLUS"),
         paper=RAM_PAPER,
+    ),
+    Method(
+        "ram_fisher",
+        "RAM with a Fisher-weighted mean where 2+ agents updated; unique updates kept whole (or scaled by Fisher mass)",
+        rm("ram_fisher"),
+        (
+            EPSILON,
+            *MASK_PARAMS,
+            FLOOR,
+            Param("r", 0.0, "unique-region scale 1 + r*clip(rho,0,alpha), rho from Fisher mass (0: RAM's 1)", low=0.0),
+            Param("alpha", 2.0, "clip bound of the Fisher-mass rho", low=0.0),
+        ),
+        validate=check_mask,
+        model_inputs=("fisher",),
+        model_pass=Lazy("agentmerge.stream:fisher_mass_pass"),
     ),
     Method(
         "unique_only",
@@ -241,15 +287,7 @@ _ALL = (
         "fisher",
         "diagonal Fisher merging: sum_i w_i F_i theta_i / sum_i w_i F_i",
         bl("fisher"),
-        (
-            Param(
-                "floor",
-                1e-10,
-                "lower bound of each Fisher value (all-zero Fisher -> plain average)",
-                0.0,
-                low_open=True,
-            ),
-        ),
+        (FLOOR,),
         uses_weights=True,
         needs_base=False,
         model_inputs=("fisher",),
@@ -292,6 +330,8 @@ class MethodMap:
     ours_only: tuple[str, ...] = ()
 
 
+# mergekit's RAM masks by |tau| > epsilon and averages the shared region: our mask rules and `shared` at their defaults
+_RAM_ONLY = (*(p.name for p in MASK_PARAMS), "shared")
 _KEEP_TO_DROP = {"density": ("p", 1.0, -1.0)}  # mergekit keeps a fraction; ours drops one
 # mergekit 0.1.5's defaults (generalized_task_arithmetic.py): density 1.0 (no trim, no drop) for every
 # sparsifying method, lambda 1.0, breadcrumbs' gamma 0.01, della's epsilon 0.15.
@@ -299,9 +339,12 @@ _GTA = {"density": 1.0}  # lambda: mergekit 1.0, the same as ours (not filled in
 
 MERGEKIT: Mapping[str, MethodMap] = MappingProxyType(
     {
-        "ram": MethodMap("ram"),
+        "ram": MethodMap("ram", ours_only=_RAM_ONLY),
         "ramplus_tl": MethodMap(
-            "ram_plus", fixed={"scope": "tensor"}, defaults={"alpha": 0.2}, ours_only=("form", "rescale_factor")
+            "ram_plus",
+            fixed={"scope": "tensor"},
+            defaults={"alpha": 0.2},
+            ours_only=("form", "rescale_factor", "groups", *_RAM_ONLY),
         ),
         "linear": MethodMap("linear", normalize=True, ours_normalize=True, uses_base=False),
         "task_arithmetic": MethodMap("task_arithmetic", normalize=False, ours_normalize=False, rescale=False),

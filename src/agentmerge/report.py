@@ -254,8 +254,25 @@ def _agent_lines(cfg: MergeConfig, result: MergeResult, agents: list[AgentStats]
             )
         elif at_bound:
             lines.append(f"  lambda at its clip bound ({bound[0]}) for {', '.join(at_bound)}")
+    elif result.scales:
+        lines += _scale_lines(result.scales, str(result.params.get("scope", "global")))
     elif cfg.method == "ram_plus":
         lines.append("  lambda per tensor (scope: tensor); merge.json has the overlap statistics")
+    return lines
+
+
+MAX_GROUP_LINES = 40  # groups listed on stderr; merge.json has them all
+
+
+def _scale_lines(scales: list[dict[str, Any]], scope: str) -> list[str]:
+    """One line per rescaling group: each agent's lambda and rho."""
+    what = "from Fisher mass" if scales[0]["group"].startswith("model (") else f"per group (scope: {scope})"
+    lines = [f"  lambda {what}:"]
+    for row in scales[:MAX_GROUP_LINES]:
+        cells = [f"{a['agent']} {a['lambda']:.4f} (rho {_rho(float(a['rho']))})" for a in row["agents"]]
+        lines.append(f"    {row['group']}: " + ", ".join(cells))
+    if len(scales) > MAX_GROUP_LINES:
+        lines.append(f"    ... {len(scales) - MAX_GROUP_LINES} more groups in merge.json")
     return lines
 
 

@@ -66,6 +66,10 @@ class Param:
                 raise ValueError(f"{where} must be one of {', '.join(self.choices)} (got {value!r})")
             return str(value)
         kind = type(self.default)
+        if kind is str:  # free text (e.g. a list of patterns): checked by the method's ``validate``
+            if not isinstance(value, str):
+                raise ValueError(f"{where} must be text (got {value!r})")
+            return value
         if kind is bool:
             if not isinstance(value, bool):
                 raise ValueError(f"{where} must be true or false (got {value!r})")
@@ -207,6 +211,8 @@ class TensorStats:
     tensor_hist: torch.Tensor | None = None  # [N, N] int64, this tensor
     model_hist: torch.Tensor | None = None  # [N, N] int64, summed over every merged tensor
     prepared: Any = None  # the method's whole-tensor statistics (prepare / compiled rounds), multi-chunk tensors
+    group_hist: torch.Tensor | None = None  # [N, N] int64, summed over this tensor's group (RAM+ ``scope``)
+    model_stat: Any = None  # the method's whole-model statistics (``Method.model_pass``), e.g. Fisher masses
     levels: Any = None  # adaptive mask rules: this tensor's per-agent thresholds (``masks.Levels``)
 
 
@@ -350,6 +356,9 @@ class Method:
     chunk_multiple: Callable[[tuple[int, ...]], int] | None = None
     validate: Callable[[Params], None] | None = None  # cross-parameter check (ValueError)
     compiled_at: Lazy | None = None  # where its compiled form (a ``Compiled``) lives, when it has one
+    # a statistics pass over every merged tensor before the merge, under each tensor's mask rule:
+    # (inputs, plan, quiet, levels) -> model_stat (None: none); levels: the adaptive rules' thresholds
+    model_pass: Callable[..., Any] | None = None
     paper: str | None = None  # arXiv id of the paper that defines it (the model card's ``arxiv:`` tag)
 
     @property

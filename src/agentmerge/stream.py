@@ -32,6 +32,7 @@ from agentmerge.headers import read_json_object
 from agentmerge.localpath import is_adapter
 from agentmerge.lora import LoraModel, split_model_plus_adapter
 from agentmerge.masks import Levels, tensor_levels, tensor_mask
+from agentmerge.methods import fisher_mass
 from agentmerge.plan import MergePlan, TensorJob
 from agentmerge.spec import MaskRule, Rounds
 from agentmerge.trainer import open_weights
@@ -414,6 +415,34 @@ def _hist_task(
         return overlap_histogram(tensor_mask(task_vectors(ref, models), ref, rule, levels))
 
     return task
+
+
+def fisher_mass_pass(
+    inputs: Inputs, plan: MergePlan, quiet: bool = True, levels: Mapping[str, Levels] | None = None
+) -> torch.Tensor | None:
+    """``ram_fisher``'s statistics pass: ``[N, 2]`` float64 Fisher mass of each agent (unique, shared), whole model.
+
+    Summed over every merged tensor, chunk by chunk in plan order (so the sum does not depend on threads);
+    None when no tensor rescales (``r = 0``), and nothing is read. Updates are counted under each tensor's
+    mask rule (``levels``: the thresholds of the adaptive ones, ``mask_levels``), as the merge pass counts them.
+    """
+    if not any(float(j.params["r"]) > 0 for j in plan.merged):
+        return None
+
+    def task(job: TensorJob, start: int, stop: int) -> Callable[[], torch.Tensor]:
+        def run() -> torch.Tensor:
+            ref, models = inputs.read(job.name, start, stop)
+            floor = float(job.params["floor"])
+            fisher = inputs.read_extras(job.name, start, stop)["fisher"].clamp_(min=floor)
+            mask = tensor_mask(models.sub_(ref), ref, job.rule, (levels or {}).get(job.name))
+            return fisher_mass(mask, fisher)
+
+        return run
+
+    tasks = [task(job, s, e) for job in plan.merged for s, e in job.chunks]
+    n = len(inputs.models)
+    with tqdm(total=len(tasks), desc="statistics (Fisher)", unit="chunk", disable=quiet, leave=False) as bar:
+        return sum(run_parallel(tasks, plan.threads, bar), torch.zeros(n, 2, dtype=torch.float64))
 
 
 def run_rounds(

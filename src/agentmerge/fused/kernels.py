@@ -59,23 +59,24 @@ def f32(value: ParamValue) -> np.float32:
     return np.float32(float(value))
 
 
-def _ram(raw: RawChunk, eps: float, lam: torch.Tensor | None, out: torch.Tensor | None) -> CompiledResult:
+def _ram(raw: RawChunk, spec: ChunkSpec, lam: torch.Tensor | None, out: torch.Tensor | None) -> CompiledResult:
     merged, patterns = output(raw, out)
     scales = (lam if lam is not None else torch.ones(raw.models.shape[0])).float().numpy()
-    bad = ram_loop(raw.ref, raw.models, raw.shift, eps, scales, lam is not None, merged.numpy(), patterns)
+    elect = spec.params.get("shared", "mean") == "elect"
+    bad = ram_loop(raw.ref, raw.models, raw.shift, spec.eps, scales, lam is not None, elect, merged.numpy(), patterns)
     return CompiledResult(merged, torch.from_numpy(patterns), not bad)
 
 
 def ram(ref: torch.Tensor, models: torch.Tensor, spec: ChunkSpec, out: torch.Tensor | None = None) -> CompiledResult:
-    """RAM over one chunk (``methods.ram``)."""
-    return _ram(raw_chunk(ref, models), spec.eps, None, out)
+    """RAM over one chunk (``methods.ram``; ``shared: mean`` or ``elect``)."""
+    return _ram(raw_chunk(ref, models), spec, None, out)
 
 
 def ram_plus(
     ref: torch.Tensor, models: torch.Tensor, spec: ChunkSpec, out: torch.Tensor | None = None
 ) -> CompiledResult:
-    """RAM+ over one chunk (``methods.ram_plus``): lambda from the tensor's or the model's histogram."""
-    return _ram(raw_chunk(ref, models), spec.eps, ram_plus_lambdas(spec), out)
+    """RAM+ over one chunk (``methods.ram_plus``): lambda from the histogram of its scope (model, tensor, group)."""
+    return _ram(raw_chunk(ref, models), spec, ram_plus_lambdas(spec), out)
 
 
 def _weighted(raw: RawChunk, spec: ChunkSpec, scale: float, divide: bool, out: torch.Tensor | None) -> CompiledResult:

@@ -56,17 +56,42 @@ def add_patterns(code: Any, m: int, tally: Any) -> None:
 
 
 @jit
-def ram_loop(ref: Any, models: Any, shift: int, eps: float, lam: Any, scaled: bool, out: Any, patterns: Any) -> bool:
+def elect_block(vals: Any, m: int, eps32: Any, acc: Any, shared: Any, den: Any) -> None:
+    """``shared[j]``: TIES's disjoint mean of the active agents of element j, elected by the sign of ``acc[j]``.
+
+    As ``deltas.disjoint_merge`` with unit weights: ``v_i = tau_i * s`` (s = sgn acc), the agreeing ``v_i > 0``
+    summed in agent order from zero, times s, over their count; +0.0 where none agrees.
+    """
+    n = vals.shape[0] - 1
+    shared[:m] = 0.0
+    den[:m] = 0.0
+    for i in range(n):
+        for j in range(m):
+            t = vals[i + 1, j] - vals[0, j]
+            v = t * np.float32(np.sign(acc[j]))
+            agree = abs(t) > eps32 and v > np.float32(0.0)
+            shared[j] += v if agree else np.float32(0.0)
+            den[j] += np.float32(1.0) if agree else np.float32(0.0)
+    for j in range(m):
+        shared[j] = shared[j] * np.float32(np.sign(acc[j])) / den[j] if den[j] != 0 else np.float32(0.0)
+
+
+@jit
+def ram_loop(
+    ref: Any, models: Any, shift: int, eps: float, lam: Any, scaled: bool, elect: bool, out: Any, patterns: Any
+) -> bool:
     """RAM / RAM+ over one chunk: ``out = ref + tau*``; ``patterns[code] +=`` per element; True if non-finite.
 
     Agents are the outer loop inside a block so the element loops vectorize; each element still
-    sums its agents in order 0..N-1, as the reference does.
+    sums its agents in order 0..N-1, as the reference does. ``elect``: the shared region takes
+    ``elect_block``'s sign-elected mean instead of the plain one (``shared: elect``).
     """
     n, e = models.shape
     eps32 = np.float32(eps)
     bits = np.empty((n + 1, BLOCK), np.uint32)
     vals = bits.view(np.float32)
     acc, lone = np.empty(BLOCK, np.float32), np.empty(BLOCK, np.float32)
+    shared, den = np.empty(BLOCK, np.float32), np.empty(BLOCK, np.float32)
     count, code = np.empty(BLOCK, np.int32), np.empty(BLOCK, np.int32)
     tally = np.zeros((4, patterns.shape[0]), np.int64)
     bad = False
@@ -87,7 +112,13 @@ def ram_loop(ref: Any, models: Any, shift: int, eps: float, lam: Any, scaled: bo
                 lone[j] = t * li if on else lone[j]
                 count[j] += on
                 code[j] |= np.int32(on) << i
-        if scaled:
+        if elect:
+            elect_block(vals, m, eps32, acc, shared, den)
+            for j in range(m):
+                d = acc[j] / np.float32(max(count[j], 1))
+                d = shared[j] if count[j] >= 2 else (lone[j] if scaled and count[j] == 1 else d)
+                out[lo + j] = vals[0, j] + d
+        elif scaled:
             for j in range(m):
                 d = lone[j] if count[j] == 1 else acc[j] / np.float32(max(count[j], 1))
                 out[lo + j] = vals[0, j] + d

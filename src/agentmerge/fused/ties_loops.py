@@ -131,7 +131,7 @@ def ties_loop(ref: Any, models: Any, shift: int, rule: Any, out: Any, patterns: 
     agent agrees), else ``tau* = lam * sum_i x_i``. With ``region`` (RAM-TIES) ``tau_i`` is first masked to
     ``|tau_i| > eps`` and elements moved by fewer than two agents get ``sum_i tau_i`` (the unique update or
     0) instead. Agents are summed in order 0..N-1 from +0, as the reference's ``sum_agents`` and
-    ``_agreeing_weight`` do.
+    ``deltas.agreeing_weight`` do.
     """
     n, e = models.shape
     lam, elect = rule[4], rule[5]
