@@ -27,7 +27,7 @@ from typing import Any
 
 from agentmerge import __version__
 from agentmerge.digests import HASH_MODES
-from agentmerge.errors import AgentMergeError, ConfigError
+from agentmerge.errors import AgentMergeError, CheckpointError, ConfigError
 from agentmerge.registry import METHODS
 from agentmerge.safety import (
     Terminated,
@@ -207,10 +207,14 @@ def _read_config_file(path: str) -> dict[str, Any]:
 
 
 def cmd_merge(args: argparse.Namespace) -> int:
-    from agentmerge.config import config_from_dict
+    from agentmerge.config import config_from_dict, input_refs
+    from agentmerge.localpath import missing_local_inputs
 
     data, out = merge_config_data(args)
     cfg = config_from_dict(data, args.config or "flags")
+    missing = missing_local_inputs(input_refs(cfg))
+    if missing:  # before the engine (torch) is imported
+        raise CheckpointError("; ".join(missing))
     with heavy_imports():
         from agentmerge.dryrun import plan_merge
         from agentmerge.merge import merge

@@ -293,3 +293,13 @@ def _explain(e: ValidationError) -> str:
         msg = str(err["msg"]).removeprefix("Value error, ")
         parts.append(f"{loc}: {msg}" if loc else msg)
     return "; ".join(parts)
+
+
+def input_refs(cfg: MergeConfig) -> list[str]:
+    """Every path the merge reads: base, models, their Fisher files and the tokenizer source."""
+    refs = [cfg.base] if cfg.base else []
+    refs += [m.path for m in cfg.models]
+    refs += [m.fisher for m in cfg.models if m.fisher]
+    if cfg.tokenizer_source:
+        refs.append(cfg.tokenizer_source)
+    return refs

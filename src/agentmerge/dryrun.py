@@ -15,13 +15,13 @@ from pathlib import Path
 from typing import Any
 
 from agentmerge.checkpoint import Readable, plan_shards
-from agentmerge.config import MergeConfig
+from agentmerge.config import MergeConfig, input_refs
 from agentmerge.plan import make_plan, planned_tensors
 from agentmerge.report import input_lines
 from agentmerge.safety import check_output_target, check_writable_parent
 from agentmerge.sources import output_sources
 from agentmerge.stream import Inputs
-from agentmerge.validate import check_tokenizer_source, input_refs
+from agentmerge.validate import check_tokenizer_source
 
 PROBE_BYTES = 64 * 1024 * 1024
 _PROBE_BLOCK = 4 * 1024 * 1024

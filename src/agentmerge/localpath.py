@@ -81,3 +81,23 @@ def is_adapter(ref: str | Path) -> bool:
     """Whether ``ref`` is a local PEFT adapter folder."""
     path = Path(ref).expanduser()
     return path.is_dir() and (path / ADAPTER_CONFIG).is_file()
+
+
+def missing_local_inputs(refs: list[str]) -> list[str]:
+    """One message per reference meant as a local path that does not exist (``MODEL+ADAPTER`` checked by part).
+
+    The same test as ``checkpoint.resolve_model_path``, without importing torch, so that a mistyped path is
+    reported in a fraction of a second instead of after the engine has loaded.
+    """
+    from agentmerge.hubref import split_revision
+
+    out = []
+    for ref in refs:
+        parts = [ref] if Path(ref).expanduser().exists() or "+" not in ref else ref.rsplit("+", 1)
+        for part in parts:
+            if Path(part).expanduser().exists():
+                continue
+            hub = split_revision(part)
+            if hub is None or looks_local(hub.repo_id):
+                out.append(missing_local_message(part))
+    return out

@@ -24,7 +24,7 @@ import torch
 from tqdm import tqdm
 
 from agentmerge.checkpoint import ShardWriter, atomic_output_dir, finish_model_files, plan_shards
-from agentmerge.config import MergeConfig
+from agentmerge.config import MergeConfig, input_refs
 from agentmerge.deltas import histogram_from_patterns, overlap_histogram, rho_from_histogram
 from agentmerge.digests import InputDigests, hash_mode
 from agentmerge.masks import Levels, tensor_mask
@@ -36,7 +36,7 @@ from agentmerge.safety import check_output_target
 from agentmerge.sources import OutputSources, output_sources
 from agentmerge.spec import Params, TensorSource, TensorStats
 from agentmerge.stream import Inputs, Scratch, mask_levels, overlap_stats, run_parallel, run_rounds, torch_threads
-from agentmerge.validate import check_output_chunk, check_tokenizer_source, input_refs
+from agentmerge.validate import check_output_chunk, check_tokenizer_source
 from agentmerge.vocab import new_rows
 
 __all__ = ["MergeResult", "count_overlaps", "merge"]

@@ -1,6 +1,5 @@
 """Checks that keep a broken model from being written with exit status 0.
 
-- ``input_refs``: every path a merge reads (base, models, Fisher files, tokenizer source), for the output guards.
 - ``check_tokenizer_source``: a ``tokenizer_source`` must be a model folder that holds tokenizer files.
 - ``check_output_chunk``: every output chunk is finite in the output dtype before it is written (one sum over
   values already in hand, the exact ``torch.isfinite`` test only when that sum is not finite), else the merge
@@ -21,19 +20,8 @@ from agentmerge.errors import CheckpointError, ConfigError, MergeError
 
 if TYPE_CHECKING:
     from agentmerge.checkpoint import Checkpoint
-    from agentmerge.config import MergeConfig
 
 FISHER_MARK = ("agentmerge", "fisher")  # (key, value) in the safetensors __metadata__ of every Fisher file
-
-
-def input_refs(cfg: MergeConfig) -> list[str]:
-    """Every path the merge reads: base, models, their Fisher files and the tokenizer source."""
-    refs = [cfg.base] if cfg.base else []
-    refs += [m.path for m in cfg.models]
-    refs += [m.fisher for m in cfg.models if m.fisher]
-    if cfg.tokenizer_source:
-        refs.append(cfg.tokenizer_source)
-    return refs
 
 
 def check_tokenizer_source(ref: str) -> Path:
