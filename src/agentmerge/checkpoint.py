@@ -608,9 +608,13 @@ def _atomic_tmp(out: Path) -> Iterator[Path]:
     try:
         tmp.mkdir()
         mark_tmp(tmp)
-    except OSError as e:
+    except BaseException as e:  # a signal between mkdir and the marker must not leave the folder behind either
         shutil.rmtree(tmp, ignore_errors=True)
-        raise CheckpointError(f"{out}: cannot write in {out.parent} ({e.strerror}); choose another output") from None
+        if isinstance(e, OSError):
+            raise CheckpointError(
+                f"{out}: cannot write in {out.parent} ({e.strerror}); choose another output"
+            ) from None
+        raise
     try:
         yield tmp
         (tmp / TMP_MARKER).unlink(missing_ok=True)
