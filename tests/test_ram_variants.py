@@ -530,3 +530,31 @@ def test_ram_fisher_under_another_mask_rule_matches_naive(tmp_path: Path, rule: 
     if r > 0:
         record = json.loads((tmp_path / "o" / "merge.json").read_text())
         assert [a["lambda"] for a in record["scales"][0]["agents"]] == pytest.approx(lam)
+
+
+# --------------------------------------------------------------------------- scale: the merged task vector's multiplier
+
+
+@pytest.mark.parametrize("method", ["ram", "ram_plus"])
+@pytest.mark.parametrize("scale", [0.5, 2.5])
+def test_scale_multiplies_the_merged_delta(method: str, scale: float) -> None:
+    tau = signed_tau(3, 200, seed=9)
+    hist = torch.tensor([[40.0, 30.0, 10.0], [35.0, 30.0, 10.0], [20.0, 25.0, 10.0]])
+    stats = {"model_hist": hist} if method == "ram_plus" else {}
+    plain = METHODS[method].kernel(make_chunk(method, tau, {}, **stats))
+    scaled = METHODS[method].kernel(make_chunk(method, tau, {"scale": scale}, **stats))
+    assert torch.equal(scaled, plain * F32(scale))  # one float32 product per element, nothing else changes
+    assert torch.equal(METHODS[method].kernel(make_chunk(method, tau, {"scale": 1.0}, **stats)), plain)
+
+
+def test_scale_runs_on_the_reference_kernels_and_whole_merges_scale(tmp_path: Path) -> None:
+    names = ["model.layers.0.mlp.up_proj.weight"]
+    folders = family(tmp_path, names, e=300, seed=5)
+    base = load(folders[0])[names[0]]
+    one = run(folders, tmp_path / "one", method="ram")[names[0]]
+    two = run(folders, tmp_path / "two", method="ram", scale=2.0)[names[0]]
+    assert torch.allclose(two - base, 2 * (one - base), atol=1e-6)
+    cfg = MergeConfig(method="ram", base=str(folders[0]), models=[ModelSpec(path=str(f)) for f in folders[1:]])
+    with contextlib.closing(Inputs.for_merge(cfg)) as inputs:
+        scaled = cfg.model_copy(update={"params": {"scale": 2.0}})
+        assert not make_plan(scaled, inputs.reference, 3, 1).compiled

@@ -38,7 +38,11 @@ def _run(*argv: str) -> tuple[str, str]:
         (["merge", "--method", "dare_ties", "--base", "b", "--model", "a", "-o", "o", "--param", "p=1"], 2, "below 1"),
         (["merge", "--method", "ram", "--base", "b", "--model", "a", "-o", "o", "--dtype", "fp7"], 2, "unknown dtype"),
         (["merge", "--method", "ram", "--base", "/no/base", "--model", "./agent", "-o", "o"], 2, "/no/base: no such"),
-        (["merge", "--method", "ram", "--base", "org/b", "--model", "/no/a+/no/lora", "-o", "o"], 2, "/no/lora: no such"),
+        (
+            ["merge", "--method", "ram", "--base", "org/b", "--model", "/no/a+/no/lora", "-o", "o"],
+            2,
+            "/no/lora: no such",
+        ),
     ],
 )
 def test_answers_without_torch(argv: list[str], code: int, says: str) -> None:

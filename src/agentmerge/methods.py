@@ -87,8 +87,13 @@ def ram_regions(
     return torch.where(count == 1, scaled, mean)
 
 
+def merged_scale(params: Params) -> float:
+    """``scale`` of ram / ram_plus: the merged task vector's multiplier (1, the paper, leaves it bit for bit)."""
+    return float(params.get("scale", 1.0))
+
+
 def ram(c: Chunk) -> torch.Tensor:
-    return ram_regions(c.tau, chunk_mask(c), shared=str(c.params.get("shared", "mean")))
+    return ram_regions(c.tau, chunk_mask(c), shared=str(c.params.get("shared", "mean"))) * merged_scale(c.params)
 
 
 def scope_histogram(spec: ChunkSpec) -> torch.Tensor | None:
@@ -108,7 +113,8 @@ def ram_plus_lambdas(spec: ChunkSpec) -> torch.Tensor:
 
 
 def ram_plus(c: Chunk) -> torch.Tensor:
-    return ram_regions(c.tau, chunk_mask(c), ram_plus_lambdas(c), str(c.params.get("shared", "mean")))
+    merged = ram_regions(c.tau, chunk_mask(c), ram_plus_lambdas(c), str(c.params.get("shared", "mean")))
+    return merged * merged_scale(c.params)
 
 
 # --------------------------------------------------------------------------- RAM with Fisher weights

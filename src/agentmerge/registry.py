@@ -51,6 +51,13 @@ DENSITY = Param(
 DROP = Param(
     "p", 0.5, "drop probability of each task-vector element (survivors scaled by 1/(1-p))", 0.0, 1.0, per_model=True
 )
+SCALE = Param(
+    "scale",
+    1.0,
+    "multiplies the merged task vector: theta_0 + scale * (RAM's merged delta); 1 is the paper (a beyond-paper "
+    "knob, to be tuned on validation like task arithmetic's lambda)",
+    low=0.0,
+)
 SHARED = Param(
     "shared",
     "mean",
@@ -63,6 +70,7 @@ RAM_PLUS_PARAMS = (
     EPSILON,
     *MASK_PARAMS,
     SHARED,
+    SCALE,
     Param(
         "form", "paper", "paper: 1 + r*clip(rho,0,alpha); authors: 1 + (R-1)*min(rho,1)", choices=("paper", "authors")
     ),
@@ -119,7 +127,7 @@ _ALL = (
         "ram",
         "RAM: mean where 2+ agents updated, unique updates kept whole",
         rm("ram"),
-        (EPSILON, *MASK_PARAMS, SHARED),
+        (EPSILON, *MASK_PARAMS, SHARED, SCALE),
         validate=check_mask,
         compiled_at=fk("RAM"),
         paper=RAM_PAPER,
@@ -331,7 +339,7 @@ class MethodMap:
 
 
 # mergekit's RAM masks by |tau| > epsilon and averages the shared region: our mask rules and `shared` at their defaults
-_RAM_ONLY = (*(p.name for p in MASK_PARAMS), "shared")
+_RAM_ONLY = (*(p.name for p in MASK_PARAMS), "shared", "scale")
 _KEEP_TO_DROP = {"density": ("p", 1.0, -1.0)}  # mergekit keeps a fraction; ours drops one
 # mergekit 0.1.5's defaults (generalized_task_arithmetic.py): density 1.0 (no trim, no drop) for every
 # sparsifying method, lambda 1.0, breadcrumbs' gamma 0.01, della's epsilon 0.15.

@@ -104,3 +104,21 @@ def test_variants_are_paired_against_ram_and_never_the_best_baseline() -> None:
 
     text = "\n".join(variant_lines(res))
     assert "`v_ram_elect`" in text and "− ram (pts)" in text and "− linear (pts)" in text
+
+
+def test_a_tuned_variant_is_chosen_on_validation_and_run_at_its_value(tmp_path: Path) -> None:
+    from agentmerge.zoo.bench import BenchPlan, MethodRun, SeedBench
+    from agentmerge.zoo.config import ZooConfig
+
+    run = MethodRun("v_ram_scaled", "ram", tune="scale")
+    plan = BenchPlan(seeds=(0,), ta_lambdas=(0.5, 1.0, 2.0), methods=(run,))
+    bench = SeedBench(ZooConfig(), plan, 0, {}, tmp_path, lambda _msg: None)
+    bench.out = {"val": {}, "rows": {}, "skipped": {}}
+    names = [e["name"] for e in bench.val_entries({"ram"})]
+    assert names == ["v_ram_scaled_tune0.5", "v_ram_scaled_tune1", "v_ram_scaled_tune2"]
+    scores = {"v_ram_scaled_tune0.5": 0.2, "v_ram_scaled_tune1": 0.5, "v_ram_scaled_tune2": 0.4}
+    records = {n: {"status": "ok", "metrics": _metrics(v, v, v)} for n, v in scores.items()}
+    bench.read_val(records)
+    assert bench.out["val"]["v_ram_scaled"]["best"] == 1.0
+    (entry,) = bench.test_entries({"ram"}, None)
+    assert entry["name"] == "v_ram_scaled_at1" and entry["params"] == {"scale": 1.0}

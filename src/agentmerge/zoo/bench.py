@@ -40,6 +40,7 @@ class MethodRun:
     label: str
     method: str
     params: dict[str, Any] = field(default_factory=dict)
+    tune: str = ""  # a parameter chosen on validation over the plan's lambda grid (as task arithmetic's lambda)
 
 
 METHOD_RUNS: tuple[MethodRun, ...] = (
@@ -67,6 +68,7 @@ VARIANT_RUNS: tuple[MethodRun, ...] = (
     MethodRun("v_ram_plus_module", "ram_plus", {"r": 0.1, "alpha": 2.0, "scope": "module"}),
     MethodRun("v_ram_fisher", "ram_fisher"),
     MethodRun("v_ram_fisher_r0.1", "ram_fisher", {"r": 0.1, "alpha": 2.0}),
+    MethodRun("v_ram_scaled", "ram", tune="scale"),  # theta_0 + s * RAM's delta, s chosen like TA's lambda
 )
 RAM_FAMILY = frozenset({"ram", "ram_plus", "ram_ties"})
 FISHER_METHODS = frozenset({"fisher", "ram_fisher"})  # merges that take the agents' Fisher files
@@ -199,22 +201,41 @@ class SeedBench:
         """The method runs of this bench, in table order (a pair runs only the plan's pair methods)."""
         return [r for r in self.plan.methods if self.full or r.label in self.plan.pair_methods]
 
+    def tuned(self, available: set[str]) -> list[MethodRun]:
+        """The runs with a parameter chosen on validation (``tune``) whose method the engine has."""
+        return [r for r in self.runs() if r.tune and r.method in available]
+
     def val_entries(self, available: set[str]) -> list[Entry]:
-        """Task arithmetic at each lambda of the grid, scored on validation."""
+        """Task arithmetic at each lambda of the grid, and each tuned run at each value, scored on validation."""
+        grid = self.plan.ta_lambdas
+        out = [
+            self.entry(f"{r.label}_tune{v:g}", r.method, {**r.params, r.tune: v})
+            for r in self.tuned(available)
+            for v in grid
+        ]
         if not any(r.method == "task_arithmetic" for r in self.runs()) or "task_arithmetic" not in available:
-            return []
-        return [self.entry(f"ta_lambda{lam:g}", "task_arithmetic", {"lambda": lam}) for lam in self.plan.ta_lambdas]
+            return out
+        return [self.entry(f"ta_lambda{lam:g}", "task_arithmetic", {"lambda": lam}) for lam in grid] + out
 
     def read_val(self, records: Records) -> None:
-        """Choose task arithmetic's lambda by the validation agentic average."""
+        """Choose task arithmetic's lambda (and each tuned run's value) by the validation agentic average."""
+        best = self._best_on_val(records, "ta_lambda")
+        if best is not None:
+            self.out["val"]["task_arithmetic"] = {"val_agentic_avg": best[1], "best_lambda": best[0]}
+        for run in self.tuned(available_methods()):
+            best = self._best_on_val(records, f"{run.label}_tune")
+            if best is not None:
+                self.out["val"][run.label] = {"param": run.tune, "val_agentic_avg": best[1], "best": best[0]}
+
+    def _best_on_val(self, records: Records, stem: str) -> tuple[float, dict[str, float]] | None:
         scores = {}
-        for lam in self.plan.ta_lambdas:
-            rec = records.get(f"{self.prefix}ta_lambda{lam:g}")
+        for value in self.plan.ta_lambdas:
+            rec = records.get(f"{self.prefix}{stem}{value:g}")
             if rec is not None and rec["status"] == "ok":
-                scores[f"{lam:g}"] = agentic_average(_metrics(rec))
-        if scores:
-            best = max(scores, key=lambda k: scores[k])
-            self.out["val"]["task_arithmetic"] = {"val_agentic_avg": scores, "best_lambda": float(best)}
+                scores[f"{value:g}"] = agentic_average(_metrics(rec))
+        if not scores:
+            return None
+        return float(max(scores, key=lambda k: scores[k])), scores
 
     def test_entries(self, available: set[str], fisher: dict[str, Path] | None) -> list[Entry]:
         """Every merge of the table (task arithmetic at its chosen lambda), the ablation, the dilution runs."""
@@ -235,6 +256,12 @@ class SeedBench:
                 return None
             best = chosen["best_lambda"]
             return self.entry(f"ta_lambda{best:g}", "task_arithmetic", {"lambda": best})
+        if run.tune and run.method in available:
+            chosen = self.out["val"].get(run.label)
+            if chosen is None:
+                self.out["skipped"][run.label] = f"no {run.tune} trial finished on validation"
+                return None
+            return self.entry(f"{run.label}_at{chosen['best']:g}", run.method, {**run.params, run.tune: chosen["best"]})
         if run.method not in available:
             self.out["skipped"][run.label] = "method not in the engine registry when the bench ran"
             self.log(f"seed {self.seed}: skipping {run.label} (not in the engine registry)")
@@ -264,6 +291,8 @@ class SeedBench:
             name = run.label
             if run.method == "task_arithmetic":
                 name = f"ta_lambda{self.out['val']['task_arithmetic']['best_lambda']:g}"
+            elif run.tune:
+                name = f"{run.label}_at{self.out['val'][run.label]['best']:g}"
             rec = records[self.prefix + name]
             if rec["status"] == "ok":
                 self.out["rows"][run.label] = _metrics(rec)

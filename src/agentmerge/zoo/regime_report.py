@@ -344,7 +344,18 @@ def variant_lines(res: dict[str, Any]) -> list[str]:
         "",
         *_table(header, rows),
         "",
+        *_chosen_lines(variants),
     ]
+
+
+def _chosen_lines(variants: dict[str, Any]) -> list[str]:
+    """The values tuned variants chose on validation, per seed."""
+    chosen = [
+        f"`{label}` " + ", ".join(f"{v:g}" for v in e["chosen"])
+        for label, e in variants.items()
+        if any(isinstance(v, float) for v in e.get("chosen", []))
+    ]
+    return [f"- chosen on validation, per seed: {'; '.join(chosen)}.", ""] if chosen else []
 
 
 def pairs_lines(res: dict[str, Any]) -> list[str]:

@@ -123,6 +123,7 @@ def _variants(records: Sequence[dict[str, Any]], labels: Sequence[str]) -> dict[
                 ref: stat([s - agentic(r["rows"][ref]) for s, r in zip(score, records, strict=True)]) for ref in refs
             },
             "best_baseline": best,
+            "chosen": [r["val"].get(label, {}).get("best") for r in records],  # tuned on validation, per seed
             **{d: stat([domain_score(r["rows"][label], d) for r in records]) for d in DOMAINS},
         }
     return out
