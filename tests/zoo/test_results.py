@@ -111,7 +111,7 @@ def test_a_tuned_variant_is_chosen_on_validation_and_run_at_its_value(tmp_path: 
     from agentmerge.zoo.config import ZooConfig
 
     run = MethodRun("v_ram_scaled", "ram", tune="scale")
-    plan = BenchPlan(seeds=(0,), ta_lambdas=(0.5, 1.0, 2.0), methods=(run,))
+    plan = BenchPlan(seeds=(0,), tune_grid=(0.5, 1.0, 2.0), methods=(run,))
     bench = SeedBench(ZooConfig(), plan, 0, {}, tmp_path, lambda _msg: None)
     bench.out = {"val": {}, "rows": {}, "skipped": {}}
     names = [e["name"] for e in bench.val_entries({"ram"})]

@@ -94,6 +94,8 @@ class BenchPlan:
 
     seeds: tuple[int, ...] = (0, 1, 2)
     ta_lambdas: tuple[float, ...] = (0.5, 0.75, 1.0, 1.25, 1.5, 2.0, 2.5, 3.0)
+    # the grid of tuned runs (``MethodRun.tune``): TA's, and beyond it (RAM's scale chose 3, TA's top, every time)
+    tune_grid: tuple[float, ...] = (0.5, 0.75, 1.0, 1.25, 1.5, 2.0, 2.5, 3.0, 4.0, 5.0, 6.0)
     fisher_prompts: int = 64
     methods: tuple[MethodRun, ...] = METHOD_RUNS
     ablation: tuple[MethodRun, ...] = ()  # extra 3-agent merges (the RAM+ ablation in the paper-like regime)
@@ -211,7 +213,7 @@ class SeedBench:
         out = [
             self.entry(f"{r.label}_tune{v:g}", r.method, {**r.params, r.tune: v})
             for r in self.tuned(available)
-            for v in grid
+            for v in self.plan.tune_grid
         ]
         if not any(r.method == "task_arithmetic" for r in self.runs()) or "task_arithmetic" not in available:
             return out
@@ -219,17 +221,17 @@ class SeedBench:
 
     def read_val(self, records: Records) -> None:
         """Choose task arithmetic's lambda (and each tuned run's value) by the validation agentic average."""
-        best = self._best_on_val(records, "ta_lambda")
+        best = self._best_on_val(records, "ta_lambda", self.plan.ta_lambdas)
         if best is not None:
             self.out["val"]["task_arithmetic"] = {"val_agentic_avg": best[1], "best_lambda": best[0]}
         for run in self.tuned(available_methods()):
-            best = self._best_on_val(records, f"{run.label}_tune")
+            best = self._best_on_val(records, f"{run.label}_tune", self.plan.tune_grid)
             if best is not None:
                 self.out["val"][run.label] = {"param": run.tune, "val_agentic_avg": best[1], "best": best[0]}
 
-    def _best_on_val(self, records: Records, stem: str) -> tuple[float, dict[str, float]] | None:
+    def _best_on_val(self, records: Records, stem: str, grid: Sequence[float]) -> tuple[float, dict[str, float]] | None:
         scores = {}
-        for value in self.plan.ta_lambdas:
+        for value in grid:
             rec = records.get(f"{self.prefix}{stem}{value:g}")
             if rec is not None and rec["status"] == "ok":
                 scores[f"{value:g}"] = agentic_average(_metrics(rec))

@@ -353,7 +353,7 @@ def _chosen_lines(variants: dict[str, Any]) -> list[str]:
     chosen = [
         f"`{label}` " + ", ".join(f"{v:g}" for v in e["chosen"])
         for label, e in variants.items()
-        if any(isinstance(v, float) for v in e.get("chosen", []))
+        if e.get("chosen") and all(isinstance(v, float) and math.isfinite(v) for v in e["chosen"])
     ]
     return [f"- chosen on validation, per seed: {'; '.join(chosen)}.", ""] if chosen else []
 
