@@ -36,7 +36,7 @@ import torch
 from agentmerge.errors import CheckpointError
 from agentmerge.headers import check_data_covered, header_metadata, parse_header_json, read_json_object
 from agentmerge.hubref import HubRef, split_revision
-from agentmerge.localpath import looks_local, missing_local_message
+from agentmerge.localpath import is_missing_local, missing_local_message
 from agentmerge.safety import TMP_MARKER, mark_tmp, output_lock, remove_stale_siblings
 from agentmerge.units import TOKENIZER_FILES
 
@@ -202,9 +202,10 @@ def resolve_model_path(ref: str | Path) -> Path:
     path = Path(ref).expanduser()
     if path.exists():
         return path
-    hub = split_revision(str(ref))
-    if hub is None or looks_local(hub.repo_id):
+    if is_missing_local(str(ref)):
         raise CheckpointError(missing_local_message(str(ref)))
+    hub = split_revision(str(ref))
+    assert hub is not None  # is_missing_local is False, so ref parses as a Hub id
     try:
         from huggingface_hub import snapshot_download
     except ImportError:

@@ -13,6 +13,8 @@ import difflib
 import os
 from pathlib import Path
 
+from agentmerge.hubref import split_revision
+
 ADAPTER_CONFIG = "adapter_config.json"  # what makes a folder a PEFT adapter (read by lora.py)
 
 
@@ -83,21 +85,22 @@ def is_adapter(ref: str | Path) -> bool:
     return path.is_dir() and (path / ADAPTER_CONFIG).is_file()
 
 
+def is_missing_local(ref: str) -> bool:
+    """Whether ``ref`` names no existing file and is not a Hub id either (``org/name[@revision]``): a bad path."""
+    if Path(ref).expanduser().exists():
+        return False
+    hub = split_revision(ref)
+    return hub is None or looks_local(hub.repo_id)
+
+
 def missing_local_inputs(refs: list[str]) -> list[str]:
     """One message per reference meant as a local path that does not exist (``MODEL+ADAPTER`` checked by part).
 
-    The same test as ``checkpoint.resolve_model_path``, without importing torch, so that a mistyped path is
-    reported in a fraction of a second instead of after the engine has loaded.
+    ``checkpoint.resolve_model_path``'s test (``is_missing_local``) without importing torch, so that a mistyped
+    path is reported in a fraction of a second instead of after the engine has loaded.
     """
-    from agentmerge.hubref import split_revision
-
     out = []
     for ref in refs:
         parts = [ref] if Path(ref).expanduser().exists() or "+" not in ref else ref.rsplit("+", 1)
-        for part in parts:
-            if Path(part).expanduser().exists():
-                continue
-            hub = split_revision(part)
-            if hub is None or looks_local(hub.repo_id):
-                out.append(missing_local_message(part))
+        out += [missing_local_message(part) for part in parts if is_missing_local(part)]
     return out

@@ -42,7 +42,7 @@ import math
 
 import torch
 
-from agentmerge.deltas import disjoint_merge, overlap_count, rho_from_histogram, safe_divide, sum_agents, update_mask
+from agentmerge.deltas import disjoint_merge, overlap_count, rho_from_histogram, safe_divide, sum_agents
 from agentmerge.groups import GROUPED_SCOPES
 from agentmerge.masks import chunk_mask
 from agentmerge.spec import Chunk, ChunkSpec, Params
@@ -63,19 +63,12 @@ def ram_lambdas(hist: torch.Tensor, params: Params) -> torch.Tensor:
     return torch.tensor([ram_lambda(rho, params) for rho in rho_from_histogram(hist)], dtype=torch.float64).float()
 
 
-def ram_combine(tau: torch.Tensor, eps: float, lam: torch.Tensor | None = None, shared: str = "mean") -> torch.Tensor:
-    """``[N, E]`` -> ``[E]``: mean over active agents where shared, ``lambda_i * tau_i`` where unique, 0 else.
-
-    ``shared="elect"``: on the shared region, TIES's sign election over the active agents and the mean of
-    those agreeing with it (``deltas.disjoint_merge`` with unit weights).
-    """
-    return ram_regions(tau, update_mask(tau, eps), lam, shared)
-
-
 def ram_regions(
     tau: torch.Tensor, mask: torch.Tensor, lam: torch.Tensor | None = None, shared: str = "mean"
 ) -> torch.Tensor:
-    """``ram_combine`` given the ``[N, E]`` update mask (any mask rule, ``masks.chunk_mask``)."""
+    """``[N, E]`` task vectors and update mask (any mask rule, ``masks.chunk_mask``) -> ``[E]``: the mean over
+    active agents where shared (``shared="elect"``: TIES's sign election over them, ``deltas.disjoint_merge``
+    with unit weights), ``lambda_i * tau_i`` where unique, 0 where untouched."""
     count = overlap_count(mask)
     active = torch.where(mask, tau, 0.0)
     mean = sum_agents(active) / count.clamp(min=1)

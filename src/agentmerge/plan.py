@@ -119,8 +119,9 @@ def make_plan(
     chunk = chunk_elements(cfg, n_models, threads)
     method = cfg.spec
     jobs = tuple(plan_jobs(cfg, ref, chunk, vocab or VocabPlan()))
-    # other mask rules, and a RAM ``scale`` other than 1, run on the reference kernels
-    plain = all(j.rule.plain and float(j.params.get("scale", 1.0)) == 1.0 for j in jobs if j.merged)
+    # other mask rules, and parameters the compiled kernels do not implement (``Param.reference_only``), run
+    # on the reference kernels
+    plain = all(j.rule.plain and not method.needs_reference(j.params) for j in jobs if j.merged)
     return MergePlan(
         method=method,
         jobs=jobs,

@@ -57,6 +57,7 @@ SCALE = Param(
     "multiplies the merged task vector: theta_0 + scale * (RAM's merged delta); 1 is the paper (a beyond-paper "
     "knob, to be tuned on validation like task arithmetic's lambda)",
     low=0.0,
+    reference_only=True,
 )
 SHARED = Param(
     "shared",

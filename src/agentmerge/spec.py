@@ -57,6 +57,7 @@ class Param:
     choices: tuple[str, ...] = ()
     low_open: bool = False  # True: value must be > low (not >=)
     per_model: bool = False  # may be set per model (``models[i].params``)
+    reference_only: bool = False  # a value other than the default runs on the reference (torch) kernels
 
     def check(self, value: object, method: str) -> ParamValue:
         """Return ``value`` coerced to the default's type, or raise ``ValueError`` saying why not."""
@@ -375,3 +376,7 @@ class Method:
 
     def param(self, name: str) -> Param | None:
         return next((p for p in self.params if p.name == name), None)
+
+    def needs_reference(self, params: Params) -> bool:
+        """Whether ``params`` set a ``reference_only`` parameter away from its default (no compiled form does it)."""
+        return any(p.reference_only and params.get(p.name, p.default) != p.default for p in self.params)
