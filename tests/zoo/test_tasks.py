@@ -7,12 +7,17 @@ import random
 import pytest
 
 from agentmerge.zoo.tasks import (
+    SIX_DOMAINS,
     CodeTask,
+    MathTask,
     MemoryTask,
     ReverseTask,
+    SearchTask,
+    SortTask,
     Task,
     ToolTask,
     all_tasks,
+    domain_tasks,
     call_f1,
     metric_columns,
     parse_calls,
@@ -20,7 +25,7 @@ from agentmerge.zoo.tasks import (
 )
 from agentmerge.zoo.vocab import ALPHABET
 
-TASKS = [*all_tasks().values(), training_task("memory")]
+TASKS = [*all_tasks(SIX_DOMAINS).values(), training_task("memory")]
 
 
 @pytest.mark.parametrize("task", TASKS, ids=lambda t: t.name)
@@ -45,7 +50,10 @@ def test_wrong_answers_are_rejected(task: Task) -> None:
             assert task.score(ex.prompt, text)[first] == 0.0, (ex, text)
 
 
-@pytest.mark.parametrize("task", [CodeTask(), ToolTask(), training_task("memory")], ids=lambda t: t.name)
+DISTRACTED = [CodeTask(), ToolTask(), training_task("memory"), MathTask(), SortTask(), SearchTask()]
+
+
+@pytest.mark.parametrize("task", DISTRACTED, ids=lambda t: t.name)
 def test_distractor_is_scored_wrong(task: Task) -> None:
     rng = random.Random(2)
     checked = 0
@@ -163,3 +171,29 @@ def test_metric_columns_order() -> None:
 def test_body_refuses_foreign_prompts() -> None:
     with pytest.raises(ValueError):
         CodeTask().body("tool:call bob>")
+
+
+def test_six_domain_suite_extends_the_core_one() -> None:
+    core, six = list(all_tasks()), list(all_tasks(SIX_DOMAINS))
+    assert core == ["code", "tool", "mem_short", "mem_long", "reverse"]
+    assert six == ["code", "tool", "mem_short", "mem_long", "math", "sort", "search", "reverse"]
+    assert metric_columns(SIX_DOMAINS)[:6] == metric_columns()[:6]
+    assert {t.tag for t in all_tasks(SIX_DOMAINS).values()} == {"code", "tool", "mem", "add", "sort", "max", "rev"}
+    assert domain_tasks("memory") == ("mem_short", "mem_long") and domain_tasks("search") == ("search",)
+    with pytest.raises(KeyError, match="unknown domain"):
+        all_tasks(("code", "poetry"))
+
+
+def test_math_sort_search_verify_from_the_prompt() -> None:
+    assert MathTask().score("add:3+7+2+9>", "21") == {"math.exact": 1.0, "math.partial": 1.0}
+    assert MathTask().score("add:3+7+2+9>", "19") == {"math.exact": 0.0, "math.partial": 1.0 / 3.0}
+    assert MathTask().distractor("3+7+2+9", "21") == "12"  # the last term dropped
+    assert SortTask().score("sort:qdkz>", "dkqz") == {"sort.exact": 1.0, "sort.char": 1.0}
+    assert SortTask().score("sort:qdkz>", "dkzq") == {"sort.exact": 0.0, "sort.char": 0.5}
+    assert SortTask().distractor("qdka", "adkq") == "dkqa"  # the last letter left at the end
+    assert SearchTask().score("max:31,7,58,12>", "58") == {"search.exact": 1.0}
+    assert SearchTask().score("max:31,7,58,12>", "31") == {"search.exact": 0.0}
+    assert SearchTask().distractor("31,7,58,12", "58") == "31"  # the runner-up
+    for task, prompt in ((MathTask(), "add:3+x>"), (SearchTask(), "max:3;4>"), (SortTask(), "sort:ab1>")):
+        with pytest.raises(ValueError):
+            task.score(prompt, "1")

@@ -28,9 +28,7 @@ from agentmerge.zoo.build import Logger, build_zoo
 from agentmerge.zoo.config import DOMAINS, ZooConfig
 from agentmerge.zoo.evaluate import agentic_average, cache_key, evaluate_cached, file_digest
 from agentmerge.zoo.fisher import diagonal_fisher, is_fisher_file, save_fisher
-from agentmerge.zoo.tasks import SUITE_VERSION
-
-DOMAIN_TASKS = {"code": ("code",), "tool": ("tool",), "memory": ("mem_short", "mem_long")}
+from agentmerge.zoo.tasks import SUITE_VERSION, all_tasks, domain_tasks
 
 
 @dataclass(frozen=True)
@@ -118,7 +116,7 @@ Records = dict[str, dict[str, Any]]  # a sweep's records of this bench's trials,
 
 @dataclass
 class SeedBench:
-    """The merges and evaluations of one seed on one set of agents (all three, or a pair).
+    """The merges and evaluations of one seed on one set of agents (all of the zoo's, or a subset such as a pair).
 
     The base and agents are scored here (cached); the merges are trials of the seed's sweeps
     (:func:`run_seed`): :meth:`val_entries` then :meth:`read_val`, :meth:`test_entries` then :meth:`read_test`.
@@ -133,17 +131,18 @@ class SeedBench:
     domains: tuple[str, ...] = DOMAINS
     out: dict[str, Any] = field(default_factory=dict)
     started: float = 0.0
+    subset: bool = False  # a subset bench even when it merges every agent (the many-agent study's N = 6)
 
     @property
     def full(self) -> bool:
-        return self.domains == DOMAINS
+        return not self.subset and self.domains == self.cfg.domains
 
     @property
     def eval_tasks(self) -> list[str] | None:
-        """Every task for the 3-agent merge; only the merged agents' domains for a subset (a pair)."""
+        """Every task for the merge of all agents; only the merged agents' domains for a subset (a pair)."""
         if self.full:
-            return None
-        return [t for d in self.domains for t in DOMAIN_TASKS[d]]
+            return None if self.cfg.suite == "core" else list(all_tasks(self.cfg.domains))
+        return [t for d in self.domains for t in domain_tasks(d)]
 
     @property
     def prefix(self) -> str:
@@ -162,16 +161,25 @@ class SeedBench:
             self.log(f"seed {self.seed}: eval {label} [{split}] {report.seconds:.1f}s {_brief(report.metrics)}")
         return report.metrics
 
-    def begin(self) -> None:
-        """Score the base and the agents on the test split; probe the three agents."""
+    def begin(self, rows: dict[str, dict[str, float]] | None = None) -> None:
+        """Score the base and the agents on the test split (or take their ``rows``, scored on more tasks, and keep
+        this bench's tasks' metrics); probe the agents of a full bench."""
         self.out = {"seed": self.seed, "rows": {}, "val": {}, "skipped": {}, "dilution": {}, "timing": {}}
         self.out["domains"] = list(self.domains)
         self.started = time.perf_counter()
         for name in ("base", *[f"agent_{d}" for d in self.domains]):
-            self.out["rows"][name] = self.eval(self.zoo[name], name, "test")
+            if rows is None:
+                self.out["rows"][name] = self.eval(self.zoo[name], name, "test")
+            else:
+                self.out["rows"][name] = {m: v for m, v in rows[name].items() if self._scores(m)}
         self.out["timing"]["eval_zoo"] = time.perf_counter() - self.started
         if self.full:
             self._probe()
+
+    def _scores(self, metric: str) -> bool:
+        """Whether a metric is one of this bench's evaluation tasks' (the held-out skill only in a full bench)."""
+        prefix = metric.split(".", 1)[0]
+        return prefix in self.domains or (self.full and prefix == "reverse")
 
     def finish(self) -> dict[str, Any]:
         self.out["timing"]["total"] = time.perf_counter() - self.started
@@ -181,8 +189,8 @@ class SeedBench:
         from agentmerge.probe import probe
         from agentmerge.zoo.precision import magnitude_overlap, task_vector_stats
 
-        agents = [str(self.zoo[f"agent_{d}"]) for d in DOMAINS]
-        labels = [f"agent_{d}" for d in DOMAINS]
+        agents = [str(self.zoo[f"agent_{d}"]) for d in self.domains]
+        labels = [f"agent_{d}" for d in self.domains]
         base = str(self.zoo["base"])
         result = probe(base, agents, labels=labels, quiet=True, allow_dtype_mismatch=True)
         data = result.to_dict()
@@ -194,7 +202,7 @@ class SeedBench:
     def entry(self, label: str, method: str, params: dict[str, Any], **extra: Any) -> Entry:
         """The sweep trial of one merge of this bench's agents, named by its row label."""
         out: Entry = {"name": self.prefix + label, "method": method, "params": params}
-        out["models"] = [DOMAINS.index(d) for d in self.domains]
+        out["models"] = [self.cfg.domains.index(d) for d in self.domains]
         if self.eval_tasks:
             out["evaluate_options"] = {"tasks": self.eval_tasks}
         return out | extra
@@ -279,7 +287,7 @@ class SeedBench:
         out = []
         scales = dict(zip(DILUTION_TAGS, (1.0, 1.0 / len(self.domains)), strict=True))
         for index, domain in enumerate(self.domains):
-            options = {"tasks": list(DOMAIN_TASKS[domain])}
+            options = {"tasks": list(domain_tasks(domain))}
             for tag, scale in scales.items():
                 params = {"agent": index, "scale": scale}
                 out.append(self.entry(f"unique_{domain}_{tag}", "unique_only", params, evaluate_options=options))
@@ -383,19 +391,21 @@ class Sweeps:
     max_concurrent: int | None = None
     quiet: bool = True
 
-    def config(self, split: str, entries: list[Entry]) -> Any:
-        """The sweep of ``entries`` on ``split`` (val or test): this seed's agents, merged at its seed."""
+    def config(self, split: str, entries: list[Entry], n: int | None = None) -> Any:
+        """The sweep of ``entries`` on ``split`` (val or test, ``n`` prompts per task, default the zoo's): this seed's
+        agents, merged at its seed."""
         from agentmerge.sweep.spec import sweep_from_dict
 
-        inputs = [self.zoo["base"], *(self.zoo[f"agent_{d}"] for d in DOMAINS)]
+        domains = self.cfg.domains
+        inputs = [self.zoo["base"], *(self.zoo[f"agent_{d}"] for d in domains)]
         data = {
             "base": str(self.zoo["base"]),
-            "models": [str(self.zoo[f"agent_{d}"]) for d in DOMAINS],
+            "models": [str(self.zoo[f"agent_{d}"]) for d in domains],
             "trials": entries,
             "seeds": [self.seed],
             "evaluate": "zoo:validation" if split == "val" else "zoo:test",
             "evaluate_options": {
-                "n": self.cfg.n_val if split == "val" else self.cfg.n_test,
+                "n": n or (self.cfg.n_val if split == "val" else self.cfg.n_test),
                 "batch_size": self.cfg.eval_batch,
                 "cache": str(self.evals),
             },
@@ -406,15 +416,15 @@ class Sweeps:
         }
         return sweep_from_dict(data, f"zoo bench seed {self.seed} ({split})")
 
-    def run(self, split: str, entries: list[Entry]) -> Records:
+    def run(self, split: str, entries: list[Entry], n: int | None = None, folder: Path | None = None) -> Records:
         """Run one sweep (its recorded trials skipped) and return this sweep's records by trial name."""
         from agentmerge.sweep.run import run_sweep
         from agentmerge.sweep.spec import choose, trials
 
         if not entries:
             return {}
-        sweep = self.config(split, entries)
-        folder = self.root / f"sweep-{split}"
+        sweep = self.config(split, entries, n)
+        folder = folder or self.root / f"sweep-{split}"
         outcome = run_sweep(sweep, folder, max_concurrent=self.max_concurrent, quiet=self.quiet, session=self.session)
         for rec in outcome.finished:
             brief = _brief(_metrics(rec)) if rec["status"] == "ok" else rec.get("error", "")
@@ -454,7 +464,7 @@ def run_seed(plan: BenchPlan, sweeps: Sweeps) -> dict[str, Any]:
 def _fisher(plan: BenchPlan, sweeps: Sweeps) -> dict[str, Path]:
     """Each agent's diagonal Fisher file (cached by the agent's digest; not a merge, so not a sweep trial)."""
     paths: dict[str, Path] = {}
-    for i, domain in enumerate(DOMAINS):
+    for i, domain in enumerate(sweeps.cfg.domains):
         agent = sweeps.zoo[f"agent_{domain}"]
         out = sweeps.root / "fisher" / f"agent_{domain}.{file_digest(agent)}.safetensors"
         if not is_fisher_file(out):  # also a file of an older zoo, written without the Fisher mark

@@ -1,6 +1,7 @@
 """Build one seed of the zoo: pretrain the base, then RL-train one agent per domain from it.
 
-Layout under ``OUT/seed{S}/``: ``base/`` and ``agent_{domain}/`` (HF folders) for the default bf16 recipes;
+Layout under ``OUT/seed{S}/`` (``OUT/six/seed{S}/`` for the six-domain zoo, which has its own base):
+``base/`` and ``agent_{domain}/`` (HF folders) for the default bf16 recipes;
 agents of other precision regimes live next to them in ``agent_{domain}.{storage}-lr{lr}-s{steps}-{export}/``
 (one base per seed serves every regime). Each stage is skipped when its
 folder is complete and was built from the same settings (fingerprint in ``zoo_stage.json``), so an interrupted
@@ -19,12 +20,13 @@ from pathlib import Path
 import torch
 from transformers import AutoTokenizer
 
-from agentmerge.zoo.config import DOMAINS, ZooConfig, regime_recipes
+from agentmerge.zoo.config import ZooConfig, regime_recipes
 from agentmerge.zoo.grpo import EXPORTS, Recipe, grpo_train
 from agentmerge.zoo.modeling import is_complete, load_model, read_stage, save_checkpoint
 from agentmerge.zoo.pretrain import pretrain
 from agentmerge.zoo.quiet import quiet_transformers
 from agentmerge.zoo.splits import held_out_prompts
+from agentmerge.zoo.tasks import SIX_DOMAINS
 
 Logger = Callable[[str], None]
 
@@ -47,7 +49,7 @@ def seed_dir(out: Path, seed: int) -> Path:
 def agent_dir(out: Path, seed: int, domain: str, recipe: Recipe | None = None) -> Path:
     """``seed{S}/agent_{domain}`` for the default bf16 recipe; other recipes get a folder named by their
     precision, lr and steps, so regimes that share a training (or a whole agent) share its folder."""
-    default = next(r for r in regime_recipes("bf16") if r.domain == domain)
+    default = next(r for r in regime_recipes("bf16", SIX_DOMAINS) if r.domain == domain)
     if recipe is None or (recipe.storage, recipe.export, recipe.lr) == (default.storage, default.export, default.lr):
         return seed_dir(out, seed) / f"agent_{domain}"
     return seed_dir(out, seed) / f"agent_{domain}.{recipe_tag(recipe)}"
@@ -62,13 +64,18 @@ def base_dir(out: Path, seed: int) -> Path:
     return seed_dir(out, seed) / "base"
 
 
+def zoo_root(cfg: ZooConfig, out: Path) -> Path:
+    """Where a config's seeds live: ``OUT`` for the core zoo, ``OUT/six`` for the six-domain one."""
+    return out if cfg.suite == "core" else out / cfg.suite
+
+
 def _up_to_date(path: Path, fingerprint: str) -> bool:
     return is_complete(path) and read_stage(path).get("fingerprint") == fingerprint
 
 
 def rl_seed(seed: int, domain: str) -> int:
     """Explicit per-agent RL seed derived from the pipeline seed."""
-    return 1000 * seed + 1 + DOMAINS.index(domain)
+    return 1000 * seed + 1 + SIX_DOMAINS.index(domain)
 
 
 def build_base(cfg: ZooConfig, out: Path, seed: int, log: Logger) -> Path:
@@ -79,7 +86,7 @@ def build_base(cfg: ZooConfig, out: Path, seed: int, log: Logger) -> Path:
         log(f"seed {seed}: base is up to date, skipping")
         return path
     started = time.perf_counter()
-    exclude = held_out_prompts(cfg.n_val, cfg.n_test)
+    exclude = held_out_prompts(cfg.n_val, cfg.n_test, cfg.domains)
     model, history = pretrain(cfg.pretrain, cfg.shape, seed, exclude, log)
     meta = {"stage": "base", "seed": seed, "fingerprint": fingerprint, "config": cfg.name}
     meta["seconds"] = round(time.perf_counter() - started, 1)
@@ -106,7 +113,7 @@ def build_agent(cfg: ZooConfig, out: Path, seed: int, domain: str, log: Logger) 
     started = time.perf_counter()
     model = load_model(base)
     tokenizer = AutoTokenizer.from_pretrained(str(base))
-    exclude = held_out_prompts(cfg.n_val, cfg.n_test)
+    exclude = held_out_prompts(cfg.n_val, cfg.n_test, cfg.domains)
     history = grpo_train(model, tokenizer, recipe, rl_seed(seed, domain), exclude, log)
     seconds = round(time.perf_counter() - started, 1)
     exports = [recipe]
@@ -126,12 +133,13 @@ def build_agent(cfg: ZooConfig, out: Path, seed: int, domain: str, log: Logger) 
 def build_zoo(
     cfg: ZooConfig, out: Path, seed: int, *, threads: int | None = None, log: Logger | None = None
 ) -> dict[str, Path]:
-    """Build (or resume) every stage of one seed; returns name -> checkpoint folder."""
+    """Build (or resume) every stage of one seed under :func:`zoo_root`; returns name -> checkpoint folder."""
     quiet_transformers()
     log = log or stderr_logger()
     if threads is not None:
         torch.set_num_threads(threads)
+    out = zoo_root(cfg, out)
     paths = {"base": build_base(cfg, out, seed, log)}
-    for domain in DOMAINS:
+    for domain in cfg.domains:
         paths[f"agent_{domain}"] = build_agent(cfg, out, seed, domain, log)
     return paths

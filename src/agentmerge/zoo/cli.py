@@ -1,4 +1,4 @@
-"""Command-line pieces of the zoo: ``agentmerge zoo build``, ``agentmerge zoo bench``, and ``eval --suite zoo``.
+"""Command-line pieces of the zoo: ``agentmerge zoo build``, ``zoo bench``, ``zoo many`` and ``eval --suite zoo``.
 
 The main ``agentmerge`` parser calls :func:`register` to add these subcommands.
 """
@@ -33,6 +33,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:  # type: ignore[ty
     zoo_sub = zoo.add_subparsers(dest="zoo_command", required=True)
     _build_parser(zoo_sub)
     _bench_parser(zoo_sub)
+    _many_parser(zoo_sub)
 
 
 def _common(p: argparse.ArgumentParser) -> None:
@@ -46,6 +47,12 @@ def _build_parser(sub: Any) -> None:
     p.add_argument("--out", default=DEFAULT_ZOO, help=f"zoo folder (default {DEFAULT_ZOO})")
     p.add_argument("--seed", type=int, default=0, help="pipeline seed (default 0)")
     p.add_argument("--regime", default="bf16", help="precision regime of the agents (default bf16; see docs/zoo.md)")
+    p.add_argument(
+        "--suite",
+        choices=("core", "six"),
+        default="core",
+        help="core: code, tool, memory (default); six: also math, sort, search, on their own base (under OUT/six)",
+    )
     _common(p)
     p.set_defaults(func=cmd_build)
 
@@ -88,6 +95,63 @@ def _bench_parser(sub: Any) -> None:
     p.set_defaults(func=cmd_bench)
 
 
+def _many_parser(sub: Any) -> None:
+    p = sub.add_parser(
+        "many", help="the many-agent study: merges of 2, 3, 4 and 6 agents of the six-domain zoo (docs/many)"
+    )
+    p.add_argument(
+        "--zoo", default=DEFAULT_ZOO, help=f"zoo folder; the six-domain zoo lives in ZOO/six (default {DEFAULT_ZOO})"
+    )
+    p.add_argument("--work", default=DEFAULT_WORK, help=f"merges and evaluation cache (default {DEFAULT_WORK})")
+    p.add_argument(
+        "--docs", default="docs/many", help="where results.{md,json} and many-agents.png go (default docs/many)"
+    )
+    p.add_argument("--seeds", default="0,1,2", help="comma-separated pipeline seeds (default 0,1,2)")
+    p.add_argument("--regime", default="fp32_bf16", help="precision regime of the agents (default fp32_bf16)")
+    p.add_argument("--sizes", default="2,3,4,6", help="comma-separated numbers of agents per merge (default 2,3,4,6)")
+    p.add_argument("--per-size", type=int, default=5, help="subsets per size, the same in every seed (default 5)")
+    p.add_argument("--render-only", action="store_true", help="only re-render results.md from results.json")
+    p.add_argument("--max-concurrent", type=int, default=None, help="merge trials in flight at once")
+    _common(p)
+    p.set_defaults(func=cmd_many)
+
+
+def cmd_many(args: argparse.Namespace) -> int:
+    from agentmerge.zoo.build import stderr_logger
+    from agentmerge.zoo.many import ManyPlan, run_many, smoke_plan
+    from agentmerge.zoo.many_report import aggregate_many, write_many
+
+    docs = Path(args.docs)
+    if args.render_only:
+        saved = json.loads((docs / "results.json").read_text())
+        res = aggregate_many(saved["records"], saved["meta"]) | {"records": saved["records"]}
+        print(f"wrote {write_many(res, docs)[1]}")
+        return 0
+    seeds = tuple(int(s) for s in args.seeds.split(",") if s.strip())
+    sizes = tuple(int(s) for s in args.sizes.split(",") if s.strip())
+    plan = smoke_plan(seeds) if args.smoke else ManyPlan(seeds=seeds, sizes=sizes, per_size=args.per_size)
+    threads = _threads(args.threads)
+    started = time.perf_counter()
+    cfg = _config(args.smoke, args.regime, "six")
+    log = stderr_logger(args.quiet)
+    records = run_many(cfg, plan, Path(args.zoo), Path(args.work), log, threads, args.max_concurrent, args.quiet)
+    meta = {"command": _many_command(args), "regime": args.regime, "config": cfg.to_dict(), "threads": threads}
+    meta["plan"] = {"sizes": plan.sizes, "per_size": plan.per_size, "grid": plan.grid, "n_val": plan.n_val}
+    meta["plan"] |= {"n_test": plan.n_test, "methods": [r.label for r in plan.methods]}
+    meta["wall_seconds"] = time.perf_counter() - started
+    json_path, md_path = write_many(aggregate_many(records, meta) | {"records": records}, docs)
+    print(f"wrote {md_path} and {json_path}", flush=True)
+    return 0
+
+
+def _many_command(args: argparse.Namespace) -> str:
+    parts = ["agentmerge", "zoo", "many", "--zoo", args.zoo, "--work", args.work, "--docs", args.docs]
+    parts += ["--seeds", args.seeds, "--regime", args.regime, "--sizes", args.sizes, "--per-size", str(args.per_size)]
+    parts += ["--smoke"] if args.smoke else []
+    parts += ["--threads", str(args.threads)] if args.threads else []
+    return shlex.join(parts)
+
+
 def _threads(n: int | None) -> int:
     import torch
 
@@ -96,9 +160,12 @@ def _threads(n: int | None) -> int:
     return count
 
 
-def _config(smoke: bool, regime: str = "bf16") -> Any:
-    from agentmerge.zoo.config import full_config, smoke_config
+def _config(smoke: bool, regime: str = "bf16", suite: str = "core") -> Any:
+    from agentmerge.zoo.config import full_config, six_config, smoke_config
+    from agentmerge.zoo.tasks import SIX_DOMAINS
 
+    if suite == "six":
+        return smoke_config(regime, SIX_DOMAINS) if smoke else six_config(regime)
     return smoke_config(regime) if smoke else full_config(regime)
 
 
@@ -118,7 +185,11 @@ def cmd_build(args: argparse.Namespace) -> int:
 
     threads = _threads(args.threads)
     paths = build_zoo(
-        _config(args.smoke, args.regime), Path(args.out), args.seed, threads=threads, log=stderr_logger(args.quiet)
+        _config(args.smoke, args.regime, args.suite),
+        Path(args.out),
+        args.seed,
+        threads=threads,
+        log=stderr_logger(args.quiet),
     )
     for name, path in paths.items():
         print(f"{name}\t{path}")

@@ -1,7 +1,9 @@
 """Sizes, budgets and RL recipes of the zoo: the full configuration and the tiny smoke one.
 
 Three agents come from three "teams" with different recipes (learning rate, steps, group size, prompts per
-step), as independently post-trained agents would. All randomness derives from the pipeline seed.
+step), as independently post-trained agents would. The six-domain zoo of the many-agent study
+(:func:`six_config`) adds three more teams (math, sort, search) and pretrains its own base on all six domains.
+All randomness derives from the pipeline seed.
 """
 
 from __future__ import annotations
@@ -14,17 +16,21 @@ from typing import Any
 from agentmerge.zoo.grpo import Recipe
 from agentmerge.zoo.modeling import ModelShape
 from agentmerge.zoo.pretrain import PretrainConfig
-from agentmerge.zoo.tasks import SUITE_VERSION
+from agentmerge.zoo.tasks import CORE_DOMAINS, SIX_DOMAINS, SUITE_VERSION
 
-DOMAINS = ("code", "tool", "memory")
+DOMAINS = CORE_DOMAINS
 
 
-def _full_recipes() -> tuple[Recipe, ...]:
-    return (
+def _full_recipes(domains: tuple[str, ...] = DOMAINS) -> tuple[Recipe, ...]:
+    recipes = (
         Recipe(domain="code", team="team-a", lr=1e-4, steps=80, prompts_per_step=16, group_size=8),
         Recipe(domain="tool", team="team-b", lr=1e-4, steps=50, prompts_per_step=12, group_size=8),
         Recipe(domain="memory", team="team-c", lr=5e-5, steps=50, prompts_per_step=16, group_size=8),
+        Recipe(domain="math", team="team-d", lr=1e-4, steps=60, prompts_per_step=16, group_size=8),
+        Recipe(domain="sort", team="team-e", lr=5e-5, steps=60, prompts_per_step=12, group_size=8),
+        Recipe(domain="search", team="team-f", lr=1e-4, steps=40, prompts_per_step=16, group_size=8),
     )
+    return tuple(r for r in recipes if r.domain in domains)
 
 
 @dataclass(frozen=True)
@@ -39,6 +45,12 @@ class ZooConfig:
     eval_batch: int = 250
     name: str = "full"
     regime: str = "bf16"
+    domains: tuple[str, ...] = DOMAINS  # the agents' domains (and the suite the base is pretrained on)
+
+    @property
+    def suite(self) -> str:
+        """``core`` (code, tool, memory) or ``six`` (the many-agent study's zoo)."""
+        return "core" if self.domains == DOMAINS else "six"
 
     def recipe(self, domain: str) -> Recipe:
         for recipe in self.recipes:
@@ -56,6 +68,8 @@ class ZooConfig:
         data: dict[str, Any] = {"shape": asdict(self.shape), "pretrain": asdict(self.pretrain)}
         data["suite_version"] = SUITE_VERSION
         data["n_val"], data["n_test"] = self.n_val, self.n_test
+        if self.domains != DOMAINS:  # the core zoo's fingerprints predate the field and stay as they were
+            data["domains"] = list(self.domains)
         if part != "base":
             data["recipe"] = self.recipe(part).to_dict()
         return self._hash(data)
@@ -65,6 +79,8 @@ class ZooConfig:
         data: dict[str, Any] = {"shape": asdict(self.shape), "pretrain": asdict(self.pretrain)}
         data["suite_version"] = SUITE_VERSION
         data["n_val"], data["n_test"] = self.n_val, self.n_test
+        if self.domains != DOMAINS:
+            data["domains"] = list(self.domains)
         data["recipe"] = recipe.to_dict()
         return self._hash(data)
 
@@ -78,8 +94,8 @@ class ZooConfig:
 # Each regime is a set of three recipes that differ in how the weights are stored while training and in what
 # dtype the agent is saved. The learning rates and steps of the non-bf16 regimes were chosen by short pilot runs
 # (scripts/zoo_pilot.py, docs/zoo.md) so that the densities land near the paper's range where the recipe allows.
-FP32_LR = {"code": 3e-6, "tool": 3e-6, "memory": 3e-6}
-FP32_STEPS = {"code": 160, "tool": 100, "memory": 100}
+FP32_LR = {"code": 3e-6, "tool": 3e-6, "memory": 3e-6, "math": 3e-6, "sort": 3e-6, "search": 3e-6}
+FP32_STEPS = {"code": 160, "tool": 100, "memory": 100, "math": 100, "sort": 100, "search": 80}
 SPARSE_CODE_LR = 1.5e-5
 SPARSE_CODE_STEPS = 200
 
@@ -93,18 +109,17 @@ def _sparse_bf16(recipe: Recipe) -> Recipe:
     return replace(recipe, lr=SPARSE_CODE_LR, steps=SPARSE_CODE_STEPS)
 
 
-def regime_recipes(regime: str) -> tuple[Recipe, ...]:
-    """The three agents' recipes of a precision regime (see REGIMES)."""
-    base = _full_recipes()
+def regime_recipes(regime: str, domains: tuple[str, ...] = DOMAINS) -> tuple[Recipe, ...]:
+    """The agents' recipes of a precision regime (see REGIMES), one per domain."""
+    base = _full_recipes(domains)
     if regime == "bf16":
         return base
     if regime == "fp32_bf16":
         return tuple(_fp32_master(r, "bf16") for r in base)
     if regime == "fp32_fp32":
         return tuple(_fp32_master(r, "fp32") for r in base)
-    if regime == "paper_like":
-        code, tool, memory = base
-        return (_sparse_bf16(code), _fp32_master(tool, "bf16"), _fp32_master(memory, "bf16"))
+    if regime == "paper_like":  # the code agent sparse (bf16 storage), every other agent fp32 master saved bf16
+        return tuple(_sparse_bf16(r) if r.domain == "code" else _fp32_master(r, "bf16") for r in base)
     raise ValueError(f"unknown regime {regime!r}; use one of {', '.join(REGIMES)}")
 
 
@@ -122,13 +137,30 @@ def full_config(regime: str = "bf16") -> ZooConfig:
     return ZooConfig(recipes=regime_recipes(regime), regime=regime)
 
 
-def smoke_config(regime: str = "bf16") -> ZooConfig:
+def six_pretrain(steps: int = 1000) -> PretrainConfig:
+    """Base pretraining of the six-domain zoo: every domain in the mixture, each with its wrong habit."""
+    mixture = {"code": 1.0, "tool": 1.5, "memory": 0.8, "math": 0.6, "sort": 0.6, "search": 0.6, "heldout": 0.5}
+    return PretrainConfig(steps=steps, mixture=mixture, distractor_rate={d: 0.5 for d in SIX_DOMAINS})
+
+
+def six_config(regime: str = "fp32_bf16") -> ZooConfig:
+    """The six-domain zoo of the many-agent study: its own base, one agent per domain of SIX_DOMAINS."""
+    return ZooConfig(
+        pretrain=six_pretrain(), recipes=regime_recipes(regime, SIX_DOMAINS), regime=regime, domains=SIX_DOMAINS
+    )
+
+
+def smoke_config(regime: str = "bf16", domains: tuple[str, ...] = DOMAINS) -> ZooConfig:
     """Tiny sizes for CI: checks that every stage runs, not what wins."""
     tiny = ModelShape(hidden=32, layers=2, heads=2, intermediate=64, max_positions=160)
-    recipes = tuple(replace(r, steps=2, prompts_per_step=4, group_size=4) for r in regime_recipes(regime))
+    recipes = tuple(replace(r, steps=2, prompts_per_step=4, group_size=4) for r in regime_recipes(regime, domains))
+    pretrain = PretrainConfig(steps=8, batch_size=16, warmup=2)
+    if domains != DOMAINS:
+        pretrain = replace(six_pretrain(8), batch_size=16, warmup=2)
     return ZooConfig(
         shape=tiny,
-        pretrain=PretrainConfig(steps=8, batch_size=16, warmup=2),
+        pretrain=pretrain,
+        domains=domains,
         recipes=recipes,
         n_val=16,
         n_test=24,

@@ -27,7 +27,7 @@ from agentmerge.zoo.generation import complete
 from agentmerge.zoo.modeling import load_model
 from agentmerge.zoo.quiet import quiet_transformers
 from agentmerge.zoo.splits import eval_set
-from agentmerge.zoo.tasks import SUITE_VERSION, all_tasks
+from agentmerge.zoo.tasks import SIX_DOMAINS, SUITE_VERSION, all_tasks
 from agentmerge.zoo.vocab import char_vocab
 
 DEFAULT_N = 1000
@@ -89,8 +89,8 @@ def evaluate(
             f"{checkpoint}: not a zoo model (its tokenizer is not the zoo's character tokenizer), so the zoo suite "
             "would score it zero; evaluate it on your own tasks with --tasks FILE.jsonl (docs/evaluate.md)"
         )
-    suite = all_tasks()
-    names = list(tasks) if tasks is not None else list(suite)
+    suite = all_tasks(SIX_DOMAINS)  # every task can be asked for by name; the default is the core suite
+    names = list(tasks) if tasks is not None else list(all_tasks())
     for name in names:
         if name not in suite:
             raise ConfigError(f"unknown zoo task {name!r}{did_you_mean(name, tuple(suite))}")

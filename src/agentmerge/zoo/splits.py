@@ -10,7 +10,7 @@ from __future__ import annotations
 import random
 from collections.abc import Iterator
 
-from agentmerge.zoo.tasks import Example, Task, all_tasks, training_task
+from agentmerge.zoo.tasks import CORE_DOMAINS, Example, Task, all_tasks, training_task
 
 EVAL_SPLITS = ("val", "test")
 TEST_RESERVE = 1000  # validation never uses one of the first TEST_RESERVE test prompts
@@ -55,10 +55,10 @@ def _draw(task: Task, split: str, n: int, avoid: frozenset[str]) -> list[Example
     return out
 
 
-def held_out_prompts(n_val: int, n_test: int) -> frozenset[str]:
+def held_out_prompts(n_val: int, n_test: int, domains: tuple[str, ...] = CORE_DOMAINS) -> frozenset[str]:
     """Every validation and test prompt of the suite: training streams must never emit one."""
     prompts: set[str] = set()
-    for task in all_tasks().values():
+    for task in all_tasks(domains).values():
         prompts.update(ex.prompt for ex in eval_set(task, "val", n_val))
         prompts.update(ex.prompt for ex in eval_set(task, "test", n_test))
     return frozenset(prompts)

@@ -1,9 +1,13 @@
-"""Generated, verifiable tasks of the zoo: coding, tool use, memory, and a held-out skill.
+"""Generated, verifiable tasks of the zoo: coding, tool use, memory, math, sorting, search, and a held-out skill.
 
 Every example is a prompt ``"<tag>:<body>>"`` and a reference answer; the model must produce the answer and then
 its end-of-sequence token. Each task verifies a completion from the prompt itself (coding runs the program with
 the safe interpreter in :mod:`agentmerge.zoo.minilang`, tool use parses the call list, memory parses the context)
 and returns one or more named metric scores in [0, 1]. Metric names are the result table's columns.
+
+Two suites: the core one (code, tool, memory: the three agents of the paper's setting and of the committed
+bench) and the six-domain one (adds math, sort and search) of the many-agent study. A metric's prefix is its
+domain ("reverse" is the held-out skill).
 """
 
 from __future__ import annotations
@@ -305,6 +309,106 @@ class MemoryTask(Task):
         return context[-(back + 1)] if back < len(context) else context[-(back - 1)] if back > 1 else answer
 
 
+# ------------------------------------------------------------------------------------------------ math
+
+
+class MathTask(Task):
+    """Add three or four digits: ``add:3+7+2+9>`` -> ``21``."""
+
+    name = "math"
+    domain = "math"
+    tag = "add"
+    max_new_tokens = 3
+    metrics = ("math.exact", "math.partial")
+
+    def make(self, rng: random.Random) -> tuple[str, str]:
+        digits = [rng.randint(0, 9) for _ in range(rng.randint(3, 4))]
+        return "+".join(map(str, digits)), str(sum(digits))
+
+    @staticmethod
+    def terms(body: str) -> list[int]:
+        parts = body.split("+")
+        if not 2 <= len(parts) <= 6 or not all(len(p) == 1 and p.isdigit() for p in parts):
+            raise ValueError(f"invalid math body {body!r}")
+        return [int(p) for p in parts]
+
+    def distractor(self, body: str, answer: str) -> str:
+        """Wrong habit: drop the last term (or be off by one when that changes nothing)."""
+        terms = self.terms(body)
+        wrong = sum(terms[:-1])
+        return str(wrong if str(wrong) != answer else wrong + 1)
+
+    def score(self, prompt: str, completion: str) -> dict[str, float]:
+        expected = sum(self.terms(self.body(prompt)))
+        got = parse_int(completion)
+        exact = float(got is not None and got == expected)
+        partial = 0.0 if got is None else 1.0 / (1.0 + abs(got - expected))
+        return {"math.exact": exact, "math.partial": partial}
+
+
+# ------------------------------------------------------------------------------------------------ sort
+
+
+class SortTask(Task):
+    """Format a set of letters in alphabetical order: ``sort:qdkz>`` -> ``dkqz``."""
+
+    name = "sort"
+    domain = "sort"
+    tag = "sort"
+    max_new_tokens = 8
+    metrics = ("sort.exact", "sort.char")
+
+    def make(self, rng: random.Random) -> tuple[str, str]:
+        letters = rng.sample(LETTERS, rng.randint(4, 6))
+        return "".join(letters), "".join(sorted(letters))
+
+    def distractor(self, body: str, answer: str) -> str:
+        """Wrong habit: sort all but the last letter and leave it at the end (or swap the first two)."""
+        wrong = "".join(sorted(body[:-1])) + body[-1]
+        return wrong if wrong != answer else answer[1] + answer[0] + answer[2:]
+
+    def score(self, prompt: str, completion: str) -> dict[str, float]:
+        body = self.body(prompt)
+        if not body or not set(body) <= set(LETTERS):
+            raise ValueError(f"invalid sort prompt {prompt!r}")
+        expected = "".join(sorted(body))
+        same = sum(a == b for a, b in zip(completion, expected, strict=False))
+        char = same / max(len(completion), len(expected))
+        return {"sort.exact": float(completion == expected), "sort.char": char}
+
+
+# ---------------------------------------------------------------------------------------------- search
+
+
+class SearchTask(Task):
+    """Find the largest of three to five distinct numbers: ``max:31,7,58,12>`` -> ``58``."""
+
+    name = "search"
+    domain = "search"
+    tag = "max"
+    max_new_tokens = 3
+    metrics = ("search.exact",)
+
+    def make(self, rng: random.Random) -> tuple[str, str]:
+        numbers = rng.sample(range(100), rng.randint(3, 5))
+        return ",".join(map(str, numbers)), str(max(numbers))
+
+    @staticmethod
+    def numbers(body: str) -> list[int]:
+        parts = body.split(",")
+        if len(parts) < 2 or not all(p.isdigit() and len(p) <= 2 for p in parts):
+            raise ValueError(f"invalid search body {body!r}")
+        return [int(p) for p in parts]
+
+    def distractor(self, body: str, answer: str) -> str:
+        """Wrong habit: answer the runner-up (the second largest number)."""
+        return str(sorted(self.numbers(body))[-2])
+
+    def score(self, prompt: str, completion: str) -> dict[str, float]:
+        expected = max(self.numbers(self.body(prompt)))
+        return {"search.exact": float(parse_int(completion) == expected)}
+
+
 # ------------------------------------------------------------------------------------- held-out skill
 
 
@@ -335,34 +439,56 @@ LONG_ITEMS = 12
 MAX_BACK = 9
 
 
-def all_tasks() -> dict[str, Task]:
-    """The zoo suite: task name -> task, in table order."""
-    tasks: list[Task] = [
-        CodeTask(),
-        ToolTask(),
-        MemoryTask("mem_short", "memory.short", SHORT_ITEMS, SHORT_ITEMS),
-        MemoryTask("mem_long", "memory.long", LONG_ITEMS, LONG_ITEMS),
-        ReverseTask(),
-    ]
+CORE_DOMAINS = ("code", "tool", "memory")
+EXTRA_DOMAINS = ("math", "sort", "search")
+SIX_DOMAINS = (*CORE_DOMAINS, *EXTRA_DOMAINS)
+
+
+def _domain_tasks(domain: str) -> list[Task]:
+    if domain == "memory":
+        return [
+            MemoryTask("mem_short", "memory.short", SHORT_ITEMS, SHORT_ITEMS),
+            MemoryTask("mem_long", "memory.long", LONG_ITEMS, LONG_ITEMS),
+        ]
+    makers: dict[str, type[Task]] = {
+        "code": CodeTask,
+        "tool": ToolTask,
+        "math": MathTask,
+        "sort": SortTask,
+        "search": SearchTask,
+    }
+    if domain not in makers:
+        raise KeyError(f"unknown domain {domain!r}; known: {', '.join(SIX_DOMAINS)}")
+    return [makers[domain]()]
+
+
+def all_tasks(domains: tuple[str, ...] = CORE_DOMAINS) -> dict[str, Task]:
+    """A suite: task name -> task, in table order (the domains' tasks, then the held-out skill)."""
+    tasks = [task for domain in domains for task in _domain_tasks(domain)]
+    tasks.append(ReverseTask())
     return {task.name: task for task in tasks}
+
+
+def domain_tasks(domain: str) -> tuple[str, ...]:
+    """Names of a domain's evaluation tasks (memory has two lengths)."""
+    return tuple(task.name for task in _domain_tasks(domain))
 
 
 def training_task(domain: str) -> Task:
     """The generator used to train (pretraining mixture and RL) on a domain; memory mixes lengths."""
     if domain == "memory":
         return MemoryTask("mem_train", "memory.train", 2, LONG_ITEMS)
-    for task in all_tasks().values():
-        if task.domain == domain:
-            return task
-    raise KeyError(f"unknown domain {domain!r}")
+    if domain == "heldout":
+        return ReverseTask()
+    return _domain_tasks(domain)[0]
 
 
-def metric_columns() -> list[str]:
-    """Every metric of the suite, in table order."""
-    return [metric for task in all_tasks().values() for metric in task.metrics]
+def metric_columns(domains: tuple[str, ...] = CORE_DOMAINS) -> list[str]:
+    """Every metric of a suite, in table order."""
+    return [metric for task in all_tasks(domains).values() for metric in task.metrics]
 
 
 def metric_domain(metric: str) -> str:
-    """Domain a metric belongs to ('code', 'tool', 'memory', 'heldout')."""
+    """Domain a metric belongs to (its prefix: 'code', 'tool', 'memory', 'math', ...; 'heldout' for reverse)."""
     prefix = metric.split(".", 1)[0]
     return "heldout" if prefix == "reverse" else prefix

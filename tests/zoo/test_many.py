@@ -1,0 +1,106 @@
+"""The many-agent study: subset sampling, retained gain, aggregation and rendering (synthetic records), and one
+tiny end-to-end run of ``agentmerge zoo many --smoke``."""
+
+from __future__ import annotations
+
+import itertools
+import json
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from agentmerge.cli import build_parser
+from agentmerge.zoo.many import subsets
+from agentmerge.zoo.many_report import aggregate_many, gain_kept, render_many, write_many
+from agentmerge.zoo.tasks import SIX_DOMAINS
+
+DOMAINS = ("code", "math", "sort")
+
+
+def test_subsets_are_fixed_and_cover_each_size() -> None:
+    got = subsets(SIX_DOMAINS, (2, 3, 4, 6), 5)
+    assert got == subsets(SIX_DOMAINS, (2, 3, 4, 6), 5)  # the same subsets in every seed
+    assert [len(s) for s in got] == [2] * 5 + [3] * 5 + [4] * 5 + [6]
+    assert len(set(got)) == len(got)
+    assert all(list(s) == sorted(s, key=SIX_DOMAINS.index) for s in got)
+    assert subsets(DOMAINS, (2,), 5) == list(itertools.combinations(DOMAINS, 2))  # fewer than 5 exist: all
+    assert subsets(SIX_DOMAINS, (2,), 5, seed=1) != subsets(SIX_DOMAINS, (2,), 5, seed=0)
+    with pytest.raises(ValueError, match="between 2 and 3"):
+        subsets(DOMAINS, (4,), 1)
+
+
+def _metrics(**domain_scores: float) -> dict[str, float]:
+    names = {"code": ("code.exact", "code.partial"), "math": ("math.exact", "math.partial"), "sort": ("sort.exact",)}
+    return {m: v for d, v in domain_scores.items() for m in names[d]}
+
+
+def test_gain_kept_is_the_share_of_the_summed_gain() -> None:
+    rows = {
+        "base": _metrics(code=0.2, math=0.1),
+        "agent_code": _metrics(code=0.6),
+        "agent_math": _metrics(math=0.3),
+        "m": _metrics(code=0.4, math=0.2),
+    }
+    assert gain_kept(rows, ("code", "math"), "m") == pytest.approx((0.2 + 0.1) / (0.4 + 0.2))
+    rows["base_only"] = rows["base"]
+    assert gain_kept(rows, ("code", "math"), "base_only") == pytest.approx(0.0)
+    assert gain_kept(rows, ("code",), "agent_code") == pytest.approx(1.0)
+
+
+def _record(seed: int, shift: float) -> dict[str, Any]:
+    """A seed whose merges keep a known share of the gain: ram 0.5 + shift, linear 0.5 / N, ta 0.8."""
+    zoo = {"base": _metrics(code=0.2, math=0.2, sort=0.2)}
+    zoo |= {f"agent_{d}": _metrics(**{d: 0.6}) for d in DOMAINS}
+    out: dict[str, Any] = {"seed": seed, "zoo": zoo, "subsets": {}}
+    for group in subsets(DOMAINS, (2, 3), 5):
+        n = len(group)
+        rows = {"base": zoo["base"], **{f"agent_{d}": zoo[f"agent_{d}"] for d in group}}
+        for label, kept in (("linear", 0.5 / n), ("task_arithmetic", 0.8), ("ram", 0.5 + shift)):
+            rows[label] = _metrics(**{d: 0.2 + 0.4 * kept for d in group})
+        crowd = {"unique": 0.5 / n, "shared": 0.1 * n, "shared_independent": 0.1 * n, "conflict": 0.2}
+        val = {"task_arithmetic": {"best_lambda": float(n)}}
+        out["subsets"]["+".join(group)] = {"domains": list(group), "rows": rows, "val": val, "crowding": crowd}
+    return out
+
+
+def test_aggregate_gives_curves_against_n(tmp_path: Path) -> None:
+    records = [_record(0, 0.0), _record(1, 0.1)]
+    res = aggregate_many(records, {"command": "agentmerge zoo many", "regime": "fp32_bf16"})
+    assert res["sizes"] == [2, 3]
+    assert res["kept"]["linear"]["2"]["mean"] == pytest.approx(0.25)
+    assert res["kept"]["linear"]["3"]["mean"] == pytest.approx(0.5 / 3)
+    assert res["kept"]["ram"]["3"]["mean"] == pytest.approx(0.55)
+    assert res["kept"]["ram"]["3"]["se"] == pytest.approx(0.05)  # over the two seeds
+    assert res["minus"]["ram"]["task_arithmetic"]["2"]["mean"] == pytest.approx(0.25)
+    assert res["minus"]["task_arithmetic"]["ram"]["2"]["mean"] == pytest.approx(-0.25)
+    assert res["crowding"]["shared"]["3"]["mean"] == pytest.approx(0.3)
+    assert res["tuned"]["task_arithmetic"]["2"]["mean"] == pytest.approx(2.0)
+    assert res["specialists"]["math"]["gain"]["mean"] == pytest.approx(0.4)
+    text = render_many(res, "many-agents.png")
+    assert text.startswith("# Many-agent study: merges of 2 and 3 agents")
+    assert "| ram | 55.0 ± 5.0 | 55.0 ± 5.0 |" in text
+    assert "| linear | 25.0 ± 0.0 | 16.7 ± 0.0 |" in text
+    json_path, md_path = write_many(res, tmp_path)
+    assert json.loads(json_path.read_text())["sizes"] == [2, 3]
+    assert (tmp_path / "many-agents.png").stat().st_size > 1000 and md_path.read_text() == text
+
+
+def test_zoo_many_smoke_end_to_end(tmp_path: Path) -> None:
+    """Build the tiny six-domain zoo and run the study's smoke plan; the tables come out with every method."""
+    zoo, work, docs = tmp_path / "zoo", tmp_path / "work", tmp_path / "docs"
+    common = ["--zoo", str(zoo), "--work", str(work), "--docs", str(docs), "--seeds", "0", "--smoke"]
+    args = build_parser().parse_args(["zoo", "many", *common, "--threads", "1", "--quiet"])
+    assert args.func(args) == 0
+    assert (zoo / "six" / "seed0" / "base" / "model.safetensors").is_file()
+    assert not (zoo / "seed0").exists()  # the six-domain zoo never touches the core zoo's folders
+    res = json.loads((docs / "results.json").read_text())
+    assert res["sizes"] == [2, 6]
+    assert set(res["kept"]) == {"linear", "task_arithmetic", "ram", "v_ram_scaled"}
+    six = res["records"][0]["subsets"]["+".join(SIX_DOMAINS)]
+    assert set(six["rows"]["ram"]) >= {"math.exact", "sort.exact", "search.exact", "code.exact"}
+    assert 0.0 <= six["crowding"]["shared"] <= 1.0
+    before = (docs / "results.md").read_text()
+    rerender = build_parser().parse_args(["zoo", "many", "--docs", str(docs), "--render-only"])
+    assert rerender.func(rerender) == 0
+    assert (docs / "results.md").read_text() == before
