@@ -11,8 +11,9 @@ import pytest
 import torch
 from safetensors.torch import load_file, save_file
 
-from agentmerge.zoo.build import agent_dir, recipe_tag
-from agentmerge.zoo.config import REGIMES, full_config, regime_recipes
+from agentmerge.zoo.build import agent_dir, recipe_tag, zoo_root
+from agentmerge.zoo.config import REGIMES, full_config, regime_recipes, six_config
+from agentmerge.zoo.tasks import SIX_DOMAINS
 from agentmerge.zoo.grpo import Recipe
 from agentmerge.zoo.precision import magnitude_overlap, task_vector_stats
 from agentmerge.zoo.results import regime_point
@@ -54,6 +55,23 @@ def test_agent_folders_shared_by_regimes_that_share_a_training(tmp_path: Path) -
     # fingerprints differ by export, so a cached bf16 export is never taken for the fp32 one
     assert full_config().agent_fingerprint(f_b) != full_config().agent_fingerprint(f_f)
     assert f_b.training_dict() == f_f.training_dict()
+
+
+def test_six_domain_zoo_is_its_own_and_leaves_the_core_fingerprints_alone(tmp_path: Path) -> None:
+    # the committed core zoo's stage fingerprints (in .zoo-cache/seed*/*/zoo_stage.json of the committed runs)
+    core = full_config("fp32_bf16")
+    assert core.fingerprint("base") == "32a54c299c0c0c73"
+    assert core.agent_fingerprint(core.recipe("code")) == "441b166abcbe214e"
+    six = six_config("fp32_bf16")
+    assert six.suite == "six" and core.suite == "core"
+    assert six.fingerprint("base") != core.fingerprint("base")
+    assert six.agent_fingerprint(core.recipe("code")) != core.agent_fingerprint(core.recipe("code"))
+    assert [r.domain for r in six.recipes] == list(SIX_DOMAINS)
+    assert len({r.team for r in six.recipes}) == 6
+    assert set(six.pretrain.mixture) == {*SIX_DOMAINS, "heldout"}
+    assert zoo_root(six, tmp_path) == tmp_path / "six" and zoo_root(core, tmp_path) == tmp_path
+    paper = regime_recipes("paper_like", SIX_DOMAINS)
+    assert [r.storage for r in paper] == ["bf16"] + ["fp32_master"] * 5
 
 
 def _write(path: Path, tensors: dict[str, torch.Tensor]) -> Path:
