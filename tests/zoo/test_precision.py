@@ -13,10 +13,10 @@ from safetensors.torch import load_file, save_file
 
 from agentmerge.zoo.build import agent_dir, recipe_tag, zoo_root
 from agentmerge.zoo.config import REGIMES, full_config, regime_recipes, six_config
-from agentmerge.zoo.tasks import SIX_DOMAINS
 from agentmerge.zoo.grpo import Recipe
 from agentmerge.zoo.precision import magnitude_overlap, task_vector_stats
 from agentmerge.zoo.results import regime_point
+from agentmerge.zoo.tasks import SIX_DOMAINS
 
 
 def test_recipe_rejects_unknown_precision() -> None:

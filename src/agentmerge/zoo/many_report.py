@@ -56,6 +56,18 @@ def _seed_mean(record: dict[str, Any], size: int, value: Value) -> float:
     return sum(values) / len(values)
 
 
+def _at(*keys: str) -> Value:
+    """The number at ``subset[k0][k1]...`` of a subset's record."""
+
+    def value(subset: dict[str, Any]) -> float:
+        node: Any = subset
+        for key in keys:
+            node = node[key]
+        return float(node)
+
+    return value
+
+
 def _curve(records: Sequence[dict[str, Any]], sizes: list[int], value: Value) -> dict[str, Stat]:
     return {str(n): stat([_seed_mean(r, n, value) for r in records]) for n in sizes}
 
@@ -78,7 +90,7 @@ def aggregate_many(records: Sequence[dict[str, Any]], meta: dict[str, Any]) -> d
         for ref in REFERENCES
         if ref in methods
     }
-    out["crowding"] = {k: _curve(records, sizes, lambda s, k=k: s["crowding"][k]) for k in CROWDING_KEYS}
+    out["crowding"] = {k: _curve(records, sizes, _at("crowding", k)) for k in CROWDING_KEYS}
     out["tuned"] = _tuned(records, sizes)
     out["specialists"] = _specialists(records)
     return out
@@ -91,7 +103,7 @@ def _tuned(records: Sequence[dict[str, Any]], sizes: list[int]) -> dict[str, dic
     for label, chosen in first["val"].items():
         key = "best_lambda" if label == "task_arithmetic" else "best"
         if key in chosen:
-            out[label] = _curve(records, sizes, lambda s, label=label, key=key: float(s["val"][label][key]))
+            out[label] = _curve(records, sizes, _at("val", label, key))
     return out
 
 
