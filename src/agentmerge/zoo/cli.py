@@ -136,7 +136,8 @@ def cmd_many(args: argparse.Namespace) -> int:
     log = stderr_logger(args.quiet)
     records = run_many(cfg, plan, Path(args.zoo), Path(args.work), log, threads, args.max_concurrent, args.quiet)
     meta = {"command": _many_command(args), "regime": args.regime, "config": cfg.to_dict(), "threads": threads}
-    meta["plan"] = {"sizes": plan.sizes, "per_size": plan.per_size, "grid": plan.grid, "n_val": plan.n_val}
+    meta["plan"] = {"sizes": plan.sizes, "per_size": plan.per_size, "grid": plan.grid, "ta_grid": plan.ta_grid}
+    meta["plan"] |= {"n_val": plan.n_val}
     meta["plan"] |= {"n_test": plan.n_test, "methods": [r.label for r in plan.methods]}
     meta["wall_seconds"] = time.perf_counter() - started
     json_path, md_path = write_many(aggregate_many(records, meta) | {"records": records}, docs)

@@ -37,7 +37,8 @@ MANY_RUNS: tuple[MethodRun, ...] = (
     MethodRun("v_ram_elect", "ram", {"shared": "elect"}),
     MethodRun("v_ram_scaled", "ram", tune="scale"),
 )
-GRID = (0.5, 0.75, 1.0, 1.5, 2.0, 3.0, 4.0, 6.0)
+GRID = (0.5, 0.75, 1.0, 1.5, 2.0, 3.0, 4.0, 6.0)  # RAM's scale (and task arithmetic's lambda, below 0.5 too:
+TA_GRID = (0.25, *GRID)  # a sum of six agents may want less than half of it)
 
 
 @dataclass(frozen=True)
@@ -48,13 +49,14 @@ class ManyPlan:
     sizes: tuple[int, ...] = (2, 3, 4, 6)
     per_size: int = 5  # subsets per size (all of them when there are fewer)
     methods: tuple[MethodRun, ...] = MANY_RUNS
-    grid: tuple[float, ...] = GRID  # task arithmetic's lambda and RAM's scale
+    grid: tuple[float, ...] = GRID  # RAM's scale
+    ta_grid: tuple[float, ...] = TA_GRID  # task arithmetic's lambda
     n_val: int = 200
     n_test: int = 500
 
     def bench_plan(self) -> BenchPlan:
         labels = tuple(r.label for r in self.methods)
-        return BenchPlan(self.seeds, self.grid, self.grid, methods=self.methods, pair_methods=labels)
+        return BenchPlan(self.seeds, self.ta_grid, self.grid, methods=self.methods, pair_methods=labels)
 
 
 def subsets(domains: Sequence[str], sizes: Sequence[int], per_size: int, seed: int = 0) -> list[tuple[str, ...]]:
@@ -144,4 +146,14 @@ def run_many(
 def smoke_plan(seeds: tuple[int, ...] = (0,)) -> ManyPlan:
     """Two sizes, two subsets each, three methods and a two-point grid: exercises every piece in CI."""
     runs = tuple(r for r in MANY_RUNS if r.label in ("linear", "task_arithmetic", "ram", "v_ram_scaled"))
-    return replace(ManyPlan(), seeds=seeds, sizes=(2, 6), per_size=2, methods=runs, grid=(1.0, 2.0), n_val=8, n_test=8)
+    return replace(
+        ManyPlan(),
+        seeds=seeds,
+        sizes=(2, 6),
+        per_size=2,
+        methods=runs,
+        grid=(1.0, 2.0),
+        ta_grid=(0.5, 1.0),
+        n_val=8,
+        n_test=8,
+    )
