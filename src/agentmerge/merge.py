@@ -84,16 +84,19 @@ def merge(
 
 
 def count_overlaps(cfg: MergeConfig, *, quiet: bool = True) -> None:
-    """Only the overlap statistics pass of ``cfg``: its histograms land in the cache for the merges to come.
+    """Only the statistics pass of ``cfg``: its adaptive mask thresholds (any method) and overlap histograms
+    (methods that need them) land in the cache for the merges to come.
 
-    A sweep runs it once per input set before its RAM+ trials, so none of them reads its inputs twice.
+    A sweep runs it once per input set before its RAM+ and adaptive-rule trials, so none of them reads its
+    inputs twice.
     """
     inputs = Inputs.for_merge(cfg)
     try:
         plan = make_plan(cfg, inputs.reference, len(inputs.models), cfg.threads or os.cpu_count() or 1, inputs.vocab)
         with torch_threads(1):
             levels = mask_levels(inputs, plan.rules(), plan.threads, plan.chunk, quiet)
-            overlap_stats(inputs, plan.rules(), plan.threads, plan.chunk, quiet, levels)
+            if plan.method.needs_model_stats:
+                overlap_stats(inputs, plan.rules(), plan.threads, plan.chunk, quiet, levels)
     finally:
         inputs.close()
 
