@@ -16,7 +16,18 @@ from agentmerge.cli import main
 from agentmerge.config import resolve_params
 from agentmerge.deltas import update_mask
 from agentmerge.fused.jit import available
-from agentmerge.masks import GRIDS, VALLEY_SAMPLE, tensor_levels, tensor_mask, ulp, valley_threshold
+from agentmerge.masks import (
+    GRIDS,
+    VALLEY_SAMPLE,
+    Levels,
+    levels_record,
+    short_float32,
+    tensor_levels,
+    tensor_mask,
+    threshold_summary,
+    ulp,
+    valley_threshold,
+)
 from agentmerge.methods import ram_lambdas
 from agentmerge.plan import make_plan
 from agentmerge.registry import METHODS
@@ -477,3 +488,61 @@ def test_probe_flag_errors(files: tuple, flags: list[str], message: str, capsys:
     base, paths, _, _ = files
     assert main(["probe", *paths, "--base", base, *flags]) == 2
     assert message in capsys.readouterr().err
+
+
+# --------------------------------------------------------------------------- thresholds in merge.json
+
+
+def test_short_float32_reads_back_exactly() -> None:
+    g = torch.Generator().manual_seed(5)
+    bits = torch.randint(0, 0x7F800000, (5000,), generator=g, dtype=torch.int32)  # every finite positive float32
+    values = [*bits.view(torch.float32).tolist(), 1e-45, 1e-5, 0.0, 3.4028234663852886e38]
+    for x in values:
+        short = short_float32(x)
+        assert struct.pack("<f", short) == struct.pack("<f", x), x
+        assert len(repr(short)) <= len(repr(x))
+    assert short_float32(f32(1e-5)) == 1e-05 and repr(short_float32(f32(0.1))) == "0.1"
+
+
+def test_levels_record_matches_naive() -> None:
+    g = torch.Generator().manual_seed(6)
+    labels = ["a", "b", "c"]
+    levels = {f"t{k}": Levels(torch.rand(3, generator=g) * 1e-3, (k % 2 == 0, False, k == 3)) for k in range(6)}
+    rules = {name: MaskRule(rule="valley") for name in levels}
+    record = levels_record(levels, rules, labels)
+    assert record is not None
+    assert record["rule"] == MaskRule(rule="valley").describe() and record["agents"] == labels
+    for name, lv in levels.items():
+        assert [f32(v) for v in record["tensors"][name]] == lv.values.tolist()  # each value exactly
+    assert record["fallback"] == {"t0": [0], "t2": [0], "t3": [2], "t4": [0]}
+    for i, row in enumerate(record["summary"]):
+        column = sorted(lv.values[i].item() for lv in levels.values())
+        assert row["agent"] == labels[i]
+        assert (f32(row["min"]), f32(row["max"])) == (column[0], column[-1])
+        assert row["median"] == pytest.approx((column[2] + column[3]) / 2, rel=1e-6)  # an even count: the mean
+        assert row["fallbacks"] == sum(lv.fallback[i] for lv in levels.values())
+    odd = threshold_summary({"x": [3.0], "y": [1.0], "z": [2.0]}, {}, ["a"])
+    assert odd == [{"agent": "a", "min": 1.0, "median": 2.0, "max": 3.0, "fallbacks": 0}]
+    assert levels_record({}, rules, labels) is None  # no adaptive tensor: no record
+
+
+def test_merge_json_records_the_thresholds_used(files: tuple, tmp_path: Path) -> None:  # type: ignore[type-arg]
+    """merge.json holds the very thresholds the merge masked with, one line per tensor; the text is valid JSON."""
+    base, paths, _, _ = files
+    models = [ModelSpec(path=p) for p in paths]
+    params = {"epsilon_rule": "percentile", "epsilon_q": 60.0}
+    cfg = MergeConfig(method="ram", base=base, models=models, params=params, chunk_size=333, overrides=[
+        {"pattern": "b.*", "params": {"epsilon_rule": "valley"}}])  # fmt: skip  # type: ignore[list-item]
+    result = merge(cfg, tmp_path / "out", quiet=True)
+    text = (tmp_path / "out" / "merge.json").read_text()
+    record = json.loads(text)["thresholds"]
+    assert record == result.thresholds == result.to_dict()["thresholds"]
+    with Opened(cfg) as inputs:
+        plan = make_plan(cfg, inputs.reference, 3, 1)
+        levels = mask_levels(inputs, plan.rules(), 1, 1000)
+    assert list(record["tensors"]) == ["a.weight", "b.weight"]
+    for name, lv in levels.items():
+        assert [f32(v) for v in record["tensors"][name]] == lv.values.tolist()
+        assert f'"{name}": {json.dumps(record["tensors"][name])}' in text  # one line
+    assert record["rule"] == "; ".join(sorted(plan.rules()[n].describe() for n in ("a.weight", "b.weight")))
+    assert [r["agent"] for r in record["summary"]] == ["agent0", "agent1", "agent2"]

@@ -194,6 +194,41 @@ def test_card_and_record(tiny_family: tuple[Path, list[Path]], tmp_path: Path) -
     assert result.model_hist is not None and len(result.model_hist) == 3
 
 
+RECORD_KEYS = [  # merge.json of a merge with the default mask rule, as it was before adaptive thresholds
+    "agentmerge", "torch", "python", "created", "config", "resolved_params", "inputs", "hashing", "hub", "probe",
+    "scales", "vocab", "sources", "seconds",
+]  # fmt: skip
+
+
+@pytest.mark.parametrize("params", [{}, {"mask_dtype": "base"}])
+def test_merge_json_without_adaptive_rule_is_unchanged(
+    tiny_family: tuple[Path, list[Path]], tmp_path: Path, params: dict[str, object]
+) -> None:
+    result = merge(family_config(tiny_family, "ram", params=params), tmp_path / "o", quiet=True)
+    text = (tmp_path / "o" / "merge.json").read_text()
+    record = json.loads(text)
+    assert list(record) == RECORD_KEYS
+    assert text == json.dumps(record, indent=2) + "\n"  # written as it always was
+    assert result.thresholds is None and "thresholds" not in result.to_dict()
+
+
+def test_merge_json_of_an_adaptive_rule(tiny_family: tuple[Path, list[Path]], tmp_path: Path) -> None:
+    params = {"epsilon_rule": "valley"}
+    result = merge(family_config(tiny_family, "ram", params=params), tmp_path / "o", quiet=True)
+    text = (tmp_path / "o" / "merge.json").read_text()
+    record = json.loads(text)
+    assert list(record) == [*RECORD_KEYS[:-1], "thresholds", "seconds"]
+    thresholds = record["thresholds"]
+    assert thresholds == result.thresholds
+    merged = result.merged_tensors
+    assert len(thresholds["tensors"]) == merged and all(len(v) == 3 for v in thresholds["tensors"].values())
+    assert len(text.splitlines()) < len(json.dumps(record, indent=2).splitlines()) - 2 * merged  # one line each
+    fallbacks = [sum(i in v for v in thresholds["fallback"].values()) for i in range(3)]
+    assert [row["fallbacks"] for row in thresholds["summary"]] == fallbacks
+    for name, agents in thresholds["fallback"].items():
+        assert all(thresholds["tensors"][name][i] == 1e-05 for i in agents)  # no valley: epsilon
+
+
 def test_ram_merge_generates_in_transformers(tiny_family: tuple[Path, list[Path]], tmp_path: Path) -> None:
     from transformers import AutoModelForCausalLM
 

@@ -37,6 +37,24 @@ def test_summary_names_rho_lambda_and_regions(
     assert capsys.readouterr().err == ""
 
 
+def test_summary_gives_the_adaptive_thresholds_in_one_line(
+    tiny_family: tuple[Path, list[Path]], tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    base, agents = tiny_family
+    assert _merge(base, agents, tmp_path / "a", "--method", "ram") == 0
+    assert "mask thresholds min" not in capsys.readouterr().err  # the default rule: nothing to say
+    assert _merge(base, agents, tmp_path / "b", "--method", "ram", "--param", "epsilon_rule=valley") == 0
+    lines = [line for line in capsys.readouterr().err.splitlines() if line.startswith("  mask thresholds min")]
+    thresholds = json.loads((tmp_path / "b" / "merge.json").read_text())["thresholds"]
+    assert len(lines) == 1 and f"over {len(thresholds['tensors'])} tensors" in lines[0]
+    for row in thresholds["summary"]:
+        cell = f"{row['agent']} {row['min']:.3g} / {row['median']:.3g} / {row['max']:.3g}"
+        assert cell in lines[0]
+        assert (f"no valley in {row['fallbacks']}: epsilon" in lines[0]) == (row["fallbacks"] > 0)
+    assert _merge(base, agents, tmp_path / "c", "--method", "ram", "--param", "epsilon_rule=percentile") == 0
+    assert "no valley" not in capsys.readouterr().err
+
+
 def test_duplicate_inputs_and_untuned_defaults_are_warned(
     tiny_family: tuple[Path, list[Path]], tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:

@@ -284,6 +284,37 @@ def test_ram_plus_trials_find_their_statistics_counted(
     assert len(seen) == counted  # three pairs, two values of r: no trial counted again
 
 
+def test_adaptive_rule_trials_find_their_thresholds_computed(
+    tiny_family: tuple[Path, list[Path]], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """RAM trials with an adaptive mask rule: each input set and rule's thresholds computed once, before the trials."""
+    import shutil
+
+    from agentmerge import stream
+    from agentmerge.merge import merge
+    from agentmerge.sweep.run import _count_overlaps_once
+    from agentmerge.sweep.spec import merge_config
+
+    monkeypatch.setenv("AGENTMERGE_CACHE", str(tmp_path / "cache"))
+    shutil.copytree(tiny_family[0].parent, tmp_path / "fam")
+    family = (tmp_path / "fam" / "base", [tmp_path / "fam" / a.name for a in tiny_family[1]])
+    methods = {"ram": {"epsilon_rule": ["percentile", "valley"]}, "task_arithmetic": {"lambda": [0.5]}}
+    cfg = load_sweep(write_sweep(tmp_path, family, methods=methods, seeds=[0, 1]))
+    computed: list[str] = []
+    counted: list[str] = []
+    levels, task = stream.tensor_levels, stream._hist_task
+    monkeypatch.setattr(stream, "tensor_levels", lambda rule, name, *a: computed.append(name) or levels(rule, name, *a))
+    monkeypatch.setattr(stream, "_hist_task", lambda inputs, name, *a: counted.append(name) or task(inputs, name, *a))
+    _count_overlaps_once(cfg, set(), quiet=True)
+    tensors = len(set(computed))
+    assert tensors > 0
+    assert len(computed) == 3 * tensors  # valley with two seeds, percentile once (it reads no seed: cached)
+    assert counted == []  # RAM needs no overlap histograms
+    for trial in trials(cfg, choose(cfg)):
+        merge(merge_config(cfg, trial), tmp_path / "m" / trial.id, quiet=True)
+    assert len(computed) == 3 * tensors  # no trial computed them again
+
+
 def _old_trial_id(cfg_data: dict[str, object], models: list[str], method: str, params: dict[str, object]) -> str:
     """The trial id as the first release computed it (the reference the ids of older sweep files must keep)."""
     import hashlib

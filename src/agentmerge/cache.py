@@ -8,9 +8,13 @@ store reads as empty, and a read-only home or a full disk never fails the work t
 - ``sha256.json``, ``xxh3_128.json``: digests of input weight files (``digests.InputDigests``).
 - ``stats/<key>.json``: overlap histograms of one input set, per tensor and threshold (``stream.overlap_stats``),
   so that RAM+ merges and probes of the same files (a sweep of r, say) count them once.
+- ``levels/<key>.json``: adaptive mask thresholds of one input set, per tensor and rule (``stream.mask_levels``),
+  so that a sweep of RAM trials with ``epsilon_rule`` percentile / valley computes them once.
+
+``<key>`` is ``files_key`` of the input set (``InputSetStore``).
 
 ``$AGENTMERGE_CACHE`` moves the folder (default ``$XDG_CACHE_HOME/agentmerge``, i.e. ``~/.cache/agentmerge``);
-``AGENTMERGE_NO_CACHE=1`` turns the statistics cache off.
+``AGENTMERGE_NO_CACHE=1`` turns the statistics caches (``stats``, ``levels``) off.
 """
 
 from __future__ import annotations
@@ -19,7 +23,7 @@ import hashlib
 import json
 import os
 import threading
-from collections.abc import Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -62,3 +66,30 @@ def save_store(path: Path, entries: dict[str, Any]) -> None:
         os.replace(tmp, path)
     except OSError:
         pass
+
+
+class InputSetStore:
+    """One JSON store per input set (checkpoints in order, each its files) under ``cache_dir() / kind``.
+
+    Entries are keyed by text (a tensor name and a rule, say); a changed file gives the set a new key, so
+    nothing stale is read. ``AGENTMERGE_NO_CACHE=1`` turns it off: ``get`` finds nothing, ``put`` keeps nothing.
+    """
+
+    def __init__(self, kind: str, files: Sequence[Sequence[Path]]) -> None:
+        on = os.environ.get("AGENTMERGE_NO_CACHE") != "1"
+        self.path = cache_dir() / kind / f"{files_key(files)}.json" if on else None
+
+    def get(self, keys: Iterable[str]) -> dict[str, Any]:
+        """The stored entries of ``keys`` (those it has; callers check their shape)."""
+        if self.path is None:
+            return {}
+        store = load_store(self.path)
+        return {key: store[key] for key in keys if key in store}
+
+    def put(self, entries: Mapping[str, Any]) -> None:
+        """Add ``entries`` (JSON values) to the store, best effort."""
+        if self.path is None or not entries:
+            return
+        store = load_store(self.path)
+        store.update(entries)
+        save_store(self.path, store)

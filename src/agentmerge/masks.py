@@ -27,13 +27,15 @@ Element p of agent i is *active* when ``|tau_i[p]| > t_i[p]``; the rule (``spec.
   ``epsilon``, noted in ``Levels``.
 
 Adaptive thresholds (``Levels``) come from the whole tensor (``tensor_levels``, streamed over its chunks)
-before its kernel runs, so the statistics pass and the merge pass use the very same values.
+before its kernel runs, so the statistics pass and the merge pass use the very same values. They are cached
+per input set under ``levels_key`` (``stream.LevelsCache``, exact float32 values) and recorded in merge.json
+(``levels_record``: per agent min / median / max over tensors and valley fallbacks, then every tensor's values).
 """
 
 from __future__ import annotations
 
 import math
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from fractions import Fraction
 from typing import Any
@@ -51,6 +53,8 @@ VALLEY_MIN = 32  # nonzero values below which no mixture is fitted
 VALLEY_DEPTH = 0.99  # the valley's density must be below this fraction of the lower end's
 EM_STEPS = 300
 EM_BINS = 256  # the EM sees the sample as a histogram of this many bins
+VALLEY_POINTS = 2049  # grid points between the two means where the valley is looked for
+LEVELS_VERSION = 1  # bump when a rule's thresholds change for the same inputs: cached ones are then not read
 
 Batches = Callable[[], Iterator[tuple[int, torch.Tensor]]]  # a fresh pass: (start, tau [N, E] float32) per chunk
 
@@ -203,7 +207,7 @@ def fit_mixture(y: torch.Tensor, steps: int = EM_STEPS, bins: int = EM_BINS) -> 
     return mix
 
 
-def valley_threshold(y: torch.Tensor, points: int = 2049) -> float | None:
+def valley_threshold(y: torch.Tensor, points: int = VALLEY_POINTS) -> float | None:
     """``10 ** y*`` at the valley between the two fitted modes of ``y = log10 |tau|``, or None when there is none."""
     if y.numel() < VALLEY_MIN or float(y.max() - y.min()) <= 0:
         return None
@@ -217,3 +221,77 @@ def valley_threshold(y: torch.Tensor, points: int = 2049) -> float | None:
     if j in (0, points - 1) or float(dens[j]) >= VALLEY_DEPTH * min(float(dens[0]), float(dens[-1])):
         return None
     return float(np.float32(10.0 ** float(grid[j])))
+
+
+# --------------------------------------------------------------------------- cached and recorded thresholds
+
+
+def levels_key(name: str, rule: MaskRule) -> str:
+    """The cache key of tensor ``name``'s thresholds under ``rule``: everything the values depend on.
+
+    Besides the files (the store's own key): the rule with ``epsilon_q`` (percentile) or epsilon and seed
+    (valley), the valley's fit settings, and ``LEVELS_VERSION``.
+    """
+    fit = f"|fit:{VALLEY_SAMPLE}:{VALLEY_MIN}:{VALLEY_DEPTH!r}:{EM_STEPS}:{EM_BINS}:{VALLEY_POINTS}"
+    return f"{name}|{rule.key}|v{LEVELS_VERSION}" + (fit if rule.rule == "valley" else "")
+
+
+def levels_to_json(levels: Levels) -> dict[str, Any]:
+    """``{"values": [float], "fallback": [bool]}``: each float32 threshold exactly (as a float64)."""
+    return {"values": levels.values.tolist(), "fallback": list(levels.fallback)}
+
+
+def levels_from_json(entry: Any, n: int) -> Levels | None:
+    """``levels_to_json``'s entry back as ``Levels`` for ``n`` agents; None when it is not one."""
+    if not isinstance(entry, dict):
+        return None
+    values, fallback = entry.get("values"), entry.get("fallback")
+    if not (isinstance(values, list) and isinstance(fallback, list) and len(values) == len(fallback) == n):
+        return None
+    if not all(isinstance(v, float) for v in values) or not all(isinstance(f, bool) for f in fallback):
+        return None
+    return Levels(torch.tensor(values, dtype=torch.float32), tuple(fallback))
+
+
+def short_float32(x: float) -> float:
+    """A float32 value as the shortest decimal that reads back as the same float32 (``1e-05``, not 9.99e-06...)."""
+    short = float(np.format_float_scientific(np.float32(x), unique=True))
+    return short if np.float32(short) == np.float32(x) else float(np.float32(x))
+
+
+def threshold_summary(
+    values: Mapping[str, Sequence[float]], fallback: Mapping[str, Sequence[bool]], labels: Sequence[str]
+) -> list[dict[str, Any]]:
+    """Per agent over the tensors: min, median (mean of the middle two for an even count), max, fallbacks."""
+    out = []
+    for i, label in enumerate(labels):
+        ordered = sorted(v[i] for v in values.values())
+        if not ordered:
+            return []
+        mid = len(ordered) // 2
+        median = ordered[mid] if len(ordered) % 2 else (ordered[mid - 1] + ordered[mid]) / 2
+        falls = sum(bool(f[i]) for f in fallback.values())
+        out.append({"agent": label, "min": ordered[0], "median": median, "max": ordered[-1], "fallbacks": falls})
+    return out
+
+
+def levels_record(
+    levels: Mapping[str, Levels], rules: Mapping[str, MaskRule], labels: Sequence[str]
+) -> dict[str, Any] | None:
+    """merge.json's ``thresholds``: the adaptive rules in words, the agents, the per-agent summary, and
+
+    ``tensors``: ``{name: [threshold of agent 0, agent 1, ...]}`` (each float32 value exactly, written short),
+    ``fallback``: ``{name: [agent index, ...]}`` where the valley rule found no valley (only those tensors).
+    None when no tensor has an adaptive rule.
+    """
+    if not levels:
+        return None
+    values = {name: [short_float32(v) for v in lv.values.tolist()] for name, lv in levels.items()}
+    fallback = {name: list(lv.fallback) for name, lv in levels.items()}
+    return {
+        "rule": "; ".join(sorted({rules[name].describe() for name in levels})),
+        "agents": list(labels),
+        "summary": threshold_summary(values, fallback, labels),
+        "tensors": values,
+        "fallback": {name: [i for i, f in enumerate(fs) if f] for name, fs in fallback.items() if any(fs)},
+    }

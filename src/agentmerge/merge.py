@@ -11,7 +11,6 @@ the output is bit-identical whatever the chunk size, shard size or thread count.
 
 from __future__ import annotations
 
-import json
 import math
 import os
 import threading
@@ -27,10 +26,10 @@ from agentmerge.checkpoint import ShardWriter, atomic_output_dir, finish_model_f
 from agentmerge.config import MergeConfig, input_refs
 from agentmerge.deltas import histogram_from_patterns, overlap_histogram, rho_from_histogram
 from agentmerge.digests import InputDigests, hash_mode
-from agentmerge.masks import Levels, tensor_mask
+from agentmerge.masks import Levels, levels_record, tensor_mask
 from agentmerge.methods import ram_lambda
 from agentmerge.plan import MergePlan, TensorJob, make_plan, planned_tensors
-from agentmerge.provenance import MergeResult, reproducibility_record
+from agentmerge.provenance import MergeResult, record_text, reproducibility_record
 from agentmerge.report import model_card
 from agentmerge.safety import check_output_target
 from agentmerge.sources import OutputSources, output_sources
@@ -85,16 +84,19 @@ def merge(
 
 
 def count_overlaps(cfg: MergeConfig, *, quiet: bool = True) -> None:
-    """Only the overlap statistics pass of ``cfg``: its histograms land in the cache for the merges to come.
+    """Only the statistics pass of ``cfg``: its adaptive mask thresholds (any method) and overlap histograms
+    (methods that need them) land in the cache for the merges to come.
 
-    A sweep runs it once per input set before its RAM+ trials, so none of them reads its inputs twice.
+    A sweep runs it once per input set before its RAM+ and adaptive-rule trials, so none of them reads its
+    inputs twice.
     """
     inputs = Inputs.for_merge(cfg)
     try:
         plan = make_plan(cfg, inputs.reference, len(inputs.models), cfg.threads or os.cpu_count() or 1, inputs.vocab)
         with torch_threads(1):
             levels = mask_levels(inputs, plan.rules(), plan.threads, plan.chunk, quiet)
-            overlap_stats(inputs, plan.rules(), plan.threads, plan.chunk, quiet, levels)
+            if plan.method.needs_model_stats:
+                overlap_stats(inputs, plan.rules(), plan.threads, plan.chunk, quiet, levels)
     finally:
         inputs.close()
 
@@ -278,6 +280,7 @@ def _result(cfg: MergeConfig, plan: MergePlan, collected: Collected, out: Path, 
         model_labels=[m.label for m in cfg.models],
         numel=sum(j.numel for j in plan.merged),
         scales=group_scales(plan, collected, [m.label for m in cfg.models]),
+        thresholds=levels_record(collected.levels, plan.rules(), [m.label for m in cfg.models]),
     )
 
 
@@ -327,5 +330,5 @@ def _finish_folder(
         vocab_size=inputs.vocab.out_rows,
     )
     record = reproducibility_record(cfg, inputs.checkpoints, result, hashes)
-    (result.out_dir / "merge.json").write_text(json.dumps(record, indent=2) + "\n")
+    (result.out_dir / "merge.json").write_text(record_text(record))
     (result.out_dir / "README.md").write_text(model_card(cfg, result))

@@ -31,7 +31,7 @@ import torch
 from agentmerge.checkpoint import Readable
 from agentmerge.deltas import rho_from_histogram
 from agentmerge.groups import layer_of, module_type
-from agentmerge.masks import Levels
+from agentmerge.masks import Levels, threshold_summary
 from agentmerge.methods import ram_lambda
 from agentmerge.plan import resolve_mask
 from agentmerge.spec import EPSILON_DEFAULT, MaskRule, Params, mask_rule
@@ -74,16 +74,7 @@ class ProbeResult:
 
     def threshold_summary(self) -> list[dict[str, Any]]:
         """Per agent over the tensors: min, median, max of the adaptive thresholds and the fallbacks (else [])."""
-        if not self.thresholds:
-            return []
-        out = []
-        for i, a in enumerate(self.agents):
-            values = sorted(v[i] for v in self.thresholds.values())
-            falls = sum(f[i] for f in self.fallback.values())
-            mid = len(values) // 2
-            median = values[mid] if len(values) % 2 else (values[mid - 1] + values[mid]) / 2
-            out.append({"agent": a.name, "min": values[0], "median": median, "max": values[-1], "fallbacks": falls})
-        return out
+        return threshold_summary(self.thresholds, self.fallback, [a.name for a in self.agents])
 
     def to_dict(self) -> dict[str, Any]:
         def rows(stats: list[AgentStats]) -> list[dict[str, Any]]:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import platform
 import time
 from collections.abc import Sequence
@@ -36,6 +37,7 @@ class MergeResult:
     scales: list[dict[str, Any]] = field(default_factory=list)  # rho and lambda per rescaling group (group_scales)
     vocab: dict[str, Any] | None = None  # added vocabulary rows (vocab.VocabPlan.record), None when none
     sources: dict[str, Any] | None = None  # tokenizer / generation config source and checks (sources.py)
+    thresholds: dict[str, Any] | None = None  # adaptive mask rules only (masks.levels_record), else None
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -51,6 +53,7 @@ class MergeResult:
             "scales": self.scales,
             "vocab": self.vocab,
             "sources": self.sources,
+            **({"thresholds": self.thresholds} if self.thresholds else {}),
         }
 
     def agents(self) -> list[AgentStats] | None:
@@ -91,8 +94,26 @@ def reproducibility_record(
         "scales": result.scales,
         "vocab": result.vocab,
         "sources": result.sources,
+        **({"thresholds": result.thresholds} if result.thresholds else {}),
         "seconds": round(result.seconds, 3),
     }
+
+
+ONE_LINE_ROWS = ("tensors", "fallback")  # merge.json's thresholds entries written one tensor per line
+
+
+def record_text(record: dict[str, Any]) -> str:
+    """merge.json's text: ``json.dumps(record, indent=2)``, except that the per-tensor lists of the adaptive
+    thresholds (``thresholds.tensors`` and ``.fallback``, a few hundred short lists) take one line per tensor."""
+    thresholds = record.get("thresholds")
+    if not thresholds:
+        return json.dumps(record, indent=2) + "\n"
+    holes = {key: f"\x00{key}\x00" for key in ONE_LINE_ROWS}  # strings no record holds (JSON escapes them)
+    text = json.dumps({**record, "thresholds": {**thresholds, **holes}}, indent=2)
+    for key, hole in holes.items():
+        rows = ",\n".join(f"      {json.dumps(name)}: {json.dumps(v)}" for name, v in thresholds[key].items())
+        text = text.replace(json.dumps(hole), "{\n" + rows + "\n    }" if rows else "{}", 1)
+    return text + "\n"
 
 
 def input_ref(ref: str) -> str:

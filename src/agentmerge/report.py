@@ -198,6 +198,8 @@ def merge_summary(cfg: MergeConfig, result: MergeResult, warnings: list[str]) ->
     if agents and result.numel:
         lines += _agent_lines(cfg, result, agents)
         lines.append(_regions_line(result))
+    if result.thresholds:
+        lines.append(_threshold_line(result.thresholds))
     lines += [f"  {line}" for line in input_lines(result.vocab, result.sources, warnings=False)]
     source_warnings = list((result.sources or {}).get("warnings", []))
     lines += [f"warning: {w}" for w in warnings + source_warnings + tuning_warnings(cfg)]
@@ -259,6 +261,16 @@ def _agent_lines(cfg: MergeConfig, result: MergeResult, agents: list[AgentStats]
     elif cfg.method == "ram_plus":
         lines.append("  lambda per tensor (scope: tensor); merge.json has the overlap statistics")
     return lines
+
+
+def _threshold_line(thresholds: dict[str, Any]) -> str:
+    """The adaptive mask thresholds in one line: per agent min / median / max over tensors, valley fallbacks."""
+    cells = []
+    for row in thresholds["summary"]:
+        cell = f"{row['agent']} {row['min']:.3g} / {row['median']:.3g} / {row['max']:.3g}"
+        cells.append(cell + (f" (no valley in {row['fallbacks']}: epsilon)" if row["fallbacks"] else ""))
+    count = len(thresholds["tensors"])
+    return f"  mask thresholds min / median / max over {count} tensors (merge.json has each): " + "; ".join(cells)
 
 
 MAX_GROUP_LINES = 40  # groups listed on stderr; merge.json has them all

@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import contextlib
 import math
-import os
 import threading
 from collections.abc import Callable, Collection, Iterator, Mapping, Sequence
 from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
@@ -21,7 +20,7 @@ from typing import Any
 import torch
 from tqdm import tqdm
 
-from agentmerge.cache import cache_dir, files_key, load_store, save_store
+from agentmerge.cache import InputSetStore
 from agentmerge.checkpoint import Checkpoint, Readable, TensorInfo
 from agentmerge.config import MergeConfig
 from agentmerge.deltas import histogram_from_patterns, overlap_histogram, task_vectors
@@ -31,7 +30,7 @@ from agentmerge.fused.kernels import counts
 from agentmerge.headers import read_json_object
 from agentmerge.localpath import is_adapter
 from agentmerge.lora import LoraModel, split_model_plus_adapter
-from agentmerge.masks import Levels, tensor_levels, tensor_mask
+from agentmerge.masks import Levels, levels_from_json, levels_key, levels_to_json, tensor_levels, tensor_mask
 from agentmerge.methods import fisher_mass
 from agentmerge.plan import MergePlan, TensorJob
 from agentmerge.spec import MaskRule, Rounds
@@ -348,9 +347,15 @@ def mask_levels(
     """The per-agent thresholds of every tensor in ``rules`` whose rule is adaptive, one tensor per worker.
 
     Each tensor is streamed in chunks of ``chunk`` elements (float32 task vectors, inputs checked finite);
-    the values do not depend on ``chunk`` (``masks.tensor_levels``).
+    the values do not depend on ``chunk`` (``masks.tensor_levels``). Thresholds already computed for these
+    very files and rules (``LevelsCache``) are read instead; nothing is read or stored when no rule is adaptive.
     """
-    wanted = {name: rule for name, rule in rules.items() if rule.adaptive}
+    adaptive = {name: rule for name, rule in rules.items() if rule.adaptive}
+    if not adaptive:
+        return {}
+    cache = LevelsCache([c.weight_files for c in inputs.checkpoints])
+    known = cache.get(adaptive, len(inputs.models))
+    wanted = {name: rule for name, rule in adaptive.items() if name not in known}
 
     def task(name: str, rule: MaskRule) -> Callable[[], Levels]:
         numel = inputs.reference.tensors[name].numel
@@ -364,20 +369,21 @@ def mask_levels(
 
     tasks = [task(name, rule) for name, rule in wanted.items()]
     with tqdm(total=len(tasks), desc="mask thresholds", unit="tensor", disable=quiet or not tasks, leave=False) as bar:
-        return dict(zip(wanted, run_parallel(tasks, threads, bar), strict=True))
+        computed = dict(zip(wanted, run_parallel(tasks, threads, bar), strict=True))
+    cache.put(computed, wanted)
+    return {name: known[name] if name in known else computed[name] for name in adaptive}
 
 
 class OverlapCache:
     """Overlap histograms of one input set (files in order), per tensor and mask rule, kept across runs.
 
-    Stored in ``cache_dir() / stats``, keyed by the files' identities (``cache.files_key``), so a changed
-    file never reuses an old count; a tensor's entry is keyed by its rule (``MaskRule.key``: the plain
+    Stored in ``cache_dir() / stats`` (``cache.InputSetStore``: keyed by the files' identities, so a changed
+    file never reuses an old count); a tensor's entry is keyed by its rule (``MaskRule.key``: the plain
     rule's is its epsilon, as before). ``AGENTMERGE_NO_CACHE=1`` turns it off.
     """
 
     def __init__(self, files: Sequence[Sequence[Path]]) -> None:
-        self.on = os.environ.get("AGENTMERGE_NO_CACHE") != "1"
-        self.path = cache_dir() / "stats" / f"{files_key(files)}.json" if self.on else None
+        self.store = InputSetStore("stats", files)
 
     @staticmethod
     def _key(name: str, rule: MaskRule) -> str:
@@ -385,22 +391,41 @@ class OverlapCache:
 
     def get(self, rules: Mapping[str, MaskRule], n: int) -> dict[str, torch.Tensor]:
         """The cached ``[N, N]`` histograms of these tensors under these rules (those it has)."""
-        if self.path is None:
-            return {}
-        store = load_store(self.path)
+        found = self.store.get(self._key(name, rule) for name, rule in rules.items())
         out = {}
         for name, rule in rules.items():
-            rows = store.get(self._key(name, rule))
+            rows = found.get(self._key(name, rule))
             if isinstance(rows, list) and len(rows) == n and all(isinstance(r, list) and len(r) == n for r in rows):
                 out[name] = torch.tensor(rows, dtype=torch.int64)
         return out
 
     def put(self, hists: Mapping[str, torch.Tensor], rules: Mapping[str, MaskRule]) -> None:
-        if self.path is None or not hists:
-            return
-        store = load_store(self.path)
-        store.update({self._key(name, rules[name]): h.tolist() for name, h in hists.items()})
-        save_store(self.path, store)
+        self.store.put({self._key(name, rules[name]): h.tolist() for name, h in hists.items()})
+
+
+class LevelsCache:
+    """Adaptive mask thresholds of one input set, per tensor and rule, kept across runs (``cache_dir() / levels``).
+
+    Keyed like ``OverlapCache`` by the files' identities; a tensor's entry by ``masks.levels_key`` (the
+    rule with its ``epsilon_q``, or the valley's epsilon, seed and fit settings). Values are stored as the
+    exact float32 thresholds, so a merge that reads them is bit-identical to one that computed them.
+    """
+
+    def __init__(self, files: Sequence[Sequence[Path]]) -> None:
+        self.store = InputSetStore("levels", files)
+
+    def get(self, rules: Mapping[str, MaskRule], n: int) -> dict[str, Levels]:
+        """The cached thresholds of these tensors under these rules (those it has, for ``n`` agents)."""
+        found = self.store.get(levels_key(name, rule) for name, rule in rules.items())
+        out = {}
+        for name, rule in rules.items():
+            levels = levels_from_json(found.get(levels_key(name, rule)), n)
+            if levels is not None:
+                out[name] = levels
+        return out
+
+    def put(self, levels: Mapping[str, Levels], rules: Mapping[str, MaskRule]) -> None:
+        self.store.put({levels_key(name, rules[name]): levels_to_json(lv) for name, lv in levels.items()})
 
 
 def _hist_task(

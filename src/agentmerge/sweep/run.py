@@ -190,9 +190,11 @@ def _pending(cfg: SweepConfig, done: set[str], runner: _Runner) -> Iterator[Tria
 
 
 def _count_overlaps_once(cfg: SweepConfig, done: set[str], quiet: bool) -> None:
-    """Count the overlap statistics of each input set the pending RAM+ trials share, once, before they start.
+    """Count the statistics each input set of the pending trials shares, once, before the trials start.
 
-    The histograms land in the cache (``stream.OverlapCache``), so every such trial reads its inputs once.
+    The overlap histograms of RAM+ trials and the adaptive mask thresholds of any trial with ``epsilon_rule``
+    percentile / valley land in the cache (``stream.OverlapCache``, ``stream.LevelsCache``), so every such
+    trial reads them instead of its inputs, even when many start at once.
     A set whose inputs fail to open is left to its trials, which record the error.
     """
     from agentmerge.merge import count_overlaps
@@ -201,12 +203,17 @@ def _count_overlaps_once(cfg: SweepConfig, done: set[str], quiet: bool) -> None:
         return
     seen: set[str] = set()
     for trial in trials(cfg, choose(cfg)):
-        if trial.id in done or not METHODS[trial.setting.method].needs_model_stats:
+        if trial.id in done:
             continue
         merge_cfg = merge_config(cfg, trial)
-        overrides = [o.model_dump() for o in merge_cfg.overrides]
+        hists = METHODS[trial.setting.method].needs_model_stats
+        tables = [merge_cfg.params, *(o.params for o in merge_cfg.overrides)]
+        if not (hists or any(t.get("epsilon_rule", "fixed") != "fixed" for t in tables)):
+            continue
         rule = {k: v for k, v in merge_cfg.params.items() if k == "epsilon" or k in {p.name for p in MASK_PARAMS}}
-        key = json.dumps([merge_cfg.base, [m.path for m in merge_cfg.models], rule, overrides], sort_keys=True)
+        overrides = [o.model_dump() for o in merge_cfg.overrides]
+        inputs = [merge_cfg.base, [m.path for m in merge_cfg.models]]
+        key = json.dumps([*inputs, rule, overrides, merge_cfg.seed, hists], sort_keys=True)
         if key not in seen:
             seen.add(key)
             with contextlib.suppress(AgentMergeError, OSError):
