@@ -18,7 +18,7 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
-from agentmerge.zoo.report_md import pm
+from agentmerge.zoo.report_md import pm, table
 from agentmerge.zoo.results import Stat, domain_score, stat
 
 CROWDING_KEYS = ("unique", "shared", "shared_independent", "conflict")
@@ -121,11 +121,6 @@ def _specialists(records: Sequence[dict[str, Any]]) -> dict[str, dict[str, Stat]
 # ----------------------------------------------------------------------------------------------------- markdown
 
 
-def _table(header: list[str], rows: list[list[str]]) -> list[str]:
-    lines = ["| " + " | ".join(header) + " |", "|" + "|".join("---" for _ in header) + "|"]
-    return lines + ["| " + " | ".join(row) + " |" for row in rows]
-
-
 def render_many(res: dict[str, Any], figure: str | None) -> str:
     sizes = [str(n) for n in res["sizes"]]
     cols = [f"N = {n}" for n in sizes]
@@ -142,7 +137,7 @@ def render_many(res: dict[str, Any], figure: str | None) -> str:
         "",
         "## The specialists",
         "",
-        *_table(
+        *table(
             ["domain", "base (%)", "specialist (%)", "gain (pts)"],
             [[d, pm(e["base"]), pm(e["agent"]), pm(e["gain"])] for d, e in res["specialists"].items()],
         ),
@@ -151,18 +146,18 @@ def render_many(res: dict[str, Any], figure: str | None) -> str:
         "",
         "kept = Σ_d (merge − base) / Σ_d (specialist − base) over the merged agents' domains, in percent.",
         "",
-        *_table(["method", *cols], [[m, *[pm(c[n]) for n in sizes]] for m, c in res["kept"].items()]),
+        *table(["method", *cols], [[m, *[pm(c[n]) for n in sizes]] for m, c in res["kept"].items()]),
         "",
     ]
     for ref, entries in res["minus"].items():
         lines += [f"### Paired differences from `{ref}` (points of gain kept)", ""]
-        lines += _table(["method", *cols], [[m, *[pm(c[n]) for n in sizes]] for m, c in entries.items()])
+        lines += table(["method", *cols], [[m, *[pm(c[n]) for n in sizes]] for m, c in entries.items()])
         lines.append("")
     lines += ["## Crowding of the masks, against N", "", *_crowding_lines(res, sizes, cols)]
     if res["tuned"]:
         lines += ["## Values chosen on validation", ""]
         rows = [[label, *[pm(c[n], 1.0, 2) for n in sizes]] for label, c in res["tuned"].items()]
-        lines += [*_table(["tuned (λ or scale)", *cols], rows), ""]
+        lines += [*table(["tuned (λ or scale)", *cols], rows), ""]
     lines += ["## Subsets", ""]
     lines += [f"- N = {n}: " + ", ".join("+".join(s) for s in res["subsets"][n]) for n in sizes]
     if figure:
@@ -182,7 +177,7 @@ def _crowding_lines(res: dict[str, Any], sizes: list[str], cols: list[str]) -> l
         "RAM's mask |τ| > 1e-5. RAM divides each agent's update in the shared region by the overlap count; "
         "in a sign conflict a plain mean cancels updates (what `shared: elect` avoids)."
     )
-    return [text, "", *_table(["share", *cols], rows), ""]
+    return [text, "", *table(["share", *cols], rows), ""]
 
 
 def plot_many(res: dict[str, Any], path: Path) -> None:

@@ -22,6 +22,7 @@ from agentmerge.zoo.report_md import (
     probe_figure,
     probe_table,
     retention_table,
+    table,
 )
 from agentmerge.zoo.results import _jsonable, is_ablation
 
@@ -77,11 +78,6 @@ def render_combined_from_json(docs: Path) -> Path:
     md_path = docs / "results.md"
     md_path.write_text(render_combined(combined, figure.name if figure else None))
     return md_path
-
-
-def _table(header: list[str], rows: list[list[str]]) -> list[str]:
-    lines = ["| " + " | ".join(header) + " |", "|" + "|".join("---" for _ in header) + "|"]
-    return lines + ["| " + " | ".join(r) + " |" for r in rows]
 
 
 def _num(x: Any) -> float:
@@ -145,7 +141,7 @@ def regime_map_lines(combined: dict[str, Any], figure: str | None) -> list[str]:
         "Overlap excess below 1 means the agents update the same elements more often than independent masks "
         "would; 1 means independent.",
         "",
-        *_table(header, map_rows(combined)),
+        *table(header, map_rows(combined)),
         "",
     ]
     lines += verdict_lines(combined)
@@ -280,7 +276,7 @@ def probe_vs_paper(res: dict[str, Any]) -> list[str]:
         "independent masks",
         "paper Fig. 2: density % | w.0 / w.1 / w.2 %",
     ]
-    return _table(header, rows)
+    return table(header, rows)
 
 
 def magnitude_lines(res: dict[str, Any]) -> list[str]:
@@ -299,7 +295,7 @@ def magnitude_lines(res: dict[str, Any]) -> list[str]:
         "Per tensor, elements split into quartiles of the base weight's magnitude; independent w.0 uses the "
         "densities of the same tensor-quartile, so a gap that closes within quartiles is explained by |w0|.",
         "",
-        *_table(header, rows),
+        *table(header, rows),
         "",
     ]
 
@@ -317,7 +313,7 @@ def ablation_lines(res: dict[str, Any]) -> list[str]:
         "Paper form λᵢ = 1 + r·clip(ρᵢ, 0, α) over r and α; `authors_R1.2` is the released code's "
         "1 + (R − 1)·min(ρ, 1) with R = 1.2 (equal to r = 0.2, α = 1).",
         "",
-        *_table(header, rows),
+        *table(header, rows),
         "",
     ]
 
@@ -342,7 +338,7 @@ def variant_lines(res: dict[str, Any]) -> list[str]:
         'Each variant of docs/methods.md ("RAM variants") as a 3-agent merge; paired (same-seed) differences of the '
         "agentic average. A difference counts when it is more than 2 SE from zero.",
         "",
-        *_table(header, rows),
+        *table(header, rows),
         "",
         *_chosen_lines(variants),
     ]
@@ -368,7 +364,7 @@ def pairs_lines(res: dict[str, Any]) -> list[str]:
         ]
         lams = ", ".join(f"{v:g}" for v in entry["ta_lambda"] if isinstance(v, float) and math.isfinite(v))
         lines += [f"**{pair}** (task arithmetic λ per seed: {lams})", ""]
-        lines += _table(["model", *[f"{d} (domain avg)" for d in domains], "pair avg (its metric columns)"], rows)
+        lines += table(["model", *[f"{d} (domain avg)" for d in domains], "pair avg (its metric columns)"], rows)
         diffs = "; ".join(f"{k}: {_cell(v)}" for k, v in entry["diffs"].items())
         lines += ["", f"Paired differences of the pair average (pts): {diffs}.", ""]
     return lines
@@ -391,7 +387,7 @@ def regime_section(name: str, res: dict[str, Any]) -> list[str]:
         f"{res.get('wall_seconds', 0.0) / 60:.1f} min for this regime in that command "
         "(stages, merges and evaluations already cached are reused, so an aggregating rerun is short).",
         "",
-        *_table(["agent", "storage", "export", "lr", "steps", "prompts/step"], recipe_rows),
+        *table(["agent", "storage", "export", "lr", "steps", "prompts/step"], recipe_rows),
         "",
         "### Specialists against the base (own domain)",
         "",

@@ -18,7 +18,7 @@ def pm(cell: dict[str, Any], scale: float = 100.0, digits: int = 1) -> str:
     return f"{mean * scale:.{digits}f} ± {se * scale:.{digits}f}"
 
 
-def _table(header: list[str], rows: list[list[str]]) -> list[str]:
+def table(header: list[str], rows: list[list[str]]) -> list[str]:
     lines = ["| " + " | ".join(header) + " |", "|" + "|".join("---" for _ in header) + "|"]
     lines += ["| " + " | ".join(row) + " |" for row in rows]
     return lines
@@ -27,7 +27,7 @@ def _table(header: list[str], rows: list[list[str]]) -> list[str]:
 def main_table(res: dict[str, Any]) -> list[str]:
     cols = res["columns"]
     rows = [[label, *[pm(res["rows"][label][c]) for c in cols]] for label in res["rows"]]
-    return _table(["model", *cols], rows)
+    return table(["model", *cols], rows)
 
 
 def gains_table(res: dict[str, Any]) -> list[str]:
@@ -35,7 +35,7 @@ def gains_table(res: dict[str, Any]) -> list[str]:
     for domain, entry in res["gains"].items():
         for metric, cell in entry.items():
             rows.append([f"agent_{domain}", metric, pm(cell), " ".join(f"{v * 100:+.1f}" for v in cell["values"])])
-    return _table(["specialist", "own-domain metric", "gain over base (pts)", "per seed"], rows)
+    return table(["specialist", "own-domain metric", "gain over base (pts)", "per seed"], rows)
 
 
 def retention_table(res: dict[str, Any]) -> list[str]:
@@ -46,7 +46,7 @@ def retention_table(res: dict[str, Any]) -> list[str]:
         cells = [pm(entry[d], 100.0, 0) + " %" for d in DOMAINS]
         rows.append([label, *cells, pm(entry["heldout"])])
     header = ["merge", *[f"{d} gain kept" for d in DOMAINS], "held-out change (pts)"]
-    return _table(header, rows)
+    return table(header, rows)
 
 
 def probe_table(res: dict[str, Any]) -> list[str]:
@@ -58,7 +58,7 @@ def probe_table(res: dict[str, Any]) -> list[str]:
         rho = "inf" if not math.isfinite(a["rho"]["mean"]) else f"{a['rho']['mean']:.2f}"
         rows.append([label, pm(a["density"]), measured, independent, rho, f"{a['lam']['mean']:.3f}"])
     header = ["agent", "density %", "w.0 / w.1 / w.2 % (measured)", "same, independent masks", "rho", "RAM+ lambda"]
-    return _table(header, rows)
+    return table(header, rows)
 
 
 def probe_figure(res: dict[str, Any]) -> list[str]:
@@ -95,7 +95,7 @@ def comparison_lines(res: dict[str, Any]) -> list[str]:
         per_seed = " ".join(f"{v * 100:+.1f}" for v in c["agentic_avg"]["values"])
         rows.append([f"{c['a']} − {c['b']}", pm(c["agentic_avg"]), per_seed, pm(c["heldout"])])
     header = ["paired difference (same seed)", "agentic avg (pts)", "per seed", "held-out (pts)"]
-    return lines + _table(header, rows)
+    return lines + table(header, rows)
 
 
 def dilution_table(res: dict[str, Any]) -> list[str]:
@@ -103,7 +103,7 @@ def dilution_table(res: dict[str, Any]) -> list[str]:
     for domain, e in res["dilution"].items():
         rows.append([domain, pm(e["base"]), pm(e["specialist"]), pm(e["s1"]), pm(e["s1_over_n"])])
     header = ["domain (own-domain avg %)", "base", "specialist", "unique only, s = 1", "unique only, s = 1/N"]
-    return _table(header, rows)
+    return table(header, rows)
 
 
 def render_markdown(res: dict[str, Any]) -> str:

@@ -72,6 +72,21 @@ class Task(ABC):
         return prompt[len(head) : len(prompt) - len(self.suffix)]
 
 
+def int_scores(prefix: str, expected: int, completion: str) -> dict[str, float]:
+    """``{prefix}.exact`` and ``{prefix}.partial`` = 1/(1+|error|) (0 if the completion is not an integer)."""
+    got = parse_int(completion)
+    exact = float(got is not None and got == expected)
+    partial = 0.0 if got is None else 1.0 / (1.0 + abs(got - expected))
+    return {f"{prefix}.exact": exact, f"{prefix}.partial": partial}
+
+
+def text_scores(prefix: str, expected: str, completion: str) -> dict[str, float]:
+    """``{prefix}.exact`` and ``{prefix}.char``: the share of positions that match, over the longer text."""
+    same = sum(a == b for a, b in zip(completion, expected, strict=False))
+    char = same / max(len(completion), len(expected))
+    return {f"{prefix}.exact": float(completion == expected), f"{prefix}.char": char}
+
+
 # ----------------------------------------------------------------------------------------------- coding
 
 
@@ -125,10 +140,7 @@ class CodeTask(Task):
             expected = run_program(self.body(prompt))
         except MiniLangError as exc:
             raise ValueError(f"invalid code prompt {prompt!r}") from exc
-        got = parse_int(completion)
-        exact = float(got is not None and got == expected)
-        partial = 0.0 if got is None else 1.0 / (1.0 + abs(got - expected))
-        return {"code.exact": exact, "code.partial": partial}
+        return int_scores("code", expected, completion)
 
 
 # -------------------------------------------------------------------------------------------- tool use
@@ -339,11 +351,7 @@ class MathTask(Task):
         return str(wrong if str(wrong) != answer else wrong + 1)
 
     def score(self, prompt: str, completion: str) -> dict[str, float]:
-        expected = sum(self.terms(self.body(prompt)))
-        got = parse_int(completion)
-        exact = float(got is not None and got == expected)
-        partial = 0.0 if got is None else 1.0 / (1.0 + abs(got - expected))
-        return {"math.exact": exact, "math.partial": partial}
+        return int_scores("math", sum(self.terms(self.body(prompt))), completion)
 
 
 # ------------------------------------------------------------------------------------------------ sort
@@ -371,10 +379,7 @@ class SortTask(Task):
         body = self.body(prompt)
         if not body or not set(body) <= set(LETTERS):
             raise ValueError(f"invalid sort prompt {prompt!r}")
-        expected = "".join(sorted(body))
-        same = sum(a == b for a, b in zip(completion, expected, strict=False))
-        char = same / max(len(completion), len(expected))
-        return {"sort.exact": float(completion == expected), "sort.char": char}
+        return text_scores("sort", "".join(sorted(body)), completion)
 
 
 # ---------------------------------------------------------------------------------------------- search
@@ -426,10 +431,7 @@ class ReverseTask(Task):
         return word, word[::-1]
 
     def score(self, prompt: str, completion: str) -> dict[str, float]:
-        expected = self.body(prompt)[::-1]
-        same = sum(a == b for a, b in zip(completion, expected, strict=False))
-        char = same / max(len(completion), len(expected))
-        return {"reverse.exact": float(completion == expected), "reverse.char": char}
+        return text_scores("reverse", self.body(prompt)[::-1], completion)
 
 
 # --------------------------------------------------------------------------------------------- registry
