@@ -35,6 +35,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 from agentmerge.errors import ConfigError
 from agentmerge.limits import PatternSet
 from agentmerge.mergekit_compat import from_mergekit, is_mergekit
+from agentmerge.poststeps import check_base
 from agentmerge.registry import METHODS
 from agentmerge.spec import Method, ParamValue
 from agentmerge.units import FLOAT_DTYPE_NAMES, check_dtype_name, parse_size
@@ -151,6 +152,7 @@ class MergeConfig(_Frozen):
         for i, spec in enumerate(self.models):
             _check_model_spec(m, spec, i)
             resolve_params(m, {**self.params, **spec.params}, n)
+        check_base(m.name, [self.params, *(o.params for o in self.overrides)], self.base is not None)
         return self
 
     def _check_weights(self, m: Method) -> None:

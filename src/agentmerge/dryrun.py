@@ -10,13 +10,13 @@ from __future__ import annotations
 import os
 import shutil
 import time
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
 from agentmerge.checkpoint import Readable, plan_shards
 from agentmerge.config import MergeConfig, input_refs
-from agentmerge.plan import make_plan, planned_tensors
+from agentmerge.plan import MergePlan, make_plan, planned_tensors
 from agentmerge.report import input_lines
 from agentmerge.safety import check_output_target, check_writable_parent
 from agentmerge.sources import output_sources
@@ -48,6 +48,10 @@ class DryRunPlan:
     read_speed: float | None  # bytes/s measured on the inputs
     est_seconds: float | None  # reading time only: a lower bound on the merge time
     inputs: list[str] = field(default_factory=list)  # added vocabulary rows, tokenizer source, its warnings
+    whole: dict[str, Any] | None = None  # whole-tensor (SVD) jobs: ``svdcost.WholeCost``, None when none
+    svd_seconds: float | None = None  # their SVDs' estimated time (with the probe), else None
+    svd_vocab_seconds: float | None = None  # of that, on embeddings and LM head
+    whole_lines: list[str] = field(default_factory=list)  # the memory figure and time estimate of those jobs
 
     def to_dict(self) -> dict[str, Any]:
         return dict(self.__dict__)
@@ -61,6 +65,7 @@ class DryRunPlan:
             *[f"  {name}  {_gb(size)}" for name, size in self.shards],
             f"memory: budget {_gb(self.memory_budget)}, {self.chunk_elements} elements per chunk, "
             f"{self.threads} thread(s), {self.kernels} kernels",
+            *self.whole_lines[:1],
             f"reads: {_gb(self.bytes_read)} in {self.passes} pass(es) over the merged tensors",
         ]
         if self.disk_free is not None:
@@ -71,6 +76,7 @@ class DryRunPlan:
                 f"estimate: at least ~{self.est_seconds:.1f} s to read the inputs at the measured "
                 f"{self.read_speed / 1e6:.0f} MB/s; the method's CPU time and cold caches come on top"
             )
+        lines += self.whole_lines[1:]
         return "\n".join(lines + self.inputs)
 
 
@@ -105,6 +111,7 @@ def plan_merge(
         inputs.close()
     written = sum(s.size for s in shards)
     est = bytes_read / speed if speed else None
+    whole = whole_estimate(plan, cfg.memory_bytes, probe)
     return DryRunPlan(
         cfg.method,
         str(out.resolve()),
@@ -123,7 +130,25 @@ def plan_merge(
         speed,
         est,
         notes,
+        *whole,
     )
+
+
+def whole_estimate(
+    plan: MergePlan, budget: int, probe: bool
+) -> tuple[dict[str, Any] | None, float | None, float | None, list[str]]:
+    """The whole-tensor (SVD) jobs: their record, estimated SVD seconds (all, vocabulary), the lines to print."""
+    from agentmerge.svdcost import WholeCost, svd_rate  # torch's SVD probe, only for plans that need it
+
+    cost = WholeCost.of(plan)
+    if cost is None:
+        return None, None, None, []
+    lines = [cost.memory_line(budget, plan.threads)]
+    if not probe:
+        return asdict(cost), None, None, lines
+    rate = svd_rate()
+    total, vocab = cost.seconds(rate, plan.threads)
+    return asdict(cost), total, vocab, [*lines, cost.time_line(rate, plan.threads)]
 
 
 def _read_speed(ckpt: Readable) -> float | None:

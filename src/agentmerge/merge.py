@@ -29,6 +29,7 @@ from agentmerge.digests import InputDigests, hash_mode
 from agentmerge.masks import Levels, levels_record, tensor_mask
 from agentmerge.methods import ram_lambda
 from agentmerge.plan import MergePlan, TensorJob, make_plan, planned_tensors
+from agentmerge.poststeps import POST_STEPS
 from agentmerge.provenance import MergeResult, record_text, reproducibility_record
 from agentmerge.report import model_card
 from agentmerge.safety import check_output_target
@@ -39,6 +40,8 @@ from agentmerge.validate import check_output_chunk, check_tokenizer_source
 from agentmerge.vocab import new_rows
 
 __all__ = ["MergeResult", "count_overlaps", "merge"]
+
+STEPS = {s.name: s for s in POST_STEPS}
 
 
 def merge(
@@ -115,8 +118,26 @@ class Collected:
     group_hists: dict[str, torch.Tensor] = field(default_factory=dict)  # [N, N] summed over each group
     model_stat: Any = None  # the method's whole-model statistics (``Method.model_pass``)
     levels: dict[str, Levels] = field(default_factory=dict)  # adaptive mask rules: per-agent thresholds per tensor
+    warnings: dict[str, list[str]] = field(default_factory=dict)  # a kernel's warning -> the tensors it concerns
     _lock: threading.Lock = field(default_factory=threading.Lock)
     _preparing: dict[str, threading.Lock] = field(default_factory=dict)
+
+    def warner(self, name: str) -> Any:
+        """The ``ChunkSpec.warn`` of tensor ``name``: its kernel's warnings, gathered by text."""
+
+        def warn(text: str) -> None:
+            with self._lock:
+                self.warnings.setdefault(text, []).append(name)
+
+        return warn
+
+    def warning_lines(self) -> list[str]:
+        """One line per warning text, naming up to three of its tensors."""
+        lines = []
+        for text, names in self.warnings.items():
+            shown = ", ".join(names[:3]) + (f" and {len(names) - 3} more" if len(names) > 3 else "")
+            lines.append(f"{text} ({len(names)} tensor{'s' if len(names) > 1 else ''}: {shown})")
+        return lines
 
     def add_hist(self, name: str, hist: torch.Tensor) -> None:
         with self._lock:
@@ -174,16 +195,29 @@ def write_pass(plan: MergePlan, inputs: Inputs, collected: Collected, folder: Pa
     tensors = planned_tensors(plan.jobs)
     writer = ShardWriter(folder, plan_shards(tensors, plan.shard_bytes), tensors)
     chunks = ChunkWriter(plan, inputs, collected, writer)
-    tasks = [chunks.task(job, s, e) for job in plan.jobs for s, e in job.chunks]
+    alone = [j for j in plan.jobs if plan.alone(j)]
+    pooled = sorted((j for j in plan.jobs if not plan.alone(j)), key=lambda j: -j.numel if j.whole else 0)
+    tasks = [chunks.task(job, s, e) for job in pooled for s, e in job.chunks]  # whole tensors (SVDs) first
     tasks += [chunks.added_task(job, s, e) for job, s, e in plan.added_tasks()]
     label = f"merge {plan.method.name} ({plan.kernels} kernels)"
     try:
-        with tqdm(total=len(tasks), desc=label, unit="chunk", disable=quiet) as bar:
+        with tqdm(total=len(tasks) + len(alone), desc=label, unit="chunk", disable=quiet) as bar:
             run_parallel(tasks, plan.threads, bar)
+            merge_alone(chunks, alone, plan.threads, bar)
     finally:
         writer.close()
     if not plan.method.needs_model_stats:
         collected.model_hist = collected.total(len(inputs.models))
+
+
+def merge_alone(chunks: ChunkWriter, jobs: list[TensorJob], threads: int, bar: tqdm) -> None:
+    """Whole tensors too large for a pool thread's share of the budget: one at a time, torch on every thread."""
+    with torch_threads(threads):
+        for job in jobs:
+            bar.set_postfix_str(f"{job.name} {list(job.shape)} on {threads} threads", refresh=True)
+            chunks.write(job, 0, job.numel)
+            bar.update(1)
+        bar.set_postfix_str("")
 
 
 @dataclass(frozen=True)
@@ -212,7 +246,7 @@ class ChunkWriter:
     def write(self, job: TensorJob, start: int, stop: int) -> None:
         if not job.merged:
             self._put(job, start, self.inputs.reference.read(job.name, start, stop).to(job.out_dtype))
-        elif not (self.plan.compiled and self._compiled(job, start, stop)):
+        elif job.whole or job.steps or not (self.plan.compiled and self._compiled(job, start, stop)):
             self._reference(job, start, stop)
 
     def _compiled(self, job: TensorJob, start: int, stop: int) -> bool:
@@ -232,8 +266,13 @@ class ChunkWriter:
     def _reference(self, job: TensorJob, start: int, stop: int) -> None:
         ref, models = self.inputs.read(job.name, start, stop)
         tau = models.sub_(ref)  # = task_vectors(ref, models), in place: models is ours
-        spec = self.plan.spec(job, start, stop, self.collected.stats(job.name, self._prepared(job)))
-        delta = self.plan.method.kernel(spec.with_values(ref, tau, self._extras(job, start, stop)))
+        stats = self.collected.stats(job.name, self._prepared(job))
+        chunk = self.plan.spec(job, start, stop, stats, self.collected.warner(job.name)).with_values(
+            ref, tau, self._extras(job, start, stop)
+        )
+        delta = self.plan.method.kernel(chunk)
+        for step in job.steps:  # post steps (SVC) rewrite the merged delta, in order
+            delta = STEPS[step].apply(chunk, delta)
         if not self.plan.method.needs_model_stats:
             mask = tensor_mask(tau, ref, job.rule, self.collected.levels.get(job.name))
             self.collected.add_hist(job.name, overlap_histogram(mask))
@@ -281,6 +320,7 @@ def _result(cfg: MergeConfig, plan: MergePlan, collected: Collected, out: Path, 
         numel=sum(j.numel for j in plan.merged),
         scales=group_scales(plan, collected, [m.label for m in cfg.models]),
         thresholds=levels_record(collected.levels, plan.rules(), [m.label for m in cfg.models]),
+        warnings=collected.warning_lines(),
     )
 
 

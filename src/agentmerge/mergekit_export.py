@@ -28,10 +28,12 @@ from agentmerge.config import MergeConfig, ModelSpec, resolve_params
 from agentmerge.errors import ConfigError
 from agentmerge.localpath import is_adapter
 from agentmerge.mergekit_compat import Converted
+from agentmerge.poststeps import step_param_names
 from agentmerge.registry import MERGEKIT, METHODS, MethodMap, Scalar
 from agentmerge.units import FLOAT_DTYPE_NAMES
 
 MERGEKIT_DTYPES = ("bfloat16", "float16", "float32")
+_STEP_PARAMS = step_param_names()  # the post steps' (SVC's) parameters: mergekit has none, so at defaults only
 _GLOB = set("*?[]")
 
 
@@ -89,7 +91,8 @@ def _places(cfg: MergeConfig) -> Iterator[tuple[str, Mapping[str, Any]]]:
 
 
 def _check_expressible(cfg: MergeConfig, name: str, mmap: MethodMap, source: str) -> None:
-    required = dict(mmap.fixed) | {p.name: p.default for p in cfg.spec.params if p.name in mmap.ours_only}
+    ours = set(mmap.ours_only) | _STEP_PARAMS
+    required = dict(mmap.fixed) | {p.name: p.default for p in cfg.spec.params if p.name in ours}
     for where, values in _places(cfg):
         for key, want in required.items():
             if key in values and values[key] != want:
@@ -134,7 +137,8 @@ def _theirs(key: str, value: Any, mmap: MethodMap) -> tuple[str, Scalar]:
 
 def _exported_keys(cfg: MergeConfig, mmap: MethodMap) -> list[str]:
     """Our parameter names that mergekit reads (not fixed by its method, not ours only)."""
-    return [p.name for p in cfg.spec.params if p.name not in mmap.fixed and p.name not in mmap.ours_only]
+    ours = set(mmap.ours_only) | _STEP_PARAMS
+    return [p.name for p in cfg.spec.params if p.name not in mmap.fixed and p.name not in ours]
 
 
 def _top_parameters(cfg: MergeConfig, per_model: list[str], mmap: MethodMap) -> dict[str, Any]:

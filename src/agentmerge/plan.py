@@ -7,7 +7,7 @@ driver (``merge.py``) and the dry run (``dryrun.py``) both work from it.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
 import torch
@@ -15,9 +15,11 @@ import torch
 from agentmerge.checkpoint import PlannedTensor, Readable, dtype_from_name
 from agentmerge.config import MergeConfig
 from agentmerge.deltas import RNG_BLOCK
+from agentmerge.errors import MergeError
 from agentmerge.fused.jit import available
 from agentmerge.groups import GROUPED_SCOPES, group_of
 from agentmerge.masks import grid_of
+from agentmerge.poststeps import active_steps
 from agentmerge.spec import ChunkSpec, MaskRule, Method, Params, TensorStats, mask_rule, update_threshold
 from agentmerge.vocab import ResizedTensor, VocabPlan
 
@@ -42,6 +44,10 @@ class TensorJob:
     model_params: tuple[Params, ...] = ()  # per model, when any model sets params
     resized: ResizedTensor | None = None  # the vocabulary rows the agents added (vocab.py), else None
     rule: MaskRule = field(default_factory=MaskRule)  # what its masks and overlap statistics count as an update
+    whole: bool = False  # one chunk: the method or a post step decomposes the whole matrix (``spec.WholeTensor``)
+    steps: tuple[str, ...] = ()  # the post steps that run on it after the kernel (``poststeps.POST_STEPS``)
+    copies: float = 0.0  # whole: float32 copies of the tensor its kernel and steps hold beyond the N + 1 inputs
+    svds: tuple[tuple[int, int], ...] = ()  # whole: the (rows, cols) of every SVD its kernel and steps run
 
     @property
     def out_shape(self) -> tuple[int, ...]:
@@ -75,6 +81,19 @@ class MergePlan:
     seed: int
     shard_bytes: int
     compiled: bool  # the method's compiled kernel runs (numba present, at most 16 agents, plain mask rules)
+    memory: int = 1 << 30  # the memory budget (``max_memory``) in bytes
+
+    def whole_bytes(self, job: TensorJob) -> int:
+        """Bytes a whole-tensor job holds at once: N + 1 float32 inputs, the kernel's copies, the cast output."""
+        return int(job.numel * (4 * (len(self.weights) + 1 + job.copies) + job.out_dtype.itemsize))
+
+    def alone(self, job: TensorJob) -> bool:
+        """A whole tensor too large for one thread's share of the budget: merged after the pool, with all threads."""
+        return job.whole and self.whole_bytes(job) * self.threads > self.memory
+
+    @property
+    def whole_jobs(self) -> list[TensorJob]:
+        return [j for j in self.jobs if j.whole]
 
     @property
     def merged(self) -> list[TensorJob]:
@@ -97,8 +116,15 @@ class MergePlan:
         """The rescaling group (``groups.group_of``) of each merged tensor whose ``scope`` groups tensors."""
         return {j.name: group_of(j.name, j.params) for j in self.merged if j.params.get("scope") in GROUPED_SCOPES}
 
-    def spec(self, job: TensorJob, start: int, stop: int, stats: TensorStats | None = None) -> ChunkSpec:
-        """The ``ChunkSpec`` of elements ``start:stop`` of ``job``'s tensor."""
+    def spec(
+        self,
+        job: TensorJob,
+        start: int,
+        stop: int,
+        stats: TensorStats | None = None,
+        warn: Callable[[str], None] | None = None,
+    ) -> ChunkSpec:
+        """The ``ChunkSpec`` of elements ``start:stop`` of ``job``'s tensor (``warn``: where its kernel reports)."""
         return ChunkSpec(
             name=job.name,
             start=start,
@@ -109,6 +135,7 @@ class MergePlan:
             seed=self.seed,
             shape=job.shape,
             model_params=job.model_params,
+            warn=warn,
         )
 
 
@@ -131,6 +158,7 @@ def make_plan(
         seed=cfg.seed,
         shard_bytes=cfg.shard_bytes,
         compiled=plain and method.compiled is not None and available(n_models),
+        memory=cfg.memory_bytes,
     )
 
 
@@ -162,16 +190,48 @@ def plan_jobs(cfg: MergeConfig, ref: Readable, chunk: int, vocab: VocabPlan | No
         if multiple is not None and merged:  # round up to the method's unit
             unit = multiple(info.shape)
             step = -(-chunk // unit) * unit
-        ranges = tuple((s, min(s + step, info.numel)) for s in range(0, info.numel, step)) or ((0, 0),)
         params = resolve_mask(cfg.tensor_params(name), info.dtype) if merged else {}
+        whole = whole_work(cfg, name, info.shape, params) if merged else WholeWork()
+        if whole.whole:
+            step = max(info.numel, 1)
+        ranges = tuple((s, min(s + step, info.numel)) for s in range(0, info.numel, step)) or ((0, 0),)
         model_params = tuple(resolve_mask(p, info.dtype) for p in cfg.model_params(name)) if merged else ()
         rule = mask_rule(params, cfg.seed) if merged else MaskRule()
         resized = vocab.tensors.get(name) if vocab is not None else None
         job = TensorJob(
-            name, dtype, info.shape, info.numel, merged, ranges, params, model_params, resized=resized, rule=rule
+            name, dtype, info.shape, info.numel, merged, ranges, params, model_params, resized, rule, *whole.fields()
         )
         jobs.append(job)
     return jobs
+
+
+@dataclass(frozen=True)
+class WholeWork:
+    """Whether a tensor is merged whole, which post steps run on it, what its kernel and steps hold."""
+
+    whole: bool = False
+    steps: tuple[str, ...] = ()
+    copies: float = 0.0
+    svds: tuple[tuple[int, int], ...] = ()
+
+    def fields(self) -> tuple[bool, tuple[str, ...], float, tuple[tuple[int, int], ...]]:
+        return self.whole, self.steps, self.copies, self.svds
+
+
+def whole_work(cfg: MergeConfig, name: str, shape: tuple[int, ...], params: Params) -> WholeWork:
+    """The method's and the post steps' claims on one merged tensor; a tensor the method refuses raises here,
+    before anything is read or written (``Method.check_tensor``)."""
+    method, n = cfg.spec, len(cfg.models)
+    if method.check_tensor is not None:
+        try:
+            method.check_tensor(name, shape, params, n)
+        except ValueError as e:
+            raise MergeError(str(e)) from None
+    wholes = [method.whole] if method.whole is not None and method.whole.wanted(name, shape, params) else []
+    steps = active_steps(name, shape, params)
+    wholes += [s.whole for s in steps if s.whole is not None and s.whole.wanted(name, shape, params)]
+    svds = tuple(svd for w in wholes for svd in w.svds(shape, params, n))
+    return WholeWork(bool(wholes), tuple(s.name for s in steps), sum(w.copies(n) for w in wholes), svds)
 
 
 def resolve_mask(params: Params, base_dtype: torch.dtype) -> Params:

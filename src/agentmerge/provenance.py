@@ -38,6 +38,7 @@ class MergeResult:
     vocab: dict[str, Any] | None = None  # added vocabulary rows (vocab.VocabPlan.record), None when none
     sources: dict[str, Any] | None = None  # tokenizer / generation config source and checks (sources.py)
     thresholds: dict[str, Any] | None = None  # adaptive mask rules only (masks.levels_record), else None
+    warnings: list[str] = field(default_factory=list)  # what the kernels warned about (e.g. Iso-C on a low-rank sum)
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -54,6 +55,7 @@ class MergeResult:
             "vocab": self.vocab,
             "sources": self.sources,
             **({"thresholds": self.thresholds} if self.thresholds else {}),
+            **({"warnings": self.warnings} if self.warnings else {}),
         }
 
     def agents(self) -> list[AgentStats] | None:
@@ -95,6 +97,7 @@ def reproducibility_record(
         "vocab": result.vocab,
         "sources": result.sources,
         **({"thresholds": result.thresholds} if result.thresholds else {}),
+        **({"warnings": result.warnings} if result.warnings else {}),
         "seconds": round(result.seconds, 3),
     }
 

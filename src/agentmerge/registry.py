@@ -12,11 +12,26 @@ without torch or numba.
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from types import MappingProxyType
 
 from agentmerge.groups import GROUPED_SCOPES, check_patterns
-from agentmerge.spec import EPSILON, MASK_PARAMS, Lazy, Method, Param, Params, check_mask
+from agentmerge.poststeps import step_params
+from agentmerge.spec import EPSILON, MASK_PARAMS, Lazy, Method, Param, Params, WholeTensor, check_mask
+from agentmerge.spectral_rules import (
+    SVD_EMBEDDINGS,
+    cart_check,
+    cart_wanted,
+    cts_check,
+    held,
+    is_matrix,
+    iso_c_svds,
+    iso_cts_svds,
+    per_model_svds,
+    resmerge_check,
+    resmerge_wanted,
+    tsv_svds,
+)
 
 
 def rm(name: str) -> Lazy:
@@ -37,6 +52,11 @@ def fk(name: str) -> Lazy:
 def ft(name: str) -> Lazy:
     """A compiled form (``Compiled``) of the TIES family in ``fused/ties.py``."""
     return Lazy(f"agentmerge.fused.ties:{name}")
+
+
+def sv(name: str) -> Lazy:
+    """A reference kernel of the SVD methods (``spectral.py``, ``resmerge.py``), imported on first use."""
+    return Lazy(f"agentmerge.{'resmerge' if name == 'resmerge' else 'spectral'}:{name}")
 
 
 STAT_BLOCKS = Lazy("agentmerge.stats:stat_blocks")
@@ -65,6 +85,12 @@ SHARED = Param(
     "shared region (2+ agents): mean of the active agents (the paper), or elect: TIES sign election, "
     "mean of the active agents agreeing with the elected sign",
     choices=("mean", "elect"),
+)
+SVD_ALPHA = Param(
+    "alpha",
+    1.0,
+    "scales the merged delta (1-D means included): theta_0 + alpha * delta; the authors tune it on validation "
+    "data over (0, 3], fusion_bench uses 1",
 )
 FLOOR = Param("floor", 1e-10, "lower bound of each Fisher value (all-zero Fisher -> plain average)", 0.0, low_open=True)
 RAM_PLUS_PARAMS = (
@@ -302,9 +328,70 @@ _ALL = (
         model_inputs=("fisher",),
         paper="2111.09832",
     ),
+    Method(
+        "tsv",
+        "TSV-M: each task vector's top k/N singular triplets side by side, both factors orthogonalised (polar)",
+        sv("tsv"),
+        (SVD_ALPHA, SVD_EMBEDDINGS),
+        whole=WholeTensor(is_matrix, tsv_svds, held(6.0)),
+        paper="2412.00081",
+    ),
+    Method(
+        "iso_c",
+        "Iso-C: the sum of the task vectors with all its singular values set to their mean",
+        sv("iso_c"),
+        (SVD_ALPHA, SVD_EMBEDDINGS),
+        whole=WholeTensor(is_matrix, iso_c_svds, held(5.0)),
+        paper="2502.04959",
+    ),
+    Method(
+        "iso_cts",
+        "Iso-CTS: Iso-C over the sum's top directions and each task's own directions outside them",
+        sv("iso_cts"),
+        (
+            SVD_ALPHA,
+            Param("common_space_fraction", 0.8, "share of the k directions taken from the sum (common space)", 0, 1),
+            SVD_EMBEDDINGS,
+        ),
+        whole=WholeTensor(is_matrix, iso_cts_svds, held(7.0)),
+        check_tensor=cts_check,
+        paper="2502.04959",
+    ),
+    Method(
+        "cart",
+        "CART: the average plus prior times the sum of each model's low-rank deviation from the average",
+        sv("cart"),
+        (
+            Param("prior", 2.0, "lambda: theta_avg + prior * sum_i lowrank(theta_i - theta_avg)", low=0.0),
+            Param("rank_ratio", 0.12, "rank kept per deviation: max(1, int(rank_ratio * min(m, n)))", 0.0, 1.0),
+        ),
+        whole=WholeTensor(cart_wanted, per_model_svds, held(5.0)),
+        check_tensor=cart_check,
+        paper="2412.12153",
+    ),
+    Method(
+        "resmerge",
+        "ResMerge: coherence-scaled residual backbone of the task vectors' SVD tails plus a gated head correction",
+        sv("resmerge"),
+        (
+            Param("rank_topk", 1, "singular components of each task vector that form its head", low=0),
+            Param("beta_min", 0.7, "exponent of the coherence at the highest residual agreement score", low=0.0),
+            Param("beta_max", 1.0, "exponent of the coherence at score 0", low=0.0),
+            Param("head_ratio_budget", 0.2, "rho: size of the head correction relative to the backbone", low=0.0),
+        ),
+        whole=WholeTensor(resmerge_wanted, per_model_svds, held(7.0)),
+        check_tensor=resmerge_check,
+        paper="2606.02252",
+    ),
 )
 
-METHODS: Mapping[str, Method] = MappingProxyType({m.name: m for m in _ALL})
+
+def with_post_steps(method: Method) -> Method:
+    """``method`` with the parameters of every post step (``poststeps.POST_STEPS``; SVC) it does not have itself."""
+    return replace(method, params=method.params + step_params(method.name, (p.name for p in method.params)))
+
+
+METHODS: Mapping[str, Method] = MappingProxyType({m.name: with_post_steps(m) for m in _ALL})
 
 
 # --------------------------------------------------------------------------- mergekit's names for them

@@ -230,6 +230,7 @@ class ChunkSpec:
     seed: int = 0
     shape: tuple[int, ...] = ()  # the whole tensor's shape (() when unknown)
     model_params: tuple[Params, ...] = ()  # per model, when any model sets params; else ()
+    warn: Callable[[str], None] | None = None  # where a kernel reports a warning about this tensor (the merge summary)
 
     @property
     def eps(self) -> float:
@@ -315,6 +316,22 @@ class Compiled:
 
 
 @dataclass(frozen=True)
+class WholeTensor:
+    """Tensors a method merges whole (an SVD needs the whole matrix): one chunk each, one tensor per model held.
+
+    ``wanted(name, shape, params)`` says which tensors; ``svds(shape, params, n_models)`` the ``(rows, cols)`` of
+    every SVD its kernel runs on one of them (the dry run's time estimate and the benchmark's "SVDs alone");
+    ``copies(n_models)`` how many float32 copies of the tensor the kernel holds at once beyond the ``N + 1``
+    inputs (the memory figure). The driver runs a whole tensor in its thread pool when it fits the memory
+    budget's share of one thread, else alone, after the pool, with all threads (``plan.MergePlan.alone``).
+    """
+
+    wanted: Callable[[str, tuple[int, ...], Params], bool]
+    svds: Callable[[tuple[int, ...], Params, int], tuple[tuple[int, int], ...]]
+    copies: Callable[[int], float]
+
+
+@dataclass(frozen=True)
 class Lazy:
     """An object named ``"module:name"``, imported the first time it is used.
 
@@ -361,6 +378,9 @@ class Method:
     # (inputs, plan, quiet, levels) -> model_stat (None: none); levels: the adaptive rules' thresholds
     model_pass: Callable[..., Any] | None = None
     paper: str | None = None  # arXiv id of the paper that defines it (the model card's ``arxiv:`` tag)
+    whole: WholeTensor | None = None  # tensors merged whole (SVD methods); None: every tensor may be chunked
+    # refuses a tensor the method cannot merge, before anything is written: (name, shape, params, N) -> ValueError
+    check_tensor: Callable[[str, tuple[int, ...], Params, int], None] | None = None
 
     @property
     def compiled(self) -> Compiled | None:
