@@ -14,6 +14,8 @@ N times what each task holds is scaled back by 1/N: N identical task vectors sum
 come back to one of them. Other tensors keep the method's delta.
 
 The SVD runs in float32 (like every SVD here), the projections in float32 and their sums in float64.
+After Iso-C or Iso-CTS every singular value of ``D`` is the same, so ``U`` is any orthonormal basis and the
+calibration is not unique (in the reference too): the merge warns (``warn_flat``).
 """
 
 from __future__ import annotations
@@ -21,7 +23,9 @@ from __future__ import annotations
 import torch
 
 from agentmerge.spec import Chunk
-from agentmerge.spectral import svd
+from agentmerge.spectral import rank_of, svd
+
+FLAT = 1e-4  # singular values within this fraction of the largest count as one repeated value
 
 
 def svc(c: Chunk, delta: torch.Tensor) -> torch.Tensor:
@@ -32,6 +36,7 @@ def svc(c: Chunk, delta: torch.Tensor) -> torch.Tensor:
     taus = c.tau.view(n_models, *c.shape)
     alpha = float(c.params["svc_alpha"])
     u, s, vh = svd(delta.view(c.shape))
+    warn_flat(c, s)
     coef = torch.empty(s.numel(), n_models, dtype=torch.float64)
     for i in range(n_models):
         response = u.T @ taus[i]  # [k, n]: a_r^i
@@ -42,3 +47,14 @@ def svc(c: Chunk, delta: torch.Tensor) -> torch.Tensor:
     coef = torch.nan_to_num(coef, nan=alpha, neginf=alpha)  # as fusion_bench's accelerated version
     gamma = n_models / coef.clamp_min(alpha).sum(1)
     return ((u * (gamma * s.double()).float()) @ vh).view(-1)
+
+
+def warn_flat(c: Chunk, s: torch.Tensor) -> None:
+    """Warn when the merged delta's non-zero singular values are all one value (Iso-C, Iso-CTS): its singular
+    vectors are then any orthonormal basis, so the calibration depends on the one LAPACK returns."""
+    live = s[: rank_of(s, c.shape)]
+    if live.numel() > 1 and float(live[0] - live[-1]) <= FLAT * float(live[0]) and c.warn is not None:
+        c.warn(
+            "svc: the merged delta's singular values are all equal (as Iso-C and Iso-CTS make them), so its "
+            "singular vectors, and the calibration, are whichever basis the SVD returns: not unique"
+        )
