@@ -28,7 +28,8 @@ from typing import Any
 from agentmerge import __version__
 from agentmerge.digests import HASH_MODES
 from agentmerge.errors import AgentMergeError, CheckpointError, ConfigError
-from agentmerge.registry import METHODS
+from agentmerge.poststeps import step_params
+from agentmerge.registry import METHODS, OWN_PARAMS
 from agentmerge.safety import (
     Terminated,
     check_report_path,
@@ -380,15 +381,24 @@ def cmd_methods(args: argparse.Namespace) -> int:
         }
         print(json.dumps(table, indent=2))
         return 0
+    shared = {p.name: p for p in step_params("", ())}  # every method's post-step parameters (SVC)
     for m in sorted(METHODS.values(), key=lambda m: m.name):
         notes = [] if m.needs_base else ["base optional"]
         notes += ["uses weights"] if m.uses_weights else []
         notes += [f"exactly {m.min_models} models"] if m.max_models == m.min_models else []
         print(f"{m.name}: {m.summary}" + (f" [{', '.join(notes)}]" if notes else ""))
         for p in m.params:
-            allowed = f" one of {'/'.join(p.choices)}" if p.choices else ""
-            print(f"    {p.name} = {p.default}{allowed}  — {p.help}")
+            if p.name in OWN_PARAMS[m.name] or shared.get(p.name) != p:  # its own, or a default of its own
+                _print_param(p)
+    print("every method, after its kernel (post steps; a method above may set its own default):")
+    for p in shared.values():
+        _print_param(p)
     return 0
+
+
+def _print_param(p: Any) -> None:
+    allowed = f" one of {'/'.join(p.choices)}" if p.choices else ""
+    print(f"    {p.name} = {p.default}{allowed}  — {p.help}")
 
 
 # --------------------------------------------------------------------------- mergekit configs

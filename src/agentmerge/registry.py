@@ -392,6 +392,7 @@ def with_post_steps(method: Method) -> Method:
 
 
 METHODS: Mapping[str, Method] = MappingProxyType({m.name: with_post_steps(m) for m in _ALL})
+OWN_PARAMS: Mapping[str, tuple[str, ...]] = MappingProxyType({m.name: tuple(p.name for p in m.params) for m in _ALL})
 
 
 # --------------------------------------------------------------------------- mergekit's names for them

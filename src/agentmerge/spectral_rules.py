@@ -32,8 +32,9 @@ Svds = tuple[tuple[int, int], ...]
 SVD_EMBEDDINGS = Param(
     "svd_embeddings",
     True,
-    "decompose the embeddings and LM head (V x d) like every matrix, as the reference does; false: they get the "
-    "mean of the task vectors (and no SVC), which skips the largest SVDs of an LLM",
+    "decompose the embeddings and LM head (V x d) like every matrix, as the references do; false: no SVD of them "
+    "(tsv, iso_c, iso_cts: the mean of the task vectors; SVC: left as the method made them), which skips an LLM's "
+    "largest SVDs",
 )
 
 
