@@ -231,7 +231,9 @@ def whole_work(cfg: MergeConfig, name: str, shape: tuple[int, ...], params: Para
     steps = active_steps(name, shape, params)
     wholes += [s.whole for s in steps if s.whole is not None and s.whole.wanted(name, shape, params)]
     svds = tuple(svd for w in wholes for svd in w.svds(shape, params, n))
-    return WholeWork(bool(wholes), tuple(s.name for s in steps), sum(w.copies(n) for w in wholes), svds)
+    # one after the other: the largest work space, plus the merged delta each later step receives
+    copies = max((w.copies(n) for w in wholes), default=0.0) + max(len(wholes) - 1, 0)
+    return WholeWork(bool(wholes), tuple(s.name for s in steps), copies, svds)
 
 
 def resolve_mask(params: Params, base_dtype: torch.dtype) -> Params:

@@ -79,7 +79,7 @@ SVC = PostStep(
     on=lambda params: params.get("calibrate", "none") == "svc",
     applies=is_matrix,
     apply=Lazy("agentmerge.calibration:svc"),
-    whole=WholeTensor(wanted=is_matrix, svds=one_svd, copies=held(4.0)),
+    whole=WholeTensor(wanted=is_matrix, svds=one_svd, copies=held(6.0)),
 )
 
 POST_STEPS: tuple[PostStep, ...] = (SVC,)

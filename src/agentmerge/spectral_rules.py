@@ -14,9 +14,10 @@ Read from the reference code (``../shared/field-methods.md`` names the files and
 
 ``svds`` lists the ``(rows, cols)`` of each SVD a kernel runs on one tensor of shape ``m x n`` with
 ``k = min(m, n)`` and N models: TSV N of ``m x n`` and the two polar factors (``m x N r``, ``N r x n``), Iso-C
-one, Iso-CTS N + 1 and two polar factors, CART and ResMerge N, SVC one. ``copies`` is how many float32 copies
-of the tensor a kernel holds at once beyond the N + 1 inputs (SVD work space included), measured with
-``benchmarks/svd_speed.py --memory``.
+one, Iso-CTS N + 1 and two polar factors, CART and ResMerge N, SVC one. The registry's ``copies`` (how many
+float32 copies of the tensor a kernel holds at once beyond the N + 1 inputs, LAPACK's work space included)
+are the largest that ``benchmarks/svd_speed.py --memory`` measured over tall, square and wide matrices (a
+square one costs the most: its U and V^T are each as large as the matrix), rounded up.
 """
 
 from __future__ import annotations

@@ -1,0 +1,205 @@
+"""Speed and memory of the SVD methods (tsv, iso_c, iso_cts, cart, resmerge, SVC) next to the I/O floor and the
+time of their SVDs alone, on ``benchmarks/speed.py``'s synthetic Qwen2.5 families.
+
+    python benchmarks/svd_speed.py --memory                       # float32 copies each kernel holds (spec copies)
+    python benchmarks/svd_speed.py --shape qwen2.5-0.5b --methods tsv iso_c iso_cts cart resmerge \\
+        --params svd_embeddings=false
+    python benchmarks/svd_speed.py --shape qwen2.5-7b-wide-2layer --methods iso_c --params svd_embeddings=false
+
+Per method, two processes in turn, ``--repeats`` times (medians): the merge itself (``agentmerge merge``, as
+``speed.py`` runs it: wall time, peak anonymous memory of the process), and "the SVDs alone": a process that
+plans the same merge and runs, on random float32 matrices of the same shapes, exactly the SVDs the merge's
+kernels run (``TensorJob.svds``), scheduled as the merge schedules them (tensors within a thread's share of
+the budget on the thread pool with one torch thread each, the others one at a time with every thread), and
+nothing else. The I/O floor (read every input once, write the output once, fsync) is ``speed.py``'s.
+``--memory`` measures, per kernel, the peak resident memory of a process merging one 4096 x 1024 tensor of 3
+task vectors beyond its float32 inputs, in copies of that tensor: the ``copies`` of ``spec.WholeTensor``.
+Results: stdout (markdown) and ``WORK/svd-results.json``. The machine is shared: compare ratios of one run.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+import speed  # benchmarks/speed.py: families, process sampling, the I/O floor
+
+MB = 1 << 20
+
+SVDS_ALONE = """
+import sys, time, torch
+from concurrent.futures import ThreadPoolExecutor
+from agentmerge import MergeConfig, ModelSpec
+from agentmerge.plan import make_plan
+from agentmerge.spectral import svd
+from agentmerge.stream import Inputs, torch_threads
+method, base, params, threads, memory, *agents = sys.argv[1:]
+params = {k: (v == "true" if v in ("true", "false") else v) for k, v in (p.split("=") for p in params.split(",") if p)}
+cfg = MergeConfig(method=method, base=base, models=[ModelSpec(path=a) for a in agents], params=params,
+                  threads=int(threads), max_memory=memory)
+inputs = Inputs.for_merge(cfg)
+plan = make_plan(cfg, inputs.reference, len(agents), cfg.threads, inputs.vocab)
+inputs.close()
+def run(job):
+    for m, n in job.svds:
+        svd(torch.randn(m, n))
+t0 = time.perf_counter()
+with torch_threads(1):
+    pooled = sorted((j for j in plan.whole_jobs if not plan.alone(j)), key=lambda j: -j.numel)
+    with ThreadPoolExecutor(plan.threads) as pool:
+        list(pool.map(run, pooled))
+with torch_threads(plan.threads):
+    for job in plan.whole_jobs:
+        if plan.alone(job):
+            run(job)
+print(f"svds {time.perf_counter() - t0:.3f} {len(plan.whole_jobs)} {sum(len(j.svds) for j in plan.whole_jobs)}")
+"""
+
+
+def merge_cmd(method: str, base: Path, agents: list[Path], out: Path, args: argparse.Namespace) -> list[str]:
+    cmd = speed.agentmerge_cmd(method, base, agents, out, args.max_memory)
+    cmd += ["--threads", str(args.threads)]
+    for p in args.params:
+        cmd += ["--param", p]
+    return cmd
+
+
+def alone_cmd(method: str, base: Path, agents: list[Path], args: argparse.Namespace) -> list[str]:
+    params = ",".join(args.params)
+    return [sys.executable, "-c", SVDS_ALONE, method, str(base), params, str(args.threads), args.max_memory]
+
+
+def measure(args: argparse.Namespace) -> dict[str, Any]:
+    base, agents = speed.family(args.work, args.shape, 3)
+    env = {**os.environ, "AGENTMERGE_CACHE": str(args.work / "hash-cache")}
+    out = args.work / "out" / f"{args.shape}-svd"
+    out.parent.mkdir(parents=True, exist_ok=True)
+    speed.warm([base, *agents], out.parent)
+    floor = statistics.median(speed.io_floor([base, *agents], speed.input_bytes([base]), out.parent) for _ in range(3))
+    print(f"{args.shape}: I/O floor {floor:.2f} s", file=sys.stderr)
+    rows = []
+    for method in args.methods:
+        merges, svds = [], []
+        for _ in range(args.repeats):
+            run = speed.run_process(merge_cmd(method, base, agents, out, args), env)
+            if run.rc != 0:
+                raise SystemExit(f"{method} failed:\n{run.tail}")
+            merges.append(run)
+            alone = speed.run_process([*alone_cmd(method, base, agents, args), *map(str, agents)], env)
+            if alone.rc != 0:
+                raise SystemExit(f"SVDs alone of {method} failed:\n{alone.tail}")
+            svds.append((float(alone.tail.split()[1]), alone))
+            print(f"  {method}: merge {run.seconds:.1f} s, SVDs alone {svds[-1][0]:.1f} s", file=sys.stderr)
+        rows.append(row(method, merges, svds, floor))
+    return {
+        "command": " ".join(["python", "benchmarks/svd_speed.py", *sys.argv[1:]]),
+        "when": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()),
+        "cpus": os.cpu_count(),
+        "load_average": os.getloadavg(),
+        "shape": args.shape,
+        "input_gb": round(speed.input_bytes([base, *agents]) / 1e9, 2),
+        "floor_seconds": floor,
+        "rows": rows,
+    }
+
+
+def row(method: str, merges: list[Any], svds: list[tuple[float, Any]], floor: float) -> dict[str, Any]:
+    seconds = statistics.median(r.seconds for r in merges)
+    alone = statistics.median(s for s, _ in svds)
+    return {
+        "method": method,
+        "seconds": seconds,
+        "runs": [round(r.seconds, 1) for r in merges],
+        "svds_seconds": alone,
+        "svds_runs": [round(s, 1) for s, _ in svds],
+        "x_svds": seconds / alone if alone else float("nan"),
+        "x_floor": seconds / floor,
+        "peak_anon_mb": max(r.peak_anon for r in merges) / MB,
+        "svds_peak_anon_mb": max(p.peak_anon for _, p in svds) / MB,
+    }
+
+
+def print_report(res: dict[str, Any], args: argparse.Namespace) -> None:
+    print(f"# {res['command']}  ({res['when']}, {res['cpus']} CPUs, load {[round(x, 1) for x in res['load_average']]})")
+    print(f"# {res['shape']}, base + 3 agents, {res['input_gb']} GB in; I/O floor {res['floor_seconds']:.2f} s\n")
+    print("| method | merge s (runs) | SVDs alone s (runs) | merge / SVDs alone | merge / I/O floor | peak anon MB |")
+    print("|---|---|---|---|---|---|")
+    for r in res["rows"]:
+        print(
+            f"| {r['method']} | {r['seconds']:.1f} ({', '.join(map(str, r['runs']))}) | {r['svds_seconds']:.1f} "
+            f"({', '.join(map(str, r['svds_runs']))}) | {r['x_svds']:.2f} | {r['x_floor']:.1f} | "
+            f"{r['peak_anon_mb']:.0f} |"
+        )
+
+
+# --------------------------------------------------------------------------- --memory
+
+KERNEL_MEMORY = """
+import sys, torch
+from agentmerge.registry import METHODS
+from agentmerge.spec import Chunk
+from agentmerge.poststeps import SVC
+torch.set_num_threads(1)
+method, calibrate, m, n, models = sys.argv[1], sys.argv[2] == "svc", *map(int, sys.argv[3:])
+def hwm():
+    return next(int(l.split()[1]) * 1024 for l in open("/proc/self/status") if l.startswith("VmHWM"))
+params = {**METHODS[method].defaults(), **({"calibrate": "svc"} if calibrate else {})}
+torch.linalg.svd(torch.randn(64, 64))  # LAPACK's own buffers, before the baseline
+base, tau = torch.zeros(m * n), torch.randn(models, m * n) * 1e-2
+c = Chunk(name="model.layers.0.mlp.up_proj.weight", start=0, stop=m * n, base=base, tau=tau,
+          weights=torch.ones(models), params=params, shape=(m, n))
+before = hwm()
+delta = METHODS[method].kernel(c)
+if calibrate:
+    delta = SVC.apply(c, delta)
+print((hwm() - before) / (4 * m * n))
+"""
+
+
+def kernel_memory(shape: tuple[int, int], models: int) -> dict[str, float]:
+    cases = [("tsv", ""), ("iso_c", ""), ("iso_cts", ""), ("cart", ""), ("resmerge", ""), ("task_arithmetic", "svc")]
+    out = {}
+    for method, step in cases:
+        argv = [sys.executable, "-c", KERNEL_MEMORY, method, step or "none", *map(str, shape), str(models)]
+        done = subprocess.run(argv, capture_output=True, text=True, check=True)
+        out[method + (f"+{step}" if step else "")] = float(done.stdout.strip())
+    return out
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--work", type=Path, default=speed.ROOT / "bench-work" / "speed")
+    p.add_argument("--shape", default="qwen2.5-0.5b")
+    p.add_argument("--methods", nargs="+", default=["iso_c", "tsv", "iso_cts", "cart", "resmerge"])
+    p.add_argument("--params", nargs="*", default=[], help="NAME=VALUE for every merge (e.g. svd_embeddings=false)")
+    p.add_argument("--threads", type=int, default=os.cpu_count() or 1)
+    p.add_argument("--max-memory", default="1GB")
+    p.add_argument("--repeats", type=int, default=1)
+    p.add_argument("--memory", action="store_true", help="only the kernels' float32 copies beyond their inputs")
+    args = p.parse_args(argv)
+    if args.memory:
+        shapes = [(4096, 1024), (2048, 2048), (1024, 4096)]
+        table = {shape: kernel_memory(shape, 3) for shape in shapes}
+        print("| kernel | " + " | ".join(f"{m} x {n}" for m, n in shapes) + " |")
+        print("|---|" + "---|" * len(shapes))
+        for name in table[shapes[0]]:
+            print(f"| {name} | " + " | ".join(f"{table[s][name]:.2f}" for s in shapes) + " |")
+        print("\n(float32 copies of the tensor held beyond its N + 1 = 4 float32 inputs, 3 models)")
+        return 0
+    res = measure(args)
+    args.work.mkdir(parents=True, exist_ok=True)
+    (args.work / f"svd-results-{args.shape}.json").write_text(json.dumps(res, indent=1) + "\n")
+    print_report(res, args)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
