@@ -6,7 +6,10 @@ method's exact thresholds (``Compiled.rounds``). The write pass then runs one jo
 the chunk's range from the base and each model (``pread``), merges it with the compiled kernel (or the
 reference kernel, which also names any broken input), casts once to the output dtype and writes the
 bytes at their planned offset. Jobs are independent, so they run on a thread pool in any order, and
-the output is bit-identical whatever the chunk size, shard size or thread count.
+the output is bit-identical whatever the chunk size, shard size or thread count. Whole tensors (SVD
+methods, ``spec.WholeTensor``) are one job each, through the reference kernel and the post steps (SVC);
+those larger than a thread's share of the budget run after the pool, one at a time, on every thread
+(their LAPACK sums, unlike everything else, round with the thread count).
 """
 
 from __future__ import annotations
