@@ -19,8 +19,8 @@ import torch
 from safetensors.torch import save_file
 
 from agentmerge import MergeConfig, ModelSpec, merge
+from agentmerge.io.validate import FISHER_MARK
 from agentmerge.synthetic import write_family
-from agentmerge.validate import FISHER_MARK
 
 GOLDEN = Path(__file__).with_name("golden_digests.json")
 WRITE = os.environ.get("AGENTMERGE_GOLDEN_WRITE") == "1"

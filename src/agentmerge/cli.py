@@ -1,4 +1,4 @@
-"""Command line: a thin shell over ``agentmerge.merge``, ``agentmerge.probe`` and the method table.
+"""Command line: a thin shell over ``agentmerge.engine.merge``, ``agentmerge.engine.probe`` and the method table.
 
 agentmerge merge CONFIG.yaml OUTDIR [flags that override the file]
 agentmerge merge --method ram_plus --base B --model A1 --model A2 -o OUTDIR [--param r=0.1 ...]
@@ -26,10 +26,9 @@ from pathlib import Path
 from typing import Any
 
 from agentmerge import __version__
-from agentmerge.digests import HASH_MODES
 from agentmerge.errors import AgentMergeError, CheckpointError, ConfigError
-from agentmerge.registry import METHODS
-from agentmerge.safety import (
+from agentmerge.io.digests import HASH_MODES
+from agentmerge.io.safety import (
     Terminated,
     check_report_path,
     interrupted_message,
@@ -39,7 +38,8 @@ from agentmerge.safety import (
     write_report,
     write_report_with,
 )
-from agentmerge.spec import EPSILON_DEFAULT, ParamValue, check_mask
+from agentmerge.methods.registry import METHODS
+from agentmerge.methods.spec import EPSILON_DEFAULT, ParamValue, check_mask
 
 
 @contextlib.contextmanager
@@ -198,7 +198,7 @@ def merge_config_data(args: argparse.Namespace) -> tuple[dict[str, Any], str]:
 
 def _read_config_file(path: str) -> dict[str, Any]:
     """A config file (native, or mergekit translated); the translation's notes go to stderr."""
-    from agentmerge.config import read_config
+    from agentmerge.config.schema import read_config
 
     data, notes = read_config(path)
     for note in notes:
@@ -207,8 +207,8 @@ def _read_config_file(path: str) -> dict[str, Any]:
 
 
 def cmd_merge(args: argparse.Namespace) -> int:
-    from agentmerge.config import config_from_dict, input_refs
-    from agentmerge.localpath import missing_local_inputs
+    from agentmerge.config.schema import config_from_dict, input_refs
+    from agentmerge.io.localpath import missing_local_inputs
 
     data, out = merge_config_data(args)
     cfg = config_from_dict(data, args.config or "flags")
@@ -216,8 +216,8 @@ def cmd_merge(args: argparse.Namespace) -> int:
     if missing:  # before the engine (torch) is imported
         raise CheckpointError("; ".join(missing))
     with heavy_imports():
-        from agentmerge.dryrun import plan_merge
-        from agentmerge.merge import merge
+        from agentmerge.engine.dryrun import plan_merge
+        from agentmerge.engine.merge import merge
 
         if cfg.spec.compiled_at is not None:
             cfg.spec.compiled_at.get()  # its compiled kernels (numba), loaded with the collector paused too
@@ -229,8 +229,8 @@ def cmd_merge(args: argparse.Namespace) -> int:
     if args.json:
         print(json.dumps(result.to_dict(), indent=2))
     elif not args.quiet:
-        from agentmerge.provenance import input_warnings
-        from agentmerge.report import merge_summary
+        from agentmerge.engine.provenance import input_warnings
+        from agentmerge.engine.report import merge_summary
 
         record = json.loads((result.out_dir / "merge.json").read_text())
         print(merge_summary(cfg, result, input_warnings(cfg, record)), file=sys.stderr)
@@ -270,8 +270,8 @@ def _probe_parser(sub: Any) -> None:
 
 def cmd_probe(args: argparse.Namespace) -> int:
     with heavy_imports():
-        from agentmerge.probe import probe
-        from agentmerge.report import agents_table, plot_probe, probe_markdown, probe_rule_text
+        from agentmerge.engine.probe import probe
+        from agentmerge.engine.report import agents_table, plot_probe, probe_markdown, probe_rule_text
 
     mask = check_probe_args(args)
     result = probe(
@@ -340,7 +340,7 @@ def _fisher_parser(sub: Any) -> None:
 
 
 def cmd_fisher(args: argparse.Namespace) -> int:
-    from agentmerge.fisher import estimate_fisher
+    from agentmerge.evaluation.fisher import estimate_fisher
 
     check_fisher_args(args)
     texts = None
@@ -407,11 +407,11 @@ def _convert_parser(sub: Any) -> None:
 
 
 def cmd_convert(args: argparse.Namespace) -> int:
-    from agentmerge.config import config_from_dict, read_config
-    from agentmerge.mergekit_compat import load_mergekit
+    from agentmerge.config.mergekit import load_mergekit
+    from agentmerge.config.schema import config_from_dict, read_config
 
     if args.to == "mergekit":
-        from agentmerge.mergekit_export import to_mergekit
+        from agentmerge.config.mergekit_export import to_mergekit
 
         data, notes = read_config(args.config)  # a mergekit file is read too: its import notes come first
         exported = to_mergekit(config_from_dict(data, args.config), args.config)
@@ -448,14 +448,14 @@ def _convert_weights_parser(sub: Any) -> None:
 
 
 def cmd_convert_weights(args: argparse.Namespace) -> int:
-    from agentmerge.units import parse_size
+    from agentmerge.io.units import parse_size
 
     try:
         parse_size(args.max_shard_size)
     except ValueError as e:
         raise ConfigError(f"--max-shard-size: {e}") from None
     with heavy_imports():
-        from agentmerge.convert import convert
+        from agentmerge.engine.convert import convert
 
     shard = args.max_shard_size
     out = convert(args.src, args.dst, dtype=args.dtype, max_shard_size=shard, model_files=args.model_files)
@@ -487,7 +487,7 @@ def _lm_eval_parser(sub: Any) -> None:
 
 
 def cmd_lm_eval(args: argparse.Namespace) -> int:
-    from agentmerge.lmeval import LmEvalOptions, has_chat_template, results_table, run_lm_eval
+    from agentmerge.evaluation.lmeval import LmEvalOptions, has_chat_template, results_table, run_lm_eval
 
     options = LmEvalOptions(
         limit=None if args.limit is None else (int(args.limit) if args.limit >= 1 else args.limit),
@@ -546,21 +546,21 @@ def _eval_parser(sub: Any) -> None:
 def cmd_eval(args: argparse.Namespace) -> int:
     if args.suite == "zoo":
         with heavy_imports():
-            from agentmerge.zoo.cli import cmd_eval as zoo_eval
-            from agentmerge.zoo.evaluate import evaluate as _  # noqa: F401  (torch, transformers)
+            from agentmerge_zoo.cli import cmd_eval as zoo_eval
+            from agentmerge_zoo.evaluate import evaluate as _  # noqa: F401  (torch, transformers)
 
         args.batch_size = args.batch_size or 250
         return zoo_eval(args)
     if not args.tasks:
         raise ConfigError("eval: pass --tasks FILE.jsonl (your prompts and references) or --suite zoo")
-    from agentmerge.taskfile import load_tasks
+    from agentmerge.evaluation.taskfile import load_tasks
 
     examples = load_tasks(args.tasks)  # a mistake in the file is refused before any model loads
     with heavy_imports():
         import torch
 
-        from agentmerge.evaluation import evaluate
-        from agentmerge.report import eval_markdown
+        from agentmerge.evaluation.report import eval_markdown
+        from agentmerge.evaluation.scoring import evaluate
     if args.threads:
         torch.set_num_threads(args.threads)
     run = evaluate(
@@ -644,8 +644,8 @@ def build_parser() -> argparse.ArgumentParser:
     _lm_eval_parser(sub)
     _eval_parser(sub)
     _sweep_parser(sub)
-    if importlib.util.find_spec("agentmerge.zoo.cli") is not None:
-        from agentmerge.zoo.cli import register
+    if importlib.util.find_spec("agentmerge_zoo.cli") is not None:
+        from agentmerge_zoo.cli import register
 
         register(sub)
     return parser
