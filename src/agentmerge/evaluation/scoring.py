@@ -321,7 +321,8 @@ def _split_by(items: list[int], key: Any) -> list[list[int]]:
 
 def quiet_transformers() -> None:
     """Only errors from transformers; no weight-loading or shard-writing progress bars (ours report progress)."""
-    from transformers.utils import logging
+    from transformers.utils import logging as hf_logging
 
-    logging.set_verbosity_error()
-    logging.disable_progress_bar()
+    logs: Any = hf_logging  # untyped module
+    logs.set_verbosity_error()
+    logs.disable_progress_bar()
