@@ -38,9 +38,9 @@ SVDS_ALONE = """
 import sys, time, torch
 from concurrent.futures import ThreadPoolExecutor
 from agentmerge import MergeConfig, ModelSpec
-from agentmerge.plan import make_plan
-from agentmerge.spectral import svd
-from agentmerge.stream import Inputs, torch_threads
+from agentmerge.engine.plan import make_plan
+from agentmerge.methods.spectral import svd
+from agentmerge.engine.stream import Inputs, torch_threads
 method, base, params, threads, memory, *agents = sys.argv[1:]
 params = {k: (v == "true" if v in ("true", "false") else v) for k, v in (p.split("=") for p in params.split(",") if p)}
 cfg = MergeConfig(method=method, base=base, models=[ModelSpec(path=a) for a in agents], params=params,
@@ -144,9 +144,9 @@ def print_report(res: dict[str, Any], args: argparse.Namespace) -> None:
 
 KERNEL_MEMORY = """
 import sys, torch
-from agentmerge.registry import METHODS
-from agentmerge.spec import Chunk
-from agentmerge.poststeps import SVC
+from agentmerge.methods.registry import METHODS
+from agentmerge.methods.spec import Chunk
+from agentmerge.methods.poststeps import SVC
 torch.set_num_threads(1)
 method, calibrate, m, n, models = sys.argv[1], sys.argv[2] == "svc", *map(int, sys.argv[3:])
 def hwm():

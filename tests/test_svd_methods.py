@@ -21,8 +21,8 @@ import svd_reference as ref
 from agentmerge import MergeConfig, ModelSpec, merge
 from agentmerge.cli import main
 from agentmerge.errors import ConfigError, MergeError
-from agentmerge.registry import METHODS
-from agentmerge.spec import Chunk
+from agentmerge.methods.registry import METHODS
+from agentmerge.methods.spec import Chunk
 from agentmerge.synthetic import write_family
 
 SVD_METHODS = ["tsv", "iso_c", "iso_cts", "cart", "resmerge"]
@@ -225,7 +225,7 @@ def test_resmerge_branches_match_reference(case: str) -> None:
 
 
 def test_svc_kernel_matches_reference() -> None:
-    from agentmerge.calibration import svc
+    from agentmerge.methods.calibration import svc
 
     taus = random_taus(3, (30, 20), seed=9)
     for alpha in (0.1, 0.5, 1.0):
@@ -346,7 +346,7 @@ def test_tsv_of_orthogonal_rank_r_task_vectors_is_their_sum() -> None:
 
 
 def test_tsv_ignores_the_signs_of_singular_pairs(monkeypatch: pytest.MonkeyPatch) -> None:
-    import agentmerge.spectral as spectral
+    import agentmerge.methods.spectral as spectral
 
     taus = random_taus(3, (20, 14), seed=6)
     plain = kernel("tsv", NAMES["attn"], taus)
@@ -382,7 +382,7 @@ def test_resmerge_of_one_model_adds_a_head_correction() -> None:
 
 
 def test_svc_leaves_one_model_and_undoes_identical_ones() -> None:
-    from agentmerge.calibration import svc
+    from agentmerge.methods.calibration import svc
 
     tau = random_taus(1, (20, 12), seed=5)
     one = chunk(NAMES["attn"], tau, "task_arithmetic", {"svc_alpha": 0.5})
@@ -396,8 +396,8 @@ def test_svc_leaves_one_model_and_undoes_identical_ones() -> None:
 
 
 def plan_of(base: Path, agents: list[Path], method: str, **cfg: Any) -> Any:
-    from agentmerge.plan import make_plan
-    from agentmerge.stream import Inputs
+    from agentmerge.engine.plan import make_plan
+    from agentmerge.engine.stream import Inputs
 
     config = MergeConfig(method=method, base=str(base), models=[ModelSpec(path=str(a)) for a in agents], **cfg)
     inputs = Inputs.for_merge(config)
@@ -520,7 +520,7 @@ def test_svc_after_iso_c_warns_that_it_is_not_unique(tmp_path: Path) -> None:
 
 
 def test_dry_run_states_memory_and_svd_time(families: Any, tmp_path: Path) -> None:
-    from agentmerge.dryrun import plan_merge
+    from agentmerge.engine.dryrun import plan_merge
 
     base, agents = families("llama", torch.bfloat16)
     models = [ModelSpec(path=str(a)) for a in agents]
