@@ -85,6 +85,9 @@ def measure(args: argparse.Namespace) -> dict[str, Any]:
     speed.warm([base, *agents], out.parent)
     floor = statistics.median(speed.io_floor([base, *agents], speed.input_bytes([base]), out.parent) for _ in range(3))
     print(f"{args.shape}: I/O floor {floor:.2f} s", file=sys.stderr)
+    startup = speed.startup_seconds(3)
+    warmup = speed.run_process(speed.agentmerge_cmd("task_arithmetic", base, agents, out, args.max_memory), env)
+    print(f"  start-up {startup:.1f} s; warm-up merge (hashes the inputs once) {warmup.seconds:.1f} s", file=sys.stderr)
     rows = []
     for method in args.methods:
         merges, svds = [], []
@@ -98,7 +101,7 @@ def measure(args: argparse.Namespace) -> dict[str, Any]:
                 raise SystemExit(f"SVDs alone of {method} failed:\n{alone.tail}")
             svds.append((float(alone.tail.split()[1]), alone))
             print(f"  {method}: merge {run.seconds:.1f} s, SVDs alone {svds[-1][0]:.1f} s", file=sys.stderr)
-        rows.append(row(method, merges, svds, floor))
+        rows.append(row(method, merges, svds, floor, startup))
     return {
         "command": " ".join(["python", "benchmarks/svd_speed.py", *sys.argv[1:]]),
         "when": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()),
@@ -107,11 +110,14 @@ def measure(args: argparse.Namespace) -> dict[str, Any]:
         "shape": args.shape,
         "input_gb": round(speed.input_bytes([base, *agents]) / 1e9, 2),
         "floor_seconds": floor,
+        "startup_seconds": startup,
+        "params": args.params,
+        "threads": args.threads,
         "rows": rows,
     }
 
 
-def row(method: str, merges: list[Any], svds: list[tuple[float, Any]], floor: float) -> dict[str, Any]:
+def row(method: str, merges: list[Any], svds: list[tuple[float, Any]], floor: float, startup: float) -> dict[str, Any]:
     seconds = statistics.median(r.seconds for r in merges)
     alone = statistics.median(s for s, _ in svds)
     return {
@@ -121,6 +127,7 @@ def row(method: str, merges: list[Any], svds: list[tuple[float, Any]], floor: fl
         "svds_seconds": alone,
         "svds_runs": [round(s, 1) for s, _ in svds],
         "x_svds": seconds / alone if alone else float("nan"),
+        "x_svds_after_startup": (seconds - startup) / alone if alone else float("nan"),
         "x_floor": seconds / floor,
         "peak_anon_mb": max(r.peak_anon for r in merges) / MB,
         "svds_peak_anon_mb": max(p.peak_anon for _, p in svds) / MB,
@@ -129,14 +136,20 @@ def row(method: str, merges: list[Any], svds: list[tuple[float, Any]], floor: fl
 
 def print_report(res: dict[str, Any], args: argparse.Namespace) -> None:
     print(f"# {res['command']}  ({res['when']}, {res['cpus']} CPUs, load {[round(x, 1) for x in res['load_average']]})")
-    print(f"# {res['shape']}, base + 3 agents, {res['input_gb']} GB in; I/O floor {res['floor_seconds']:.2f} s\n")
-    print("| method | merge s (runs) | SVDs alone s (runs) | merge / SVDs alone | merge / I/O floor | peak anon MB |")
-    print("|---|---|---|---|---|---|")
+    print(
+        f"# {res['shape']}, base + 3 agents, {res['input_gb']} GB in; I/O floor {res['floor_seconds']:.2f} s; "
+        f"start-up of a merge process {res['startup_seconds']:.1f} s; params {res['params']}, {res['threads']} threads\n"
+    )
+    print(
+        "| method | merge s (runs) | SVDs alone s (runs) | merge / SVDs alone | same, after start-up "
+        "| merge / I/O floor | peak anon MB |"
+    )
+    print("|---|---|---|---|---|---|---|")
     for r in res["rows"]:
         print(
             f"| {r['method']} | {r['seconds']:.1f} ({', '.join(map(str, r['runs']))}) | {r['svds_seconds']:.1f} "
-            f"({', '.join(map(str, r['svds_runs']))}) | {r['x_svds']:.2f} | {r['x_floor']:.1f} | "
-            f"{r['peak_anon_mb']:.0f} |"
+            f"({', '.join(map(str, r['svds_runs']))}) | {r['x_svds']:.2f} | {r['x_svds_after_startup']:.2f} "
+            f"| {r['x_floor']:.1f} | {r['peak_anon_mb']:.0f} |"
         )
 
 
@@ -196,7 +209,8 @@ def main(argv: list[str] | None = None) -> int:
         return 0
     res = measure(args)
     args.work.mkdir(parents=True, exist_ok=True)
-    (args.work / f"svd-results-{args.shape}.json").write_text(json.dumps(res, indent=1) + "\n")
+    tag = "-".join([args.shape, *args.methods, *args.params]).replace("=", "_")
+    (args.work / f"svd-results-{tag}.json").write_text(json.dumps(res, indent=1) + "\n")
     print_report(res, args)
     return 0
 
