@@ -24,10 +24,11 @@ from agentmerge.config.schema import MergeConfig
 from agentmerge.engine.plan import MergePlan, TensorJob
 from agentmerge.errors import CheckpointError, MergeError
 from agentmerge.io.cache import InputSetStore
-from agentmerge.io.checkpoint import Checkpoint, Readable, TensorInfo
+from agentmerge.io.checkpoint import Checkpoint, Readable
 from agentmerge.io.headers import read_json_object
 from agentmerge.io.localpath import is_adapter
 from agentmerge.io.lora import LoraModel, split_model_plus_adapter
+from agentmerge.io.tensorfile import TensorInfo
 from agentmerge.io.trainer import open_weights
 from agentmerge.io.validate import check_fisher_role
 from agentmerge.io.vocab import VocabPlan, plan_vocab

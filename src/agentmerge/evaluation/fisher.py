@@ -28,17 +28,14 @@ from typing import Any, TypeVar
 import torch
 
 from agentmerge.errors import AgentMergeError
-from agentmerge.io.checkpoint import (
-    Checkpoint,
-    PlannedTensor,
-    ShardWriter,
-    atomic_output_dir,
-    dtype_from_name,
-    plan_shards,
-)
+from agentmerge.io.atomic import atomic_output_dir
+from agentmerge.io.checkpoint import Checkpoint
+from agentmerge.io.shards import PlannedTensor, plan_shards
+from agentmerge.io.tensorfile import dtype_from_name
 from agentmerge.io.trainer import open_weights, trainer_config_folder
 from agentmerge.io.units import parse_size
 from agentmerge.io.validate import FISHER_MARK, check_fisher_role
+from agentmerge.io.writer import ShardWriter
 
 T = TypeVar("T")
 
