@@ -234,7 +234,7 @@ def _bench_regime(
         keep = set(CORE_METHODS) if args.methods == "core" else set(args.methods.split(","))
         plan = replace(plan, methods=tuple(m for m in plan.methods if m.label in keep))
     if getattr(args, "variants", False):
-        from agentmerge_zoo.bench import VARIANT_RUNS
+        from agentmerge_zoo.benchplan import VARIANT_RUNS
 
         plan = replace(plan, methods=plan.methods + VARIANT_RUNS)
     if args.no_ablation:
@@ -270,7 +270,7 @@ def _docs_lock(docs: Path) -> Iterator[None]:
 
 def _plan(smoke: bool, seeds: tuple[int, ...], regime: str, pairs: bool) -> Any:
     """The full plan (the RAM+ ablation in the paper-like regime), or a small one that exercises each piece."""
-    from agentmerge_zoo.bench import METHOD_RUNS, BenchPlan, ram_plus_ablation
+    from agentmerge_zoo.benchplan import METHOD_RUNS, BenchPlan, ram_plus_ablation
 
     ablation = ram_plus_ablation() if regime == "paper_like" else ()
     if not smoke:

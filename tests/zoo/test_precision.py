@@ -239,7 +239,7 @@ def test_combined_report_has_map_figure_and_partial_note(tmp_path: Path) -> None
 
 
 def test_verdict_needs_two_standard_errors() -> None:
-    from agentmerge_zoo.regime_report import verdict
+    from agentmerge_zoo.regime_map import verdict
 
     assert verdict({"mean": 0.03, "se": 0.01}).startswith("higher by 3.0")
     assert verdict({"mean": -0.03, "se": 0.01}).startswith("lower by 3.0")
