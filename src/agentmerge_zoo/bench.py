@@ -113,7 +113,7 @@ class SeedBench:
         agents = [str(self.zoo[f"agent_{d}"]) for d in self.domains]
         labels = [f"agent_{d}" for d in self.domains]
         base = str(self.zoo["base"])
-        result = probe(base, agents, labels=labels, quiet=True, allow_dtype_mismatch=True)
+        result = probe(base, agents, labels=labels, quiet=True)
         data = result.to_dict()
         self.out["probe"] = {k: data[k] for k in ("agents", "independent_overlap", "per_module", "epsilon")}
         self.out["probe"]["drift"] = [task_vector_stats(base, a)["drift"] for a in agents]
@@ -333,7 +333,6 @@ class Sweeps:
             "fingerprint": cache_key([file_digest(p) for p in inputs], SUITE_VERSION),
             "resources": {"cpus": self.threads or os.cpu_count() or 1},
             "keep": "all",
-            "merge": {"allow_dtype_mismatch": True},  # a bf16 base with fp32 agents: the merge keeps bf16
         }
         return sweep_from_dict(data, f"zoo bench seed {self.seed} ({split})")
 

@@ -168,11 +168,11 @@ def test_probe_and_merge_accept_bf16_base_with_fp32_agents(
         )
         fp32.append(out)
     same = probe(str(base), [str(p) for p in agents], quiet=True)
-    mixed = probe(str(base), [str(p) for p in fp32], quiet=True, allow_dtype_mismatch=True)
+    mixed = probe(str(base), [str(p) for p in fp32], quiet=True)
     assert [a.density for a in mixed.agents] == [a.density for a in same.agents]
     assert [a.overlap for a in mixed.agents] == [a.overlap for a in same.agents]
     specs = [ModelSpec(path=str(p), name=p.name) for p in fp32]
-    cfg = MergeConfig(method="ram", base=str(base), models=specs, allow_dtype_mismatch=True)
+    cfg = MergeConfig(method="ram", base=str(base), models=specs)
     merge(cfg, tmp_path / "merged", force=True, quiet=True)
     header_len = int.from_bytes((tmp_path / "merged" / "model.safetensors").read_bytes()[:8], "little")
     header = json.loads((tmp_path / "merged" / "model.safetensors").read_bytes()[8 : 8 + header_len])
