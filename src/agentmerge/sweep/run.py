@@ -4,7 +4,9 @@ Ray is the scheduler (``ray.init`` on this machine by default, ``--address`` to 
 module only submits at most ``max_concurrent`` trials, records each result as it comes back and decides
 which merged folders to keep. ``DIR/results.jsonl`` is appended one whole line per finished trial and
 synced to disk, so a sweep killed at any moment loses only the trials that were running; a rerun skips
-every trial already recorded (finished or failed) and never evaluates it again.
+every trial already recorded (finished or failed) and never evaluates it again. A trial whose worker or
+node dies is run again by Ray (``resources.retries`` times), then recorded failed with Ray's reason: one
+record per trial, always. On a cluster, every node is checked first (``cluster.check_nodes``).
 """
 
 from __future__ import annotations
