@@ -10,6 +10,7 @@ A kind of evaluator is a subclass with a ``kind`` word; a sweep file names it as
 
 - ``check_spec`` and ``check_options`` (class methods, cheap, no heavy import): the spec and
   ``evaluate_options`` are well formed; the sweep file is refused at once otherwise.
+- ``reads``: the files or modules it will read where it scores (a sweep on a cluster checks each node).
 - the constructor (``from_spec`` for a sweep, the typed ``__init__`` from Python, ``from_command`` for
   ``agentmerge eval --suite``): reads and checks its inputs (a task file, a module, the plug-in's flags).
 
@@ -27,7 +28,7 @@ from abc import ABC, abstractmethod
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, ClassVar
+from typing import Any, ClassVar, NamedTuple
 
 from agentmerge.config.userinput import did_you_mean
 from agentmerge.errors import ConfigError
@@ -43,6 +44,14 @@ class Score:
     stderr: dict[str, float] = field(default_factory=dict)
     count: dict[str, int] = field(default_factory=dict)
     record: dict[str, Any] = field(default_factory=dict)  # the evaluator's full result, JSON-ready
+
+
+class Reads(NamedTuple):
+    """An input scoring reads where it runs: a file or folder (``kind`` ``path``) or an importable ``module``."""
+
+    what: str  # "task file", "evaluator module", ...
+    ref: str
+    kind: str = "path"
 
 
 @dataclass(frozen=True)
@@ -80,6 +89,11 @@ class Evaluator(ABC):
     @abstractmethod
     def from_spec(cls, arg: str, options: Mapping[str, Any], context: Context) -> Evaluator:
         """The evaluator ``KIND:ARG`` names in a sweep file, with its checked ``evaluate_options``."""
+
+    @classmethod
+    def reads(cls, arg: str, search_path: Sequence[str]) -> list[Reads]:
+        """What ``KIND:ARG`` reads on the machine that scores (a sweep on a cluster checks every node for it)."""
+        return []
 
     @classmethod
     def from_command(cls, args: argparse.Namespace) -> Evaluator:

@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import Any
 
 from agentmerge.errors import ConfigError
-from agentmerge.evaluation.evaluator import Context, Evaluator, Score, checked_metrics
+from agentmerge.evaluation.evaluator import Context, Evaluator, Reads, Score, checked_metrics
 
 
 class PythonEvaluator(Evaluator):
@@ -39,6 +39,13 @@ class PythonEvaluator(Evaluator):
     def check_spec(cls, spec: str, arg: str) -> None:
         if arg.count(":") != 1:
             raise ConfigError(f"evaluate: {spec!r}: write python:MODULE:FUNCTION")
+
+    @classmethod
+    def reads(cls, arg: str, search_path: Sequence[str]) -> list[Reads]:
+        """The module's file when it lies in ``search_path``, else the module (importable where it scores)."""
+        module = arg.partition(":")[0]
+        file = module_file(module, search_path)
+        return [Reads("evaluator module", file) if file else Reads("evaluator module", module, "module")]
 
     @classmethod
     def from_spec(cls, arg: str, options: Mapping[str, Any], context: Context) -> PythonEvaluator:
@@ -73,3 +80,13 @@ def import_from(name: str, search_path: Sequence[str]) -> Any:
         del sys.modules[name]
     importlib.invalidate_caches()
     return importlib.import_module(name)
+
+
+def module_file(module: str, search_path: Sequence[str]) -> str | None:
+    """The file ``module`` is imported from when it lies in ``search_path`` (else None: an installed one)."""
+    top = module.split(".")[0]
+    for folder in search_path:
+        for candidate in (Path(folder) / f"{top}.py", Path(folder) / top / "__init__.py"):
+            if candidate.is_file():
+                return str(candidate)
+    return None

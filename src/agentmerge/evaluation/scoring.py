@@ -27,7 +27,7 @@ from pathlib import Path
 from typing import Any
 
 from agentmerge.errors import CheckpointError, ConfigError
-from agentmerge.evaluation.evaluator import Context, Evaluator, Score, set_threads
+from agentmerge.evaluation.evaluator import Context, Evaluator, Reads, Score, set_threads
 from agentmerge.evaluation.taskfile import Example, load_tasks
 
 
@@ -220,10 +220,17 @@ class TaskFileEvaluator(Evaluator):
             raise ConfigError(f"evaluate: {spec!r}: name the task file, e.g. tasks:my-tasks.jsonl")
 
     @classmethod
+    def reads(cls, arg: str, search_path: Sequence[str]) -> list[Reads]:
+        return [Reads("task file", str(cls.located(arg, search_path)))]
+
+    @classmethod
     def from_spec(cls, arg: str, options: Mapping[str, Any], context: Context) -> TaskFileEvaluator:
-        """A relative FILE is looked up in ``context.search_path`` (the sweep file's folder) first."""
-        path = next((p for f in context.search_path if (p := Path(f) / arg).is_file()), Path(arg))
-        return cls(path, threads=context.threads, quiet=context.quiet)
+        return cls(cls.located(arg, context.search_path), threads=context.threads, quiet=context.quiet)
+
+    @staticmethod
+    def located(file: str, search_path: Sequence[str]) -> Path:
+        """A relative FILE is looked up in ``search_path`` (the sweep file's folder) first."""
+        return next((p for f in search_path if (p := Path(f) / file).is_file()), Path(file))
 
 
 def _with(ex: Example, **changes: Any) -> Example:
