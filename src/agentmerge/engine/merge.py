@@ -39,11 +39,13 @@ from agentmerge.engine.stream import (
     run_rounds,
     torch_threads,
 )
-from agentmerge.io.checkpoint import ShardWriter, atomic_output_dir, finish_model_files, plan_shards
+from agentmerge.io.atomic import atomic_output_dir
 from agentmerge.io.digests import InputDigests, hash_mode
 from agentmerge.io.safety import check_output_target
+from agentmerge.io.shards import plan_shards
 from agentmerge.io.validate import check_output_chunk, check_tokenizer_source
 from agentmerge.io.vocab import new_rows
+from agentmerge.io.writer import ShardWriter, finish_model_files
 from agentmerge.methods.deltas import histogram_from_patterns, overlap_histogram, rho_from_histogram
 from agentmerge.methods.masks import Levels, levels_record, tensor_mask
 from agentmerge.methods.poststeps import POST_STEPS
