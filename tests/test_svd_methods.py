@@ -534,3 +534,10 @@ def test_dry_run_states_memory_and_svd_time(families: Any, tmp_path: Path) -> No
     assert skip.svd_seconds == pytest.approx(full.svd_seconds - full.svd_vocab_seconds)
     assert full.whole is not None and full.whole["largest_bytes"] >= 40 * 16 * 4 * (3 + 1)
     assert not (tmp_path / "o").exists()
+
+
+def test_tsv_warns_when_a_matrix_has_fewer_directions_than_models() -> None:
+    said: list[str] = []
+    c = chunk(NAMES["attn"], random_taus(3, (2, 8), seed=1), "tsv", warn=said.append)
+    assert torch.equal(METHODS["tsv"].kernel(c), torch.zeros(16))
+    assert len(said) == 1 and said[0].startswith("tsv: min(m, n) is below the number of models")

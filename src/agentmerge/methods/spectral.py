@@ -115,6 +115,11 @@ def tsv(c: Chunk) -> torch.Tensor:
     n_models, m, n = taus.shape
     r = int(min(m, n) * (1.0 / n_models))  # the reference's int(k * sv_reduction), not k // N
     if r == 0:
+        if c.warn is not None:
+            c.warn(
+                "tsv: min(m, n) is below the number of models, so no model keeps a direction (as in the reference): "
+                "the tensor stays at the base"
+            )
         return torch.zeros(m * n)
     stack = Stack(m, n, n_models * r)
     for i in range(n_models):
