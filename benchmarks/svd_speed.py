@@ -48,10 +48,11 @@ cfg = MergeConfig(method=method, base=base, models=[ModelSpec(path=a) for a in a
 inputs = Inputs.for_merge(cfg)
 plan = make_plan(cfg, inputs.reference, len(agents), cfg.threads, inputs.vocab)
 inputs.close()
+matrices = {shape: torch.randn(*shape) for j in plan.whole_jobs for shape in j.svds}  # made before the clock
 def run(job):
-    for m, n in job.svds:
-        svd(torch.randn(m, n))
-t0 = time.perf_counter()
+    for shape in job.svds:
+        svd(matrices[shape])
+t0, c0 = time.perf_counter(), time.process_time()
 with torch_threads(1):
     pooled = sorted((j for j in plan.whole_jobs if not plan.alone(j)), key=lambda j: -j.numel)
     with ThreadPoolExecutor(plan.threads) as pool:
@@ -60,7 +61,7 @@ with torch_threads(plan.threads):
     for job in plan.whole_jobs:
         if plan.alone(job):
             run(job)
-print(f"svds {time.perf_counter() - t0:.3f} {len(plan.whole_jobs)} {sum(len(j.svds) for j in plan.whole_jobs)}")
+print(f"svds {time.perf_counter() - t0:.3f} {time.process_time() - c0:.3f} {sum(len(j.svds) for j in plan.whole_jobs)}")
 """
 
 
@@ -85,7 +86,8 @@ def measure(args: argparse.Namespace) -> dict[str, Any]:
     speed.warm([base, *agents], out.parent)
     floor = statistics.median(speed.io_floor([base, *agents], speed.input_bytes([base]), out.parent) for _ in range(3))
     print(f"{args.shape}: I/O floor {floor:.2f} s", file=sys.stderr)
-    startup = speed.startup_seconds(3)
+    starts = [speed.run_process([sys.executable, "-c", speed.STARTUP]) for _ in range(3)]
+    startup, startup_cpu = statistics.median(r.seconds for r in starts), statistics.median(r.cpu for r in starts)
     warmup = speed.run_process(speed.agentmerge_cmd("task_arithmetic", base, agents, out, args.max_memory), env)
     print(f"  start-up {startup:.1f} s; warm-up merge (hashes the inputs once) {warmup.seconds:.1f} s", file=sys.stderr)
     rows = []
@@ -99,9 +101,14 @@ def measure(args: argparse.Namespace) -> dict[str, Any]:
             alone = speed.run_process([*alone_cmd(method, base, agents, args), *map(str, agents)], env)
             if alone.rc != 0:
                 raise SystemExit(f"SVDs alone of {method} failed:\n{alone.tail}")
-            svds.append((float(alone.tail.split()[1]), alone))
-            print(f"  {method}: merge {run.seconds:.1f} s, SVDs alone {svds[-1][0]:.1f} s", file=sys.stderr)
-        rows.append(row(method, merges, svds, floor, startup))
+            words = alone.tail.split()
+            svds.append((float(words[1]), float(words[2])))
+            print(
+                f"  {method}: merge {run.seconds:.1f} s (cpu {run.cpu:.1f} s), SVDs alone {words[1]} s "
+                f"(cpu {words[2]} s)",
+                file=sys.stderr,
+            )
+        rows.append(row(method, merges, svds, floor, (startup, startup_cpu)))
     return {
         "command": " ".join(["python", "benchmarks/svd_speed.py", *sys.argv[1:]]),
         "when": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()),
@@ -111,26 +118,32 @@ def measure(args: argparse.Namespace) -> dict[str, Any]:
         "input_gb": round(speed.input_bytes([base, *agents]) / 1e9, 2),
         "floor_seconds": floor,
         "startup_seconds": startup,
+        "startup_cpu_seconds": startup_cpu,
         "params": args.params,
         "threads": args.threads,
         "rows": rows,
     }
 
 
-def row(method: str, merges: list[Any], svds: list[tuple[float, Any]], floor: float, startup: float) -> dict[str, Any]:
-    seconds = statistics.median(r.seconds for r in merges)
-    alone = statistics.median(s for s, _ in svds)
+def row(
+    method: str, merges: list[Any], svds: list[tuple[float, float]], floor: float, startup: tuple[float, float]
+) -> dict[str, Any]:
+    """Medians of one method: wall and CPU seconds of the merge and of its SVDs alone, their ratios."""
+    seconds, cpu = statistics.median(r.seconds for r in merges), statistics.median(r.cpu for r in merges)
+    alone, alone_cpu = statistics.median(s for s, _ in svds), statistics.median(c for _, c in svds)
     return {
         "method": method,
         "seconds": seconds,
+        "cpu_seconds": cpu,
         "runs": [round(r.seconds, 1) for r in merges],
         "svds_seconds": alone,
+        "svds_cpu_seconds": alone_cpu,
         "svds_runs": [round(s, 1) for s, _ in svds],
         "x_svds": seconds / alone if alone else float("nan"),
-        "x_svds_after_startup": (seconds - startup) / alone if alone else float("nan"),
+        "x_svds_after_startup": (seconds - startup[0]) / alone if alone else float("nan"),
+        "x_svds_cpu_after_startup": (cpu - startup[1]) / alone_cpu if alone_cpu else float("nan"),
         "x_floor": seconds / floor,
         "peak_anon_mb": max(r.peak_anon for r in merges) / MB,
-        "svds_peak_anon_mb": max(p.peak_anon for _, p in svds) / MB,
     }
 
 
@@ -142,14 +155,14 @@ def print_report(res: dict[str, Any], args: argparse.Namespace) -> None:
     )
     print(
         "| method | merge s (runs) | SVDs alone s (runs) | merge / SVDs alone | same, after start-up "
-        "| merge / I/O floor | peak anon MB |"
+        "| CPU: merge / SVDs alone, after start-up | merge / I/O floor | peak anon MB |"
     )
-    print("|---|---|---|---|---|---|---|")
+    print("|---|---|---|---|---|---|---|---|")
     for r in res["rows"]:
         print(
             f"| {r['method']} | {r['seconds']:.1f} ({', '.join(map(str, r['runs']))}) | {r['svds_seconds']:.1f} "
             f"({', '.join(map(str, r['svds_runs']))}) | {r['x_svds']:.2f} | {r['x_svds_after_startup']:.2f} "
-            f"| {r['x_floor']:.1f} | {r['peak_anon_mb']:.0f} |"
+            f"| {r['x_svds_cpu_after_startup']:.2f} | {r['x_floor']:.1f} | {r['peak_anon_mb']:.0f} |"
         )
 
 
