@@ -541,3 +541,22 @@ def test_tsv_warns_when_a_matrix_has_fewer_directions_than_models() -> None:
     c = chunk(NAMES["attn"], random_taus(3, (2, 8), seed=1), "tsv", warn=said.append)
     assert torch.equal(METHODS["tsv"].kernel(c), torch.zeros(16))
     assert len(said) == 1 and said[0].startswith("tsv: min(m, n) is below the number of models")
+
+
+def test_an_svd_that_fails_to_converge_is_retried_in_float64(monkeypatch: pytest.MonkeyPatch) -> None:
+    """LAPACK's float32 divide and conquer sometimes gives up on clustered singular values: float64 takes over."""
+    import agentmerge.methods.spectral as spectral
+
+    real = torch.linalg.svd
+
+    def flaky(a: T, full_matrices: bool = True) -> Any:
+        if a.dtype == torch.float32:
+            raise spectral.LINALG_ERROR("linalg.svd: The algorithm failed to converge")
+        return real(a, full_matrices=full_matrices)
+
+    a = random_taus(1, (20, 12), seed=2)[0].float()
+    monkeypatch.setattr(torch.linalg, "svd", flaky)
+    for m in (a, a.T):
+        u, s, vh = spectral.svd(m)
+        assert u.dtype == s.dtype == vh.dtype == torch.float32
+        assert torch.allclose((u * s) @ vh, m, atol=1e-6)
