@@ -287,9 +287,17 @@ class ChunkWriter:
         for step in job.steps:  # post steps (SVC) rewrite the merged delta, in order
             delta = STEPS[step].apply(chunk, delta)
         if not self.plan.method.needs_model_stats:
-            mask = tensor_mask(tau, ref, job.rule, self.collected.levels.get(job.name))
-            self.collected.add_hist(job.name, overlap_histogram(mask))
+            self.collected.add_hist(job.name, self._histogram(job, tau, ref))
         self._put(job, start, (ref + delta).to(job.out_dtype))
+
+    def _histogram(self, job: TensorJob, tau: torch.Tensor, ref: torch.Tensor) -> torch.Tensor:
+        """``[N, N]`` overlap histogram of a chunk, its mask made a chunk's worth at a time (a whole tensor
+        would otherwise hold N float32 copies of |tau| at once)."""
+        levels, step = self.collected.levels.get(job.name), self.plan.chunk
+        hist = torch.zeros(tau.shape[0], tau.shape[0], dtype=torch.int64)
+        for s in range(0, tau.shape[1], step):
+            hist += overlap_histogram(tensor_mask(tau[:, s : s + step], ref[s : s + step], job.rule, levels))
+        return hist
 
     def _put(self, job: TensorJob, start: int, values: torch.Tensor) -> None:
         """Write a chunk, unless it holds NaN or Inf (an overflow of the output dtype: the merge fails, naming it)."""

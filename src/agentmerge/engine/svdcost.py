@@ -4,7 +4,8 @@ A whole tensor of ``E`` elements holds ``E * (4 (N + 1 + copies) + out_bytes)`` 
 (``plan.MergePlan.whole_bytes``): its N + 1 inputs in float32, the kernel's own copies (SVD work space
 included, ``spec.WholeTensor.copies``) and the cast output. Those that fit one thread's share of the budget
 run in the pool (at most ``threads`` at once, within the budget); the others one at a time after it, so the
-peak is ``max(budget, the largest of them)``.
+peak is ``max(budget, the largest of them)``, besides what the process holds anyway (Python, torch, numba:
+about 0.2 GB of anonymous memory, measured by ``benchmarks/speed.py``).
 
 Time: each SVD of ``m x n`` costs ``spectral_rules.svd_flops(m, n)``; the rate comes from one probe SVD on
 one thread (``svd_rate``), and the estimate assumes the threads divide the work. It leaves out the matrix
@@ -87,7 +88,7 @@ class WholeCost:
             f"whole tensors (SVD): {self.tensors}, one chunk each, {self.tensors - self.alone} in the pool and "
             f"{self.alone} alone after it on {threads} thread(s); the largest, {self.largest} [{shape}], holds "
             f"~{_gb(self.largest_bytes)} while merged (N + 1 float32 copies, SVD work space, output): "
-            f"peak ~{_gb(self.peak(budget))}"
+            f"peak ~{_gb(self.peak(budget))} besides the process's own ~0.2 GB (Python, torch)"
         )
 
     def time_line(self, rate: float, threads: int) -> str:
