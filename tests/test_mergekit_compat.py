@@ -157,7 +157,7 @@ def test_density_maps_to_our_names() -> None:
     ("doc", "needle"),
     [
         ({"merge_method": "linearr", "models": [{"model": "a"}]}, "did you mean 'linear'"),
-        ({"merge_method": "nuslerp", "models": [{"model": "a"}]}, "no agentmerge counterpart"),
+        ({"merge_method": "nearswap", "models": [{"model": "a"}]}, "no agentmerge counterpart"),
         ({"merge_method": "linear", "slices": [], "models": [{"model": "a"}]}, "'slices' is not supported"),
         ({"merge_method": "linear", "models": [{"model": "a"}], "tokenizer_source": "union"}, "union"),
         ({"merge_method": "linear", "models": [{"model": "a"}], "chat_template": "chatml"}, "chat_template"),

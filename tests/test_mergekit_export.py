@@ -42,6 +42,13 @@ SHARED: dict[str, dict[str, Any]] = {
     "della": {"models": MODELS, "params": {"p": 0.4, "eps": 0.2, "lambda": 0.6}},
     "model_stock": {},
     "slerp": {"base": None, "models": [{"path": "org/a@v1"}, {"path": "./agents/b"}], "params": {"t": 0.3}},
+    "sce": {"params": {"select_topk": 0.3}, "overrides": [{"pattern": "*mlp*", "params": {"select_topk": 0.6}}]},
+    "karcher": {"base": None, "params": {"max_iter": 20, "tol": 1e-6}},
+    "multislerp": {"models": MODELS, "params": {"normalize_weights": False, "eps": 1e-7}},
+    "nuslerp": {
+        "models": [{"path": "org/a@v1", "weight": 0.3}, {"path": "./agents/b"}],
+        "params": {"nuslerp_flatten": False, "nuslerp_row_wise": True},
+    },
 }
 
 

@@ -82,10 +82,13 @@ def from_mergekit(data: object, source: str = "mergekit config") -> Converted:
     notes: list[str] = []
     base = _model_ref(data["base_model"], f"{source}: base_model") if data.get("base_model") is not None else None
     top = _mapping(data.get("parameters"), f"{source}: parameters")
-    if base is not None and not mmap.uses_base:
+    joins = base is not None and mmap.base_joins
+    if base is not None and not mmap.uses_base and not joins:
         notes.append(f"base_model is not used by {method.name!r}; models listed under 'models' are averaged")
         base = None
-    models = _models(data.get("models"), base, source, notes)
+    models = _models(data.get("models"), None if joins else base, source, notes)
+    if base is not None and joins:
+        models, base = _join_base(models, base, method, notes), None
     if mmap.endpoints:
         models = _endpoints(models, base, source)
         base = None
@@ -138,6 +141,16 @@ def _fill_defaults(
         params[name] = ours
         as_ours = "" if (name, ours) == (key, value) else f", agentmerge's {name} = {ours}"
         notes.append(f"{key} not given: mergekit's default {key} = {value} filled in{as_ours}")
+
+
+def _join_base(
+    models: list[tuple[str, dict[str, Any]]], base: str, method: Method, notes: list[str]
+) -> list[tuple[str, dict[str, Any]]]:
+    """mergekit's planner adds a base_model that the models do not list as one more input model (karcher)."""
+    if any(_same_model(path, base) for path, _ in models):
+        return models
+    notes.append(f"base_model joins {method.name!r} as one more model (the last), as mergekit's planner adds it")
+    return [*models, (base, {})]
 
 
 def _no_sparsification(method: str, groups: Sequence[dict[str, Any]], notes: list[str]) -> None:

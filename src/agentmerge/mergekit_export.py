@@ -48,6 +48,8 @@ def to_mergekit(cfg: MergeConfig, source: str = "config") -> Converted:
         out["base_model"], models = _reference(models[0].path, cfg.base, notes), models[1:]
     elif cfg.base is not None and mmap.uses_base:
         out["base_model"] = cfg.base
+    elif cfg.base is not None and mmap.base_joins:
+        notes.append(f"base {cfg.base} left out: mergekit's {name} would average base_model in as one more model")
     elif cfg.base is not None:
         notes.append(f"base {cfg.base} left out: mergekit's {name} does not use base_model")
     per_model = sorted({k for m in models for k in m.params})
@@ -167,7 +169,7 @@ def _model_entry(
 ) -> dict[str, Any]:
     """``{model: PATH, parameters: {weight, per-model values}}``."""
     params: dict[str, Any] = {}
-    if cfg.spec.uses_weights and m.weight != 1.0:
+    if cfg.spec.uses_weights and (m.weight != 1.0 or mmap.weights_required):
         params["weight"] = m.weight
     shared = resolve_params(cfg.spec, cfg.params, len(cfg.models))
     for key in per_model:

@@ -75,6 +75,7 @@ class MergePlan:
     seed: int
     shard_bytes: int
     compiled: bool  # the method's compiled kernel runs (numba present, at most 16 agents, plain mask rules)
+    has_base: bool = True  # False: no base model, the first model is the reference
 
     @property
     def merged(self) -> list[TensorJob]:
@@ -109,6 +110,7 @@ class MergePlan:
             seed=self.seed,
             shape=job.shape,
             model_params=job.model_params,
+            has_base=self.has_base,
         )
 
 
@@ -131,6 +133,7 @@ def make_plan(
         seed=cfg.seed,
         shard_bytes=cfg.shard_bytes,
         compiled=plain and method.compiled is not None and available(n_models),
+        has_base=cfg.base is not None,
     )
 
 

@@ -39,6 +39,16 @@ def ft(name: str) -> Lazy:
     return Lazy(f"agentmerge.fused.ties:{name}")
 
 
+def ew(name: str) -> Lazy:
+    """A reference kernel (or hook) of ``elementwise.py`` (MagMax, Consensus, SCE), imported on first use."""
+    return Lazy(f"agentmerge.elementwise:{name}")
+
+
+def sp(name: str) -> Lazy:
+    """A reference kernel (or hook) of ``spherical.py`` (Karcher, Multi-SLERP, NuSLERP), imported on first use."""
+    return Lazy(f"agentmerge.spherical:{name}")
+
+
 STAT_BLOCKS = Lazy("agentmerge.stats:stat_blocks")
 RAM_PAPER = "2601.13572"  # Reinforced Agent Merging (RAM, RAM+), the paper this project implements
 
@@ -302,6 +312,87 @@ _ALL = (
         model_inputs=("fisher",),
         paper="2111.09832",
     ),
+    Method(
+        "magmax",
+        "MagMax: per element the task vector of largest magnitude, times lambda",
+        ew("magmax"),
+        (Param("lambda", 0.5, "scaling coefficient of the selected task vector (the authors' 0.5)"),),
+        paper="2407.06322",
+    ),
+    Method(
+        "consensus",
+        "Consensus TA: lambda * sum of task vectors, kept where at least k agents' TALL masks agree",
+        ew("consensus"),
+        (
+            Param("k", 2, "an element is kept when at least k agents' TALL masks hold (0: task arithmetic)", low=0),
+            Param(
+                "tall_lambda",
+                0.6,
+                "TALL mask of agent t: |tau_t| > tall_lambda * |sum_i tau_i - tau_t| (the authors tune it per task)",
+                low=0.0,
+                per_model=True,
+            ),
+            Param("lambda", 0.3, "scaling coefficient of the masked sum (the authors tune it on validation data)"),
+        ),
+        paper="2405.07813",
+    ),
+    Method(
+        "sce",
+        "SCE (mergekit): select high-variance elements, weight agents by mean square, erase minority signs",
+        ew("sce"),
+        (
+            Param(
+                "select_topk",
+                1.0,
+                "fraction of the positions of nonzero variance kept, by variance (1: no selection)",
+                0.0,
+                1.0,
+            ),
+        ),
+        prepare=ew("sce_prepare"),
+        chunk_multiple=STAT_BLOCKS,
+        paper="2408.07990",
+    ),
+    Method(
+        "karcher",
+        "Karcher mean (mergekit): Riemannian mean of the models' weight directions, times their mean norm",
+        sp("karcher"),
+        (
+            Param("max_iter", 10, "iterations of the Karcher mean at most", low=0, high=10_000),
+            Param("tol", 1e-5, "convergence tolerance (and the norm below which an input is left out)", low=0.0),
+        ),
+        needs_base=False,
+        prepare=sp("karcher_prepare"),
+        chunk_multiple=STAT_BLOCKS,
+    ),
+    Method(
+        "multislerp",
+        "Multi-SLERP (mergekit): weighted spherical interpolation of task vectors (with a base) or weights",
+        sp("multislerp"),
+        (
+            Param("normalize_weights", True, "divide the model weights by their sum"),
+            Param("eps", 1e-8, "stabiliser added to norms", low=0.0),
+        ),
+        uses_weights=True,
+        needs_base=False,
+        prepare=sp("multislerp_prepare"),
+        chunk_multiple=STAT_BLOCKS,
+    ),
+    Method(
+        "nuslerp",
+        "NuSLERP (mergekit): SLERP of two task vectors (with a base) or models, t = w_1 / (w_0 + w_1)",
+        sp("nuslerp"),
+        (
+            Param("nuslerp_flatten", True, "interpolate each tensor as one vector (false: per row or column)"),
+            Param("nuslerp_row_wise", False, "without flatten: vectors along dimension 0 (columns), not rows"),
+        ),
+        uses_weights=True,
+        min_models=2,
+        max_models=2,
+        needs_base=False,
+        prepare=sp("nuslerp_prepare"),
+        chunk_multiple=sp("nuslerp_unit"),
+    ),
 )
 
 METHODS: Mapping[str, Method] = MappingProxyType({m.name: m for m in _ALL})
@@ -337,6 +428,8 @@ class MethodMap:
     endpoints: bool = False
     uses_base: bool = True  # False: mergekit ignores base_model (an entry of models that is the base is averaged)
     ours_only: tuple[str, ...] = ()
+    base_joins: bool = False  # mergekit's planner adds base_model as one more input model (karcher)
+    weights_required: bool = False  # mergekit requires every model's ``weight`` (written even when 1)
 
 
 # mergekit's RAM masks by |tau| > epsilon and averages the shared region: our mask rules and `shared` at their defaults
@@ -385,8 +478,12 @@ MERGEKIT: Mapping[str, MethodMap] = MappingProxyType(
         "della_linear": MethodMap("della_linear", normalize=False, rescale=True),
         "model_stock": MethodMap("model_stock"),
         "slerp": MethodMap("slerp", endpoints=True, ours_only=("colinear",)),  # mergekit's threshold: 0.9995
+        "sce": MethodMap("sce"),  # mergekit's default select_topk 1.0 is ours
+        "karcher": MethodMap("karcher", uses_base=False, base_joins=True),  # max_iter 10, tol 1e-5 as ours
+        "multislerp": MethodMap("multislerp", weights_required=True),  # normalize_weights true, eps 1e-8 as ours
+        "nuslerp": MethodMap("nuslerp", weights_required=True),  # nuslerp_flatten true, nuslerp_row_wise false
     }
 )
 
 # mergekit methods we know of but have no counterpart for (a clearer message than "unknown").
-MERGEKIT_WITHOUT_COUNTERPART = ("nuslerp", "multislerp", "karcher", "sce", "nearswap", "arcee_fusion", "passthrough")
+MERGEKIT_WITHOUT_COUNTERPART = ("nearswap", "arcee_fusion", "passthrough")

@@ -230,6 +230,7 @@ class ChunkSpec:
     seed: int = 0
     shape: tuple[int, ...] = ()  # the whole tensor's shape (() when unknown)
     model_params: tuple[Params, ...] = ()  # per model, when any model sets params; else ()
+    has_base: bool = True  # False: no base model, task vectors are taken against the first model
 
     @property
     def eps(self) -> float:
