@@ -121,9 +121,7 @@ def magmax_ref(base: torch.Tensor, models: list[torch.Tensor], lam: float) -> np
     return np.array(out, dtype=F32)
 
 
-def consensus_ref(
-    base: torch.Tensor, models: list[torch.Tensor], k: int, tall: list[float], lam: float
-) -> np.ndarray:
+def consensus_ref(base: torch.Tensor, models: list[torch.Tensor], k: int, tall: list[float], lam: float) -> np.ndarray:
     """theta_0 + lambda * tau_MTL where at least k TALL masks |tau_t| > tall_t |tau_MTL - tau_t| hold (float32)."""
     taus = task_vectors32(base, models)
     out = []

@@ -171,7 +171,9 @@ def test_sce_erases_the_minority_sign_and_selects_by_variance() -> None:
 # --------------------------------------------------------------------------- the CLI, YAML and the mergekit YAML
 
 
-@pytest.mark.parametrize(("method", "param"), [("magmax", "lambda=0.7"), ("consensus", "k=1"), ("sce", "select_topk=0.4")])
+@pytest.mark.parametrize(
+    ("method", "param"), [("magmax", "lambda=0.7"), ("consensus", "k=1"), ("sce", "select_topk=0.4")]
+)
 def test_cli_flags_yaml_and_api_agree(method: str, param: str, tmp_path: Path, family: Family) -> None:
     base, agents = family
     flags = ["merge", "--method", method, "--base", str(base), "--quiet", "--param", param]

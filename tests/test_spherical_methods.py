@@ -46,9 +46,7 @@ def run(
     weights = kw.pop("weights", [1.0] * n)
     models = [ModelSpec(path=str(a), weight=w) for a, w in zip(agents[:n], weights, strict=True)]
     with_base = kw.pop("with_base", True)
-    cfg = MergeConfig(
-        method=method, base=str(base) if with_base else None, models=models, params=params or {}, **kw
-    )
+    cfg = MergeConfig(method=method, base=str(base) if with_base else None, models=models, params=params or {}, **kw)
     merge(cfg, out, quiet=True, hashing="none")
     return tensors(out)
 
@@ -172,7 +170,7 @@ def test_multislerp_refuses_a_zero_mean_direction() -> None:
         weights=torch.tensor([1.0, 1.0, 0.0]), params=METHODS["multislerp"].defaults(), stats=TensorStats(),
         shape=(50,),
     )  # fmt: skip
-    with pytest.raises(MergeError, match="model.norm.weight"):
+    with pytest.raises(MergeError, match=r"model\.norm\.weight"):
         METHODS["multislerp"].kernel(c)
     two = Chunk(**{**c.__dict__, "tau": tau[:2], "weights": torch.tensor([1.0, 1.0])})
     assert not bool(METHODS["multislerp"].kernel(two).any())  # two opposite models: mergekit's linear fallback

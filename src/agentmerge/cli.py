@@ -28,7 +28,7 @@ from typing import Any
 from agentmerge import __version__
 from agentmerge.digests import HASH_MODES
 from agentmerge.errors import AgentMergeError, CheckpointError, ConfigError
-from agentmerge.registry import METHODS
+from agentmerge.registry import METHODS, POST_STEP_NAMES, POST_STEP_PARAMS
 from agentmerge.safety import (
     Terminated,
     check_report_path,
@@ -386,8 +386,13 @@ def cmd_methods(args: argparse.Namespace) -> int:
         notes += [f"exactly {m.min_models} models"] if m.max_models == m.min_models else []
         print(f"{m.name}: {m.summary}" + (f" [{', '.join(notes)}]" if notes else ""))
         for p in m.params:
+            if p.name in POST_STEP_NAMES:
+                continue
             allowed = f" one of {'/'.join(p.choices)}" if p.choices else ""
             print(f"    {p.name} = {p.default}{allowed}  — {p.help}")
+    print("every method (with a base model) also takes these post-steps on its merged task vector:")
+    for p in POST_STEP_PARAMS:
+        print(f"    {p.name} = {p.default}  — {p.help}")
     return 0
 
 

@@ -34,6 +34,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 
 from agentmerge.errors import ConfigError
 from agentmerge.limits import PatternSet
+from agentmerge.lines import lines_on
 from agentmerge.mergekit_compat import from_mergekit, is_mergekit
 from agentmerge.registry import METHODS
 from agentmerge.spec import Method, ParamValue
@@ -151,6 +152,11 @@ class MergeConfig(_Frozen):
         for i, spec in enumerate(self.models):
             _check_model_spec(m, spec, i)
             resolve_params(m, {**self.params, **spec.params}, n)
+        if self.base is None and any(lines_on(p) for p in [self.params, *(o.params for o in self.overrides)]):
+            raise ValueError(
+                f"LiNeS (lines_beta / lines_alpha) scales {m.name!r}'s merged task vector against a base model; "
+                "give one (base: PATH)"
+            )
         return self
 
     def _check_weights(self, m: Method) -> None:

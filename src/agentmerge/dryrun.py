@@ -16,6 +16,7 @@ from typing import Any
 
 from agentmerge.checkpoint import Readable, plan_shards
 from agentmerge.config import MergeConfig, input_refs
+from agentmerge.lines_pass import needs_pass
 from agentmerge.plan import make_plan, planned_tensors
 from agentmerge.report import input_lines
 from agentmerge.safety import check_output_target, check_writable_parent
@@ -41,7 +42,7 @@ class DryRunPlan:
     kernels: str  # "compiled" (numba) or "reference" (torch)
     memory_budget: int
     chunk_elements: int
-    passes: int  # reads of every merged tensor: 1, or 2 with the statistics pass
+    passes: int  # reads of every merged tensor: 1, 2 with a statistics pass, 3 with LiNeS's alpha pass too
     bytes_read: int
     bytes_written: int
     disk_free: int | None
@@ -97,6 +98,7 @@ def plan_merge(
         sizes = {name: info.nbytes for name, info in inputs.reference.tensors.items()}
         fisher_pass = cfg.spec.model_pass is not None and any(float(j.params.get("r", 0)) > 0 for j in plan.merged)
         passes = 2 if cfg.spec.needs_model_stats or cfg.spec.prepare is not None or fisher_pass else 1
+        passes += 1 if needs_pass(plan) else 0  # LiNeS's alpha from the whole model's merged task vector
         merged = sum(sizes[j.name] for j in plan.merged)
         copied = sum(sizes[j.name] for j in plan.jobs if not j.merged)
         bytes_read = passes * merged * (n + 1) + copied

@@ -26,6 +26,7 @@ from agentmerge.checkpoint import ShardWriter, atomic_output_dir, finish_model_f
 from agentmerge.config import MergeConfig, input_refs
 from agentmerge.deltas import histogram_from_patterns, overlap_histogram, rho_from_histogram
 from agentmerge.digests import InputDigests, hash_mode
+from agentmerge.lines_pass import DepthScaling, depth_scaling
 from agentmerge.masks import Levels, levels_record, tensor_mask
 from agentmerge.methods import ram_lambda
 from agentmerge.plan import MergePlan, TensorJob, make_plan, planned_tensors
@@ -115,6 +116,7 @@ class Collected:
     group_hists: dict[str, torch.Tensor] = field(default_factory=dict)  # [N, N] summed over each group
     model_stat: Any = None  # the method's whole-model statistics (``Method.model_pass``)
     levels: dict[str, Levels] = field(default_factory=dict)  # adaptive mask rules: per-agent thresholds per tensor
+    depth: DepthScaling | None = None  # LiNeS: each tensor's depth scale of its merged task vector
     _lock: threading.Lock = field(default_factory=threading.Lock)
     _preparing: dict[str, threading.Lock] = field(default_factory=dict)
 
@@ -174,6 +176,7 @@ def write_pass(plan: MergePlan, inputs: Inputs, collected: Collected, folder: Pa
     tensors = planned_tensors(plan.jobs)
     writer = ShardWriter(folder, plan_shards(tensors, plan.shard_bytes), tensors)
     chunks = ChunkWriter(plan, inputs, collected, writer)
+    collected.depth = depth_scaling(plan, chunks.deltas, quiet)  # LiNeS's alpha: a pass of its own when needed
     tasks = [chunks.task(job, s, e) for job in plan.jobs for s, e in job.chunks]
     tasks += [chunks.added_task(job, s, e) for job, s, e in plan.added_tasks()]
     label = f"merge {plan.method.name} ({plan.kernels} kernels)"
@@ -229,11 +232,22 @@ class ChunkWriter:
         self._put(job, start, self.scratch.get("out", stop - start, job.out_dtype).copy_(result.merged))
         return True
 
-    def _reference(self, job: TensorJob, start: int, stop: int) -> None:
+    def deltas(self, job: TensorJob, start: int, stop: int) -> tuple[torch.Tensor, torch.Tensor]:
+        """``([N, E] task vectors, [E] merged task vector)`` of a chunk by the reference kernel; nothing written."""
+        _, tau, delta = self._merged(job, start, stop)
+        return tau, delta
+
+    def _merged(self, job: TensorJob, start: int, stop: int) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
         ref, models = self.inputs.read(job.name, start, stop)
         tau = models.sub_(ref)  # = task_vectors(ref, models), in place: models is ours
         spec = self.plan.spec(job, start, stop, self.collected.stats(job.name, self._prepared(job)))
-        delta = self.plan.method.kernel(spec.with_values(ref, tau, self._extras(job, start, stop)))
+        return ref, tau, self.plan.method.kernel(spec.with_values(ref, tau, self._extras(job, start, stop)))
+
+    def _reference(self, job: TensorJob, start: int, stop: int) -> None:
+        ref, tau, delta = self._merged(job, start, stop)
+        scale = self.collected.depth.scale(job) if self.collected.depth is not None else None
+        if scale is not None:  # LiNeS: theta_0 + lambda(l) tau*
+            delta = delta * scale
         if not self.plan.method.needs_model_stats:
             mask = tensor_mask(tau, ref, job.rule, self.collected.levels.get(job.name))
             self.collected.add_hist(job.name, overlap_histogram(mask))

@@ -28,7 +28,7 @@ from agentmerge.config import MergeConfig, ModelSpec, resolve_params
 from agentmerge.errors import ConfigError
 from agentmerge.localpath import is_adapter
 from agentmerge.mergekit_compat import Converted
-from agentmerge.registry import MERGEKIT, METHODS, MethodMap, Scalar
+from agentmerge.registry import MERGEKIT, METHODS, POST_STEP_NAMES, MethodMap, Scalar
 from agentmerge.units import FLOAT_DTYPE_NAMES
 
 MERGEKIT_DTYPES = ("bfloat16", "float16", "float32")
@@ -91,7 +91,8 @@ def _places(cfg: MergeConfig) -> Iterator[tuple[str, Mapping[str, Any]]]:
 
 
 def _check_expressible(cfg: MergeConfig, name: str, mmap: MethodMap, source: str) -> None:
-    required = dict(mmap.fixed) | {p.name: p.default for p in cfg.spec.params if p.name in mmap.ours_only}
+    ours = (*mmap.ours_only, *POST_STEP_NAMES)
+    required = dict(mmap.fixed) | {p.name: p.default for p in cfg.spec.params if p.name in ours}
     for where, values in _places(cfg):
         for key, want in required.items():
             if key in values and values[key] != want:
@@ -136,7 +137,8 @@ def _theirs(key: str, value: Any, mmap: MethodMap) -> tuple[str, Scalar]:
 
 def _exported_keys(cfg: MergeConfig, mmap: MethodMap) -> list[str]:
     """Our parameter names that mergekit reads (not fixed by its method, not ours only)."""
-    return [p.name for p in cfg.spec.params if p.name not in mmap.fixed and p.name not in mmap.ours_only]
+    ours = (*mmap.fixed, *mmap.ours_only, *POST_STEP_NAMES)
+    return [p.name for p in cfg.spec.params if p.name not in ours]
 
 
 def _top_parameters(cfg: MergeConfig, per_model: list[str], mmap: MethodMap) -> dict[str, Any]:

@@ -17,6 +17,7 @@ from agentmerge.config import MergeConfig
 from agentmerge.deltas import RNG_BLOCK
 from agentmerge.fused.jit import available
 from agentmerge.groups import GROUPED_SCOPES, group_of
+from agentmerge.lines import check_layers, layer_count
 from agentmerge.masks import grid_of
 from agentmerge.spec import ChunkSpec, MaskRule, Method, Params, TensorStats, mask_rule, update_threshold
 from agentmerge.vocab import ResizedTensor, VocabPlan
@@ -76,6 +77,7 @@ class MergePlan:
     shard_bytes: int
     compiled: bool  # the method's compiled kernel runs (numba present, at most 16 agents, plain mask rules)
     has_base: bool = True  # False: no base model, the first model is the reference
+    layers: int = 0  # decoder layers of the reference (``.layers.N.`` in names): LiNeS depth scaling's L
 
     @property
     def merged(self) -> list[TensorJob]:
@@ -124,6 +126,9 @@ def make_plan(
     # other mask rules, and parameters the compiled kernels do not implement (``Param.reference_only``), run
     # on the reference kernels
     plain = all(j.rule.plain and not method.needs_reference(j.params) for j in jobs if j.merged)
+    layers = layer_count(j.name for j in jobs)
+    if any(float(j.params.get("lines_beta", 0.0)) > 0 for j in jobs if j.merged):
+        check_layers(layers, str(ref.path))
     return MergePlan(
         method=method,
         jobs=jobs,
@@ -134,6 +139,7 @@ def make_plan(
         shard_bytes=cfg.shard_bytes,
         compiled=plain and method.compiled is not None and available(n_models),
         has_base=cfg.base is not None,
+        layers=layers,
     )
 
 

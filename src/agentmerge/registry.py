@@ -12,10 +12,11 @@ without torch or numba.
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from types import MappingProxyType
 
 from agentmerge.groups import GROUPED_SCOPES, check_patterns
+from agentmerge.lines import LINES_NAMES, LINES_PARAMS
 from agentmerge.spec import EPSILON, MASK_PARAMS, Lazy, Method, Param, Params, check_mask
 
 
@@ -395,7 +396,13 @@ _ALL = (
     ),
 )
 
-METHODS: Mapping[str, Method] = MappingProxyType({m.name: m for m in _ALL})
+# post-steps every method takes on its merged task vector: LiNeS depth scaling (``lines.py``)
+POST_STEP_PARAMS = LINES_PARAMS
+POST_STEP_NAMES = LINES_NAMES  # mergekit has none of them: a config exports only with them at their defaults
+
+METHODS: Mapping[str, Method] = MappingProxyType(
+    {m.name: replace(m, params=(*m.params, *POST_STEP_PARAMS)) for m in _ALL}
+)
 
 
 # --------------------------------------------------------------------------- mergekit's names for them
