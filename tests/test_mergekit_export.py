@@ -256,3 +256,16 @@ def test_a_lora_adapter_is_written_as_model_plus_lora(tmp_path: Path) -> None:
     assert any("LoRA adapter" in n for n in exported.notes)
     back = from_mergekit(yaml.safe_load(exported.to_yaml())).config
     assert [m["path"] for m in back["models"]] == [f"org/base@v1+{adapter}", "org/b"]  # the same adapter on the base
+
+
+def test_weights_are_written_where_mergekit_requires_them() -> None:
+    for method in ("multislerp", "nuslerp"):
+        doc = native(method, models=[{"path": "org/a"}, {"path": "org/b"}])
+        out = to_mergekit(config_from_dict(doc)).config
+        assert [m["parameters"]["weight"] for m in out["models"]] == [1.0, 1.0]
+
+
+def test_karcher_base_is_left_out_with_a_note() -> None:
+    conv = to_mergekit(config_from_dict(native("karcher", base="org/base")))
+    assert "base_model" not in conv.config
+    assert any("would average base_model in" in n for n in conv.notes)
