@@ -225,11 +225,11 @@ def nuslerp_ref(t: float, v0: torch.Tensor, v1: torch.Tensor, flatten: bool, row
         a, b = a.transpose(0, -1), b.transpose(0, -1)
     au = a / a.norm(dim=-1, keepdim=True).clamp(min=1e-7)
     bu = b / b.norm(dim=-1, keepdim=True).clamp(min=1e-7)
-    theta = torch.acos((au * bu).sum(-1, keepdim=True).clamp(-1, 1))
-    sin = torch.sin(theta)
-    res = (torch.sin((1 - t) * theta) * a + torch.sin(t * theta) * b) / sin
-    lerp = (1 - t) * a + t * b
-    res = torch.where(sin.abs() < 1e-8, lerp, res)
+    cos = (au * bu).sum(-1, keepdim=True).clamp(-1, 1)
+    colinear = (1 - cos.square()) <= 1e-16  # mergekit 0.1.5
+    theta = torch.acos(torch.where(colinear, 0, cos))
+    res = (torch.sin((1 - t) * theta) * a + torch.sin(t * theta) * b) / torch.sin(theta)
+    res = torch.where(colinear, (1 - t) * a + t * b, res)
     if row_wise and not flatten:
         res = res.transpose(0, -1)
     return res.reshape(shape)

@@ -23,7 +23,7 @@ by their sum when normalize_weights):
 NuSLERP (mergekit ``nuslerp``; exactly two models; t = w_1/(w_0 + w_1), 0.5 when that sum is below 1e-6):
   with v = tau (with a base) or theta (without), theta = arccos(clamp(<v_0, v_1>/(|v_0|' |v_1|'))) with
   |v|' = max(|v|, 1e-7); result (sin((1-t) theta) v_0 + sin(t theta) v_1)/sin(theta), or (1-t) v_0 + t v_1 when
-  |sin(theta)| < 1e-8. ``nuslerp_flatten`` (default) takes the whole tensor as one vector; otherwise each row
+  1 - cos(theta)^2 <= 1e-16 (mergekit 0.1.5; its earlier code tested |sin(theta)| < 1e-8). ``nuslerp_flatten`` (default) takes the whole tensor as one vector; otherwise each row
   (the last dimension) is one, or with ``nuslerp_row_wise`` each column (vectors along dimension 0). A 1-D
   tensor is one vector in every mode. Row statistics are float64 pairwise sums within the row; column
   statistics float64 sums over the rows in order (a running sum carried from chunk to chunk), so they too do
@@ -46,7 +46,7 @@ from agentmerge.spec import Chunk, Params, TensorSource
 from agentmerge.stats import STAT_BLOCK, gram_prepare, tensor_gram
 
 NUSLERP_NORM_FLOOR = 1e-7  # mergekit's clamp of a vector's norm
-NUSLERP_COLINEAR = 1e-8  # |sin(theta)| below this: linear interpolation
+NUSLERP_COLINEAR = 1e-8  # |sin(theta)| at most this (1 - cos^2 <= 1e-16): linear interpolation
 NUSLERP_ZERO_WEIGHTS = 1e-6  # |w_0 + w_1| below this: t = 0.5
 
 # --------------------------------------------------------------------------- the vectors and their combination
@@ -183,10 +183,10 @@ def nuslerp_coefficients(s00: torch.Tensor, s11: torch.Tensor, s01: torch.Tensor
     """``[R]`` float64 squared norms and dot products of R vector pairs -> ``[2, R]`` float64 (a, b)."""
     n0 = s00.clamp(min=0.0).sqrt().clamp(min=NUSLERP_NORM_FLOOR)
     n1 = s11.clamp(min=0.0).sqrt().clamp(min=NUSLERP_NORM_FLOOR)
-    theta = torch.acos((s01 / (n0 * n1)).clamp(-1.0, 1.0))
-    sin = torch.sin(theta)
-    colinear = sin.abs() < NUSLERP_COLINEAR
-    safe = torch.where(colinear, 1.0, sin)
+    cos = (s01 / (n0 * n1)).clamp(-1.0, 1.0)
+    colinear = 1.0 - cos * cos <= NUSLERP_COLINEAR**2  # mergekit 0.1.5's test of |sin(theta)| <= 1e-8
+    theta = torch.acos(torch.where(colinear, 0.0, cos))
+    safe = torch.where(colinear, 1.0, torch.sin(theta))
     a = torch.where(colinear, 1.0 - t, torch.sin((1.0 - t) * theta) / safe)
     b = torch.where(colinear, t, torch.sin(t * theta) / safe)
     return torch.stack([a, b])
