@@ -40,6 +40,11 @@ def ft(name: str) -> Lazy:
     return Lazy(f"agentmerge.fused.ties:{name}")
 
 
+def ff(name: str) -> Lazy:
+    """A compiled form (``Compiled``) of MagMax or Consensus in ``fused/field.py``."""
+    return Lazy(f"agentmerge.fused.field:{name}")
+
+
 def ew(name: str) -> Lazy:
     """A reference kernel (or hook) of ``elementwise.py`` (MagMax, Consensus, SCE), imported on first use."""
     return Lazy(f"agentmerge.elementwise:{name}")
@@ -318,6 +323,7 @@ _ALL = (
         "MagMax: per element the task vector of largest magnitude, times lambda",
         ew("magmax"),
         (Param("lambda", 0.5, "scaling coefficient of the selected task vector (the authors' 0.5)"),),
+        compiled_at=ff("MAGMAX"),
         paper="2407.06322",
     ),
     Method(
@@ -335,6 +341,7 @@ _ALL = (
             ),
             Param("lambda", 0.3, "scaling coefficient of the masked sum (the authors tune it on validation data)"),
         ),
+        compiled_at=ff("CONSENSUS"),
         paper="2405.07813",
     ),
     Method(
