@@ -7,6 +7,7 @@ from typing import Any
 import pytest
 import torch
 
+from agentmerge import stats
 from agentmerge.deltas import histogram_from_patterns, overlap_histogram, task_vectors, update_mask
 from agentmerge.fused.jit import BLOCK, available
 from agentmerge.registry import METHODS
@@ -64,3 +65,18 @@ def test_compiled_reports_non_finite_inputs() -> None:
     spec = ChunkSpec(name="t", start=0, stop=100, params=METHODS["magmax"].defaults(), weights=torch.ones(3))
     compiled = METHODS["magmax"].compiled
     assert compiled is not None and not compiled.kernel(ref, models, spec).finite
+
+
+@pytest.mark.skipif(not available(), reason="numba not installed")
+@pytest.mark.parametrize(("k", "e"), [(1, 5), (2, 1024), (3, 3001), (5, 3 * 1024 + 17)])
+def test_compiled_block_dot_products_are_the_torch_bits(k: int, e: int) -> None:
+    """``fused.gram`` (Gram statistics of model_stock, slerp, the spherical methods, SCE) against ``stats``' torch."""
+    g = torch.Generator().manual_seed(k * e)
+    v = torch.randn(k, e, generator=g) * torch.logspace(-20, 20, k)[:, None]
+    v[:, :3] = torch.tensor([0.0, -0.0, 1e-45])
+    want = stats._dot_blocks_torch(v, 0)
+    assert torch.equal(stats._dot_blocks(v, 0).view(torch.int64), want.view(torch.int64))
+    squares = torch.stack([stats.block_sums(r.double() * r.double(), 0) for r in v])
+    assert torch.equal(stats.square_blocks(v, 0).view(torch.int64), squares.view(torch.int64))
+    with pytest.raises(ValueError, match="multiple of"):
+        stats._dot_blocks(v, 3)

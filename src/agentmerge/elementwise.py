@@ -43,7 +43,7 @@ import torch
 from agentmerge.baselines import chunk_values
 from agentmerge.deltas import sum_agents
 from agentmerge.spec import Chunk, TensorSource
-from agentmerge.stats import block_sums, kth_direct, kth_streamed, pairwise_total
+from agentmerge.stats import kth_direct, kth_streamed, pairwise_total, square_blocks
 
 # --------------------------------------------------------------------------- MagMax
 
@@ -158,8 +158,7 @@ def sce_weights(sums: torch.Tensor, d: int) -> torch.Tensor:
 
 def _square_sums(tau: torch.Tensor, start: int) -> torch.Tensor:
     """``[N, E]`` -> ``[N, blocks]`` float64 block sums of ``tau^2`` (fixed blocks: chunk-independent)."""
-    t64 = tau.double()
-    return torch.stack([block_sums(row * row, start) for row in t64])
+    return square_blocks(tau, start)
 
 
 def _totals(blocks: torch.Tensor) -> torch.Tensor:

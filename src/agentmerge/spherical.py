@@ -23,9 +23,10 @@ by their sum when normalize_weights):
 NuSLERP (mergekit ``nuslerp``; exactly two models; t = w_1/(w_0 + w_1), 0.5 when that sum is below 1e-6):
   with v = tau (with a base) or theta (without), theta = arccos(clamp(<v_0, v_1>/(|v_0|' |v_1|'))) with
   |v|' = max(|v|, 1e-7); result (sin((1-t) theta) v_0 + sin(t theta) v_1)/sin(theta), or (1-t) v_0 + t v_1 when
-  1 - cos(theta)^2 <= 1e-16 (mergekit 0.1.5; its earlier code tested |sin(theta)| < 1e-8). ``nuslerp_flatten`` (default) takes the whole tensor as one vector; otherwise each row
-  (the last dimension) is one, or with ``nuslerp_row_wise`` each column (vectors along dimension 0). A 1-D
-  tensor is one vector in every mode. Row statistics are float64 pairwise sums within the row; column
+  1 - cos(theta)^2 <= 1e-16 (mergekit 0.1.5; its earlier code tested |sin(theta)| < 1e-8).
+  ``nuslerp_flatten`` (default) takes the whole tensor as one vector; otherwise each row (the last
+  dimension) is one, or with ``nuslerp_row_wise`` each column (vectors along dimension 0). A 1-D tensor is
+  one vector in every mode. Row statistics are float64 pairwise sums within the row; column
   statistics float64 sums over the rows in order (a running sum carried from chunk to chunk), so they too do
   not depend on chunking.
 
