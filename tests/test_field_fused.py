@@ -7,11 +7,11 @@ from typing import Any
 import pytest
 import torch
 
-from agentmerge import stats
-from agentmerge.deltas import histogram_from_patterns, overlap_histogram, task_vectors, update_mask
-from agentmerge.fused.jit import BLOCK, available
-from agentmerge.registry import METHODS
-from agentmerge.spec import Chunk, ChunkSpec, TensorStats
+from agentmerge.methods import stats
+from agentmerge.methods.deltas import histogram_from_patterns, overlap_histogram, task_vectors, update_mask
+from agentmerge.methods.fused.jit import BLOCK, available
+from agentmerge.methods.registry import METHODS
+from agentmerge.methods.spec import Chunk, ChunkSpec, TensorStats
 
 CASES: list[tuple[str, dict[str, Any]]] = [
     ("magmax", {}),

@@ -11,9 +11,9 @@ import yaml
 
 from agentmerge import MergeConfig, ModelSpec, merge
 from agentmerge.cli import main
-from agentmerge.elementwise import sce_variance
-from agentmerge.registry import METHODS
-from agentmerge.spec import Chunk, TensorStats
+from agentmerge.methods.elementwise import sce_variance
+from agentmerge.methods.registry import METHODS
+from agentmerge.methods.spec import Chunk, TensorStats
 from fieldrefs import (
     assert_within_bf16_step,
     cast_like,

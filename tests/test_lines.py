@@ -13,12 +13,12 @@ import torch
 
 from agentmerge import MergeConfig, ModelSpec, merge
 from agentmerge.cli import main
-from agentmerge.config import config_from_dict
-from agentmerge.dryrun import plan_merge
+from agentmerge.config.mergekit_export import to_mergekit
+from agentmerge.config.schema import config_from_dict
+from agentmerge.engine.dryrun import plan_merge
+from agentmerge.engine.lines_pass import exact_value, l1_parts
 from agentmerge.errors import ConfigError, MergeError
-from agentmerge.lines import depth_scale, layer_count, layer_of
-from agentmerge.lines_pass import exact_value, l1_parts
-from agentmerge.mergekit_export import to_mergekit
+from agentmerge.methods.lines import depth_scale, layer_count, layer_of
 from agentmerge.synthetic import Architecture, write_family
 from fieldrefs import assert_within_bf16_step, llama_family, qwen2_family, tensors
 

@@ -12,8 +12,8 @@ import yaml
 from agentmerge import MergeConfig, ModelSpec, merge
 from agentmerge.cli import main
 from agentmerge.errors import MergeError
-from agentmerge.registry import METHODS
-from agentmerge.spec import Chunk, TensorStats
+from agentmerge.methods.registry import METHODS
+from agentmerge.methods.spec import Chunk, TensorStats
 from fieldrefs import (
     assert_within_bf16_step,
     karcher_ref,
