@@ -161,3 +161,16 @@ def test_cli_dry_run_and_mergekit_export(family: Family, tmp_path: Path) -> None
     with pytest.raises(ConfigError, match=r"lines_beta = 0\.5 cannot be written for mergekit"):
         to_mergekit(config_from_dict(doc))
     assert "lines" not in str(to_mergekit(config_from_dict({**doc, "params": {}})).config)
+
+
+@pytest.mark.parametrize("method", ["magmax", "task_arithmetic", "consensus"])
+def test_compiled_and_reference_kernels_give_the_same_bytes(
+    method: str, family: Family, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """LiNeS scales the merged chunk minus the base, which both kernel paths compute bit for bit."""
+    params = {"lines_beta": 0.8, "lambda": 0.7}
+    monkeypatch.setenv("AGENTMERGE_FUSED", "1")
+    fused = run(family, tmp_path / "fused", method, params, chunk_size=997)
+    monkeypatch.setenv("AGENTMERGE_FUSED", "0")
+    reference = run(family, tmp_path / "reference", method, params)
+    assert all(torch.equal(fused[k].view(torch.uint8), reference[k].view(torch.uint8)) for k in fused)

@@ -24,10 +24,9 @@ from tqdm import tqdm
 from agentmerge.engine.plan import MergePlan, TensorJob
 from agentmerge.engine.stream import run_parallel
 from agentmerge.errors import MergeError
-from agentmerge.methods.deltas import sum_agents
 from agentmerge.methods.lines import auto_alpha, depth_scale, lines_on
 
-# (job, start, stop) -> ([N, E] task vectors, [E] the method's merged task vector), float32
+# (job, start, stop) -> ([E] sum_i tau_i, [E] the merged chunk minus theta_0), float32
 Deltas = Callable[[TensorJob, int, int], tuple[torch.Tensor, torch.Tensor]]
 _BUCKETS = 256  # float32 exponents
 _MANTISSA = (1 << 23) - 1
@@ -101,8 +100,8 @@ def alpha_pass(plan: MergePlan, deltas: Deltas, quiet: bool = True) -> float:
 
     def task(job: TensorJob, start: int, stop: int) -> Callable[[], torch.Tensor]:
         def run() -> torch.Tensor:
-            tau, merged = deltas(job, start, stop)
-            return torch.stack([l1_parts(sum_agents(tau)), l1_parts(merged)])
+            total, merged = deltas(job, start, stop)
+            return torch.stack([l1_parts(total), l1_parts(merged)])
 
         return run
 

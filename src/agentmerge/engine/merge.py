@@ -42,10 +42,10 @@ from agentmerge.io.digests import InputDigests, hash_mode
 from agentmerge.io.safety import check_output_target
 from agentmerge.io.validate import check_output_chunk, check_tokenizer_source
 from agentmerge.io.vocab import new_rows
-from agentmerge.methods.deltas import histogram_from_patterns, overlap_histogram, rho_from_histogram
+from agentmerge.methods.deltas import histogram_from_patterns, overlap_histogram, rho_from_histogram, sum_agents
 from agentmerge.methods.masks import Levels, levels_record, tensor_mask
 from agentmerge.methods.ram import ram_lambda
-from agentmerge.methods.spec import Params, TensorSource, TensorStats
+from agentmerge.methods.spec import CompiledResult, Params, TensorSource, TensorStats
 
 __all__ = ["MergeResult", "count_overlaps", "merge"]
 
@@ -228,22 +228,35 @@ class ChunkWriter:
 
     def _compiled(self, job: TensorJob, start: int, stop: int) -> bool:
         """Merge with the compiled kernel; False when an input is not finite (the reference path then names it)."""
+        result, ref, _ = self._compiled_merge(job, start, stop, self.scratch.get("merged", stop - start, torch.float32))
+        if result is None or result.merged is None:
+            return False
+        if not self.plan.method.needs_model_stats:
+            self.collected.add_hist(job.name, histogram_from_patterns(result.patterns))
+        merged = self._depth(job, ref, result.merged)
+        self._put(job, start, self.scratch.get("out", stop - start, job.out_dtype).copy_(merged))
+        return True
+
+    def _compiled_merge(
+        self, job: TensorJob, start: int, stop: int, out: torch.Tensor
+    ) -> tuple[CompiledResult | None, torch.Tensor, torch.Tensor]:
+        """``(result or None when an input is not finite, ref, models)``, both as stored (this thread's buffers)."""
         compiled = self.plan.method.compiled
         assert compiled is not None
         ref, models = self.inputs.read_stored(job.name, start, stop, self.scratch)
         spec = self.plan.spec(job, start, stop, self.collected.stats(job.name, self.collected.prepared.get(job.name)))
-        result = compiled.kernel(ref, models, spec, self.scratch.get("merged", stop - start, torch.float32))
-        if not result.finite or result.merged is None:
-            return False
-        if not self.plan.method.needs_model_stats:
-            self.collected.add_hist(job.name, histogram_from_patterns(result.patterns))
-        self._put(job, start, self.scratch.get("out", stop - start, job.out_dtype).copy_(result.merged))
-        return True
+        result = compiled.kernel(ref, models, spec, out)
+        return (result if result.finite else None), ref, models
 
     def deltas(self, job: TensorJob, start: int, stop: int) -> tuple[torch.Tensor, torch.Tensor]:
-        """``([N, E] task vectors, [E] merged task vector)`` of a chunk by the reference kernel; nothing written."""
-        _, tau, delta = self._merged(job, start, stop)
-        return tau, delta
+        """``(sum_i tau_i, merged - theta_0)``, ``[E]`` float32, of a chunk by the plan's kernels; nothing written."""
+        if self.plan.compiled:
+            result, ref, models = self._compiled_merge(job, start, stop, torch.empty(stop - start))
+            if result is not None and result.merged is not None:
+                r = ref.float()
+                return sum_agents(models.float() - r), result.merged - r
+        ref, tau, delta = self._merged(job, start, stop)
+        return sum_agents(tau), (ref + delta) - ref
 
     def _merged(self, job: TensorJob, start: int, stop: int) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
         ref, models = self.inputs.read(job.name, start, stop)
@@ -253,13 +266,18 @@ class ChunkWriter:
 
     def _reference(self, job: TensorJob, start: int, stop: int) -> None:
         ref, tau, delta = self._merged(job, start, stop)
-        scale = self.collected.depth.scale(job) if self.collected.depth is not None else None
-        if scale is not None:  # LiNeS: theta_0 + lambda(l) tau*
-            delta = delta * scale
         if not self.plan.method.needs_model_stats:
             mask = tensor_mask(tau, ref, job.rule, self.collected.levels.get(job.name))
             self.collected.add_hist(job.name, overlap_histogram(mask))
-        self._put(job, start, (ref + delta).to(job.out_dtype))
+        self._put(job, start, self._depth(job, ref, ref + delta).to(job.out_dtype))
+
+    def _depth(self, job: TensorJob, ref: torch.Tensor, merged: torch.Tensor) -> torch.Tensor:
+        """LiNeS: ``theta_0 + lambda(l) (merged - theta_0)`` in float32 (the same bits from either kernel path)."""
+        scale = self.collected.depth.scale(job) if self.collected.depth is not None else None
+        if scale is None:
+            return merged
+        r = ref.float()
+        return (merged - r).mul_(scale).add_(r)
 
     def _put(self, job: TensorJob, start: int, values: torch.Tensor) -> None:
         """Write a chunk, unless it holds NaN or Inf (an overflow of the output dtype: the merge fails, naming it)."""

@@ -188,11 +188,11 @@ def _sce_stats(c: Chunk) -> SceStats:
 def sce(c: Chunk) -> torch.Tensor:
     stats = _sce_stats(c)
     tau = sce_selected(c.tau, stats.threshold)
-    positive = sum_agents(tau) >= 0  # the elected sign: +1 where the sum is >= 0
+    elected = torch.where(sum_agents(tau) >= 0, 1.0, -1.0)  # +1 where the sum is >= 0
     num = torch.zeros(tau.shape[1])
     den = torch.zeros(tau.shape[1])
     for row, w in zip(tau, stats.weights.tolist(), strict=True):
-        agree = torch.where(positive, row > 0, row < 0)
-        num += torch.where(agree, row * w, 0.0)
-        den += torch.where(agree, w, 0.0)
+        erased = (row * elected > 0).float().mul_(w)  # w_i e_i: w_i where sign(tau_i) is the elected one, else 0
+        num += row * erased  # an erased agent adds a zero
+        den += erased
     return num.div_(den.clamp_(min=SCE_MIN_DENOM))

@@ -1,7 +1,7 @@
 """LiNeS depth scaling (Wang et al., ICLR 2025, arXiv 2410.17146): the merged task vector scaled by layer depth.
 
-A post-step on any method's merged task vector tau* (every method has one: the kernel's output, which the
-driver adds to the base). The tensor of decoder layer l (of L) is written as
+A post-step on any method's merged task vector tau* (every method has one: the merged chunk minus the base,
+in float32, so both kernel paths give the same bits). The tensor of decoder layer l (of L) is written as
 
     theta = theta_0 + lambda(l) * tau*,      lambda(l) = alpha + beta * l / (L - 1)
 
@@ -38,7 +38,6 @@ LINES_PARAMS = (
         "LiNeS: the merged task vector of decoder layer l of L is scaled by lines_alpha + lines_beta * l / (L - 1) "
         "(0 with lines_alpha 0: off; the authors tune beta over 0.1 .. 1.0)",
         low=0.0,
-        reference_only=True,
     ),
     Param(
         "lines_alpha",
@@ -46,7 +45,6 @@ LINES_PARAMS = (
         "LiNeS: the scale of layer 0 and of tensors outside the layers; 0: the reference's "
         "||sum_i tau_i||_1 / (N ||tau*||_1) (1/N for task arithmetic)",
         low=0.0,
-        reference_only=True,
     ),
 )
 LINES_NAMES = tuple(p.name for p in LINES_PARAMS)
