@@ -18,8 +18,11 @@ import argparse
 import json
 import os
 import shutil
+import signal
 import statistics
+import subprocess
 import sys
+import threading
 import time
 from collections.abc import Sequence
 from pathlib import Path
@@ -50,8 +53,53 @@ def am_cmd(case: str, base: Path, agents: Sequence[Path], out: Path, max_memory:
     return cmd + [x for p in params for x in ("--param", p)]
 
 
-def measure(cmd: list[str], repeats: int, label: str, env: dict[str, str] | None = None) -> dict[str, Any]:
-    runs, failed = speed.measure(cmd, repeats, label, env)
+def run_capped(cmd: list[str], cap: int, env: dict[str, str] | None = None) -> speed.Run:
+    """``speed.run_process``, but the process tree is killed once its anonymous memory passes ``cap`` bytes
+    (this machine is shared: a merge that would take all of its memory is stopped, and reported so)."""
+    t0 = time.perf_counter()
+    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, env=env, start_new_session=True)
+    peak = {"anon": 0, "rss": 0, "killed": 0}
+    done = threading.Event()
+
+    def sample() -> None:
+        while not done.is_set():
+            pids = speed._tree(proc.pid)
+            anon = sum(speed._status_kb(p, "RssAnon:") for p in pids)
+            peak["anon"] = max(peak["anon"], anon)
+            peak["rss"] = max(peak["rss"], sum(speed._status_kb(p, "VmHWM:") for p in pids))
+            if anon > cap and not peak["killed"]:
+                peak["killed"] = 1
+                os.killpg(proc.pid, signal.SIGKILL)
+            done.wait(0.01)
+
+    sampler = threading.Thread(target=sample, daemon=True)
+    sampler.start()
+    assert proc.stdout is not None
+    output = proc.stdout.read()
+    proc.wait()
+    done.set()
+    sampler.join()
+    tail = output.decode(errors="replace")[-2000:]
+    if peak["killed"]:
+        tail += f"\nstopped: anonymous memory passed {cap / 2**30:.0f} GB"
+    seconds = time.perf_counter() - t0
+    return speed.Run(seconds, peak["anon"], peak["rss"], 1 if peak["killed"] else proc.returncode, tail)
+
+
+def measure(
+    cmd: list[str], repeats: int, label: str, env: dict[str, str] | None = None, cap: int | None = None
+) -> dict[str, Any]:
+    if cap is None:
+        runs, failed = speed.measure(cmd, repeats, label, env)
+    else:
+        runs, failed = [], ""
+        for _ in range(repeats):
+            r = run_capped(cmd, cap, env)
+            print(f"  {label}: {r.seconds:.1f} s, anon {r.peak_anon / speed.MB:.0f} MB, rc {r.rc}", file=sys.stderr)
+            if r.rc != 0:
+                failed = r.tail
+                break
+            runs.append(r)
     if not runs:
         return {"failed": failed[-400:]}
     return {
@@ -90,7 +138,8 @@ def run_shape(args: argparse.Namespace, shape: str, env: dict[str, str]) -> dict
         if mk and args.mk and shape in args.mk_shapes:
             mk_out = out / f"{shape}-mk"
             cmd = speed.mergekit_cmd(args.mk_venv, mk, base, agents[: CASES[case][2]], mk_out)
-            rows[case]["mergekit"] = measure(cmd, args.mk_repeats, f"{case} (mergekit)")
+            cap = int(args.mk_cap_gb * 2**30)
+            rows[case]["mergekit"] = measure(cmd, args.mk_repeats, f"{case} (mergekit)", cap=cap)
             if "failed" not in rows[case]["mergekit"] and "failed" not in rows[case]["agentmerge"]:
                 worst, frac = speed.max_difference(am_out, mk_out)
                 rows[case]["difference"] = {"max_abs": worst, "fraction_differing": frac}
@@ -119,7 +168,7 @@ def _line(shape: str, case: str, row: dict[str, Any], floor: dict[Any, float], t
     runs = ", ".join(f"{x:.1f}" for x in am["runs"])
     f = floor[row["agents"]] if row["agents"] in floor else floor[str(row["agents"])]
     x_ta = f"{am['seconds'] / ta:.2f}" if ta else "-"
-    mk_s = "-" if mk is None else ("failed" if "failed" in mk else f"{mk['seconds']:.1f}")
+    mk_s = "-" if mk is None else (_why(mk["failed"]) if "failed" in mk else f"{mk['seconds']:.1f}")
     ratio = f"{mk['seconds'] / am['seconds']:.1f}x" if mk and "failed" not in mk else "-"
     mk_mem = f"{mk['anon_mb']:.0f}" if mk and "failed" not in mk else "-"
     d = f"{diff['max_abs']:.2g} ({diff['fraction_differing']:.2%})" if diff else "-"
@@ -127,6 +176,10 @@ def _line(shape: str, case: str, row: dict[str, Any], floor: dict[Any, float], t
         f"| {shape} | {case} | {row['agents']} | {am['seconds']:.1f} ({runs}) | {am['seconds'] / f:.2f} | {x_ta} "
         f"| {am['anon_mb']:.0f} | {am['rss_mb']:.0f} | {mk_s} | {ratio} | {mk_mem} | {d} |"
     )
+
+
+def _why(failed: str) -> str:
+    return "stopped (memory cap)" if "stopped: anonymous memory" in failed else "failed"
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -139,6 +192,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     p.add_argument("--mk-venv", type=Path, default=speed.ROOT / "bench-work" / "mk-venv")
     p.add_argument("--mk-shapes", nargs="*", default=["qwen2.5-0.5b", "qwen2.5-7b-wide-2layer"])
     p.add_argument("--no-mergekit", action="store_true")
+    p.add_argument("--mk-cap-gb", type=float, default=12.0, help="stop a mergekit run past this anonymous memory")
     p.add_argument("--max-memory", default="1GB")
     p.add_argument("--report", type=Path, help="only print the table of an earlier results file")
     args = p.parse_args(argv)
