@@ -174,3 +174,13 @@ def test_compiled_and_reference_kernels_give_the_same_bytes(
     monkeypatch.setenv("AGENTMERGE_FUSED", "0")
     reference = run(family, tmp_path / "reference", method, params)
     assert all(torch.equal(fused[k].view(torch.uint8), reference[k].view(torch.uint8)) for k in fused)
+
+
+def test_merge_json_records_alpha(family: Family, tmp_path: Path) -> None:
+    import json
+
+    run(family, tmp_path / "o", "task_arithmetic", {"lambda": 0.5, "lines_beta": 0.5})
+    record = json.loads((tmp_path / "o" / "merge.json").read_text())["lines"]
+    assert record["reference_alpha"] == pytest.approx(1 / 1.5) and record["layers"] >= 2
+    run(family, tmp_path / "p", "task_arithmetic", {})
+    assert "lines" not in json.loads((tmp_path / "p" / "merge.json").read_text())

@@ -17,6 +17,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass
 from fractions import Fraction
+from typing import Any
 
 import torch
 from tqdm import tqdm
@@ -24,7 +25,7 @@ from tqdm import tqdm
 from agentmerge.engine.plan import MergePlan, TensorJob
 from agentmerge.engine.stream import run_parallel
 from agentmerge.errors import MergeError
-from agentmerge.methods.lines import auto_alpha, depth_scale, lines_on
+from agentmerge.methods.lines import LAYER, auto_alpha, depth_scale, lines_on
 
 # (job, start, stop) -> ([E] sum_i tau_i, [E] the merged chunk minus theta_0), float32
 Deltas = Callable[[TensorJob, int, int], tuple[torch.Tensor, torch.Tensor]]
@@ -38,6 +39,10 @@ class DepthScaling:
 
     layers: int
     alpha: float | None
+
+    def record(self) -> dict[str, Any]:
+        """merge.json's ``lines``: the layer rule, L, and the reference's alpha when it was used (else null)."""
+        return {"layer_rule": LAYER.pattern, "layers": self.layers, "reference_alpha": self.alpha}
 
     def scale(self, job: TensorJob) -> float | None:
         """The tensor's ``lambda(l)``, or None when its parameters leave LiNeS off."""

@@ -321,6 +321,7 @@ def _result(cfg: MergeConfig, plan: MergePlan, collected: Collected, out: Path, 
         numel=sum(j.numel for j in plan.merged),
         scales=group_scales(plan, collected, [m.label for m in cfg.models]),
         thresholds=levels_record(collected.levels, plan.rules(), [m.label for m in cfg.models]),
+        lines=collected.depth.record() if collected.depth is not None else None,
     )
 
 

@@ -38,6 +38,7 @@ class MergeResult:
     vocab: dict[str, Any] | None = None  # added vocabulary rows (vocab.VocabPlan.record), None when none
     sources: dict[str, Any] | None = None  # tokenizer / generation config source and checks (sources.py)
     thresholds: dict[str, Any] | None = None  # adaptive mask rules only (masks.levels_record), else None
+    lines: dict[str, Any] | None = None  # LiNeS depth scaling: its layer count and alpha (lines_pass), else None
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -54,6 +55,7 @@ class MergeResult:
             "vocab": self.vocab,
             "sources": self.sources,
             **({"thresholds": self.thresholds} if self.thresholds else {}),
+            **({"lines": self.lines} if self.lines else {}),
         }
 
     def agents(self) -> list[AgentStats] | None:
@@ -95,6 +97,7 @@ def reproducibility_record(
         "vocab": result.vocab,
         "sources": result.sources,
         **({"thresholds": result.thresholds} if result.thresholds else {}),
+        **({"lines": result.lines} if result.lines else {}),
         "seconds": round(result.seconds, 3),
     }
 
