@@ -21,6 +21,7 @@ CASES: list[tuple[str, dict[str, Any]]] = [
     ("consensus", {"k": 0}),
     ("consensus", {"k": 1, "tall_lambda": 0.2, "lambda": 1.1}),
     ("consensus", {"k": 9}),
+    ("sce", {}),
 ]
 
 
@@ -80,3 +81,22 @@ def test_compiled_block_dot_products_are_the_torch_bits(k: int, e: int) -> None:
     assert torch.equal(stats.square_blocks(v, 0).view(torch.int64), squares.view(torch.int64))
     with pytest.raises(ValueError, match="multiple of"):
         stats._dot_blocks(v, 3)
+
+
+def test_exact_square_sums() -> None:
+    """``square_parts`` adds tau^2 exactly, in any order; the compiled count gives the same buckets."""
+    from fractions import Fraction
+
+    from agentmerge.methods.elementwise import square_parts, square_sums
+    from agentmerge.methods.fused.field import square_counts
+
+    ref, models = inputs(3, 3 * BLOCK + 5, torch.float32, seed=9)
+    models[0, :4] = torch.tensor([1e-38, -3e38, 1.5e-45, 7.0])
+    tau = task_vectors(ref, models)
+    want = [sum((Fraction(float(x)) ** 2 for x in row.tolist()), Fraction(0)) for row in tau]
+    parts = square_parts(tau)
+    assert square_sums(parts) == want
+    assert square_sums(square_parts(tau[:, :1000]) + square_parts(tau[:, 1000:])) == want
+    if available():
+        counted, finite = square_counts(ref, models, None, None)  # type: ignore[arg-type]
+        assert finite and torch.equal(counted, parts)

@@ -28,8 +28,9 @@ SCE (FuseChat, arXiv 2408.07990; mergekit ``sce``): with ``d`` elements in the t
     tau*[p] = sum_i w_i e_i tau_i[p] / max(sum_i w_i e_i, 1e-6)
 
 SCE's weights and selection threshold are whole-tensor statistics: a one-chunk tensor's kernel computes
-them from its chunk, a multi-chunk tensor's come from ``sce_prepare`` (float64 block sums and an exact
-streamed k-th value, ``agentmerge.stats``), so results do not depend on chunking.
+them from its chunk, a multi-chunk tensor's come from ``sce_prepare`` (or, compiled, from chunk-parallel
+rounds): the sums of squares are exact (integer mantissa sums per exponent, ``square_parts``) and the k-th
+variance is the exact streamed value of ``agentmerge.stats``, so results do not depend on chunking.
 """
 
 from __future__ import annotations
@@ -37,13 +38,14 @@ from __future__ import annotations
 import math
 from collections.abc import Iterator
 from dataclasses import dataclass
+from fractions import Fraction
 
 import torch
 
 from agentmerge.methods.baselines import chunk_values
 from agentmerge.methods.deltas import sum_agents
 from agentmerge.methods.spec import Chunk, TensorSource
-from agentmerge.methods.stats import kth_direct, kth_streamed, pairwise_total, square_blocks
+from agentmerge.methods.stats import kth_direct, kth_streamed
 
 # --------------------------------------------------------------------------- MagMax
 
@@ -147,31 +149,54 @@ def sce_selected(tau: torch.Tensor, threshold: float | None) -> torch.Tensor:
     return torch.where(keep, tau, 0.0)
 
 
-def sce_weights(sums: torch.Tensor, d: int) -> torch.Tensor:
-    """``[N]`` float64 sums of squares over ``d`` elements -> ``[N]`` float32 weights (mergekit's ``sce_weight``)."""
-    means = sums / max(d, 1)
-    total = float(means.sum())
-    if abs(total) < SCE_MIN_TOTAL:
-        return torch.full((sums.numel(),), 1.0 / sums.numel(), dtype=torch.float32)
-    return (means / total).float()
+SQUARE_BUCKETS = 640  # exponents e of tau^2 = m 2^e (frexp) for nonzero float32 tau: -297 <= e <= 257
+SQUARE_OFFSET = 320
+_LIMB = 26  # tau^2 has at most 48 significant bits: an integer mantissa M = m 2^53 split in two 26/27-bit limbs
 
 
-def _square_sums(tau: torch.Tensor, start: int) -> torch.Tensor:
-    """``[N, E]`` -> ``[N, blocks]`` float64 block sums of ``tau^2`` (fixed blocks: chunk-independent)."""
-    return square_blocks(tau, start)
+def square_parts(tau: torch.Tensor) -> torch.Tensor:
+    """``[N, E]`` float32 -> ``[N, SQUARE_BUCKETS, 2]`` int64: per agent and exponent e of ``tau^2 = M 2^(e - 53)``,
+    the sums of the upper and lower limbs of the integer M. Exact (integers), so any chunking, order or thread
+    count adds up to the same sums; ``fused.field.square_loop`` counts the same buckets."""
+    m, e = torch.frexp(tau.double().square())
+    big = (m * 2.0**53).long()
+    idx = (e + SQUARE_OFFSET).long()
+    out = torch.zeros(tau.shape[0], SQUARE_BUCKETS, 2, dtype=torch.int64)
+    out[:, :, 0].scatter_add_(1, idx, big >> _LIMB)
+    out[:, :, 1].scatter_add_(1, idx, big & ((1 << _LIMB) - 1))
+    return out
 
 
-def _totals(blocks: torch.Tensor) -> torch.Tensor:
-    return torch.tensor([pairwise_total(row) for row in blocks], dtype=torch.float64)
+def square_sums(parts: torch.Tensor) -> list[Fraction]:
+    """The exact ``sum_p tau_i[p]^2`` of each agent from its ``square_parts`` (summed over chunks)."""
+    out = []
+    for agent in parts.tolist():
+        total = sum(
+            ((hi << _LIMB) + lo) * Fraction(2) ** (e - SQUARE_OFFSET - 53)
+            for e, (hi, lo) in enumerate(agent)
+            if hi or lo
+        )
+        out.append(Fraction(total))
+    return out
+
+
+def sce_weights(parts: torch.Tensor, d: int) -> torch.Tensor:
+    """Summed ``square_parts`` of ``d`` elements -> ``[N]`` float32 weights, mergekit's ``sce_weight``: the mean
+    squares over their sum, uniform when that sum is below 1e-6 (exact sums, rounded once)."""
+    sums = square_sums(parts)
+    total = sum(sums, Fraction(0))
+    n = len(sums)
+    if total / max(d, 1) < SCE_MIN_TOTAL:
+        return torch.full((n,), 1.0 / n, dtype=torch.float32)
+    return torch.tensor([float(s / total) for s in sums], dtype=torch.float64).float()
 
 
 def sce_prepare(source: TensorSource) -> SceStats:
     """SCE's statistics of a multi-chunk tensor: the variance threshold (its own passes), then the weights."""
     topk = float(source.params["select_topk"])
     threshold = _var_threshold_streamed(source, topk)
-    parts = [_square_sums(sce_selected(ch.tau, threshold), ch.start) for ch in source()]
-    d = math.prod(source.shape)
-    return SceStats(threshold, sce_weights(_totals(torch.cat(parts, dim=1)), d))
+    parts = sum((square_parts(sce_selected(ch.tau, threshold)) for ch in source()), torch.zeros((), dtype=torch.int64))
+    return SceStats(threshold, sce_weights(parts, math.prod(source.shape)))
 
 
 def _sce_stats(c: Chunk) -> SceStats:
@@ -181,8 +206,7 @@ def _sce_stats(c: Chunk) -> SceStats:
     if not c.whole:
         raise RuntimeError(f"{c.name}: SCE's tensor statistics missing for a partial chunk (prepare was not run)")
     threshold = _var_threshold_whole(sce_variance(c.tau), float(c.params["select_topk"]))
-    sums = _totals(_square_sums(sce_selected(c.tau, threshold), c.start))
-    return SceStats(threshold, sce_weights(sums, c.tau.shape[1]))
+    return SceStats(threshold, sce_weights(square_parts(sce_selected(c.tau, threshold)), c.tau.shape[1]))
 
 
 def sce(c: Chunk) -> torch.Tensor:

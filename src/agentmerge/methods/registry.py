@@ -356,10 +356,11 @@ _ALL = (
                 "fraction of the positions of nonzero variance kept, by variance (1: no selection)",
                 0.0,
                 1.0,
+                reference_only=True,
             ),
         ),
         prepare=ew("sce_prepare"),
-        chunk_multiple=STAT_BLOCKS,
+        compiled_at=ff("SCE"),
         paper="2408.07990",
     ),
     Method(

@@ -1,23 +1,27 @@
-"""Compiled MagMax and Consensus TA (numba): one pass over a chunk as stored, bit for bit ``elementwise.py``.
+"""Compiled MagMax, Consensus TA and SCE (numba): one pass over a chunk as stored, bit for bit ``elementwise.py``.
 
 The loops widen ``BLOCK`` elements of the reference and every model at a time (``loops.load_block``),
 compute the merged ``theta_0 + tau*`` with the reference kernel's float32 operations in its order (agents
 0..N-1, sums from zero, no fused multiply-add) and count the update patterns of the overlap histogram
-(|tau_i| > eps) that merge.json reports, as every compiled kernel does.
+(|tau_i| > eps) that merge.json reports, as every compiled kernel does. SCE's weights come from exact sums
+of squares (``square_loop``: the integer buckets of ``elementwise.square_parts``), counted chunk-parallel before
+the merge for a multi-chunk tensor (``SCE.rounds``), by the kernel itself for a one-chunk tensor.
 """
 
 from __future__ import annotations
 
+import math
 from typing import Any
 
 import numpy as np
 import torch
 
 from agentmerge.methods.baselines import agent_values
+from agentmerge.methods.elementwise import SCE_MIN_DENOM, SQUARE_BUCKETS, SQUARE_OFFSET, SceStats, sce_weights
 from agentmerge.methods.fused.jit import BLOCK, jit
 from agentmerge.methods.fused.kernels import f32, output, raw_chunk
 from agentmerge.methods.fused.loops import add_patterns, load_block
-from agentmerge.methods.spec import ChunkSpec, Compiled, CompiledResult
+from agentmerge.methods.spec import ChunkSpec, Compiled, CompiledResult, Rounds
 
 
 @jit
@@ -110,5 +114,104 @@ def consensus(
     return CompiledResult(merged, torch.from_numpy(patterns), not bad)
 
 
+@jit
+def square_loop(ref: Any, models: Any, shift: int, parts: Any) -> bool:
+    """``parts [N, SQUARE_BUCKETS, 2] +=`` the limbs of each nonzero ``tau_i^2 = M 2^(e - 53)``; True if non-finite."""
+    n, e = models.shape
+    bits = np.empty((n + 1, BLOCK), np.uint32)
+    vals = bits.view(np.float32)
+    bad = False
+    for lo in range(0, e, BLOCK):
+        hi = min(lo + BLOCK, e)
+        bad |= load_block(ref, models, lo, hi, shift, bits)
+        if bad:
+            return True
+        for i in range(n):
+            for j in range(hi - lo):
+                t = np.float64(vals[i + 1, j] - vals[0, j])
+                if t != 0.0:
+                    m, x = math.frexp(t * t)
+                    big = np.int64(m * 9007199254740992.0)  # 2**53: exact
+                    parts[i, x + SQUARE_OFFSET, 0] += big >> 26
+                    parts[i, x + SQUARE_OFFSET, 1] += big & 67108863  # 2**26 - 1
+    return bad
+
+
+@jit
+def sce_loop(ref: Any, models: Any, shift: int, eps: float, w: Any, floor: Any, out: Any, patterns: Any) -> bool:
+    """``out = ref + sum_i w_i e_i tau_i / max(sum_i w_i e_i, floor)``, e_i: sign(tau_i) = the elected sign."""
+    n, e = models.shape
+    eps32 = np.float32(eps)
+    bits = np.empty((n + 1, BLOCK), np.uint32)
+    vals = bits.view(np.float32)
+    total, num, den = np.empty(BLOCK, np.float32), np.empty(BLOCK, np.float32), np.empty(BLOCK, np.float32)
+    code = np.empty(BLOCK, np.int32)
+    tally = np.zeros((4, patterns.shape[0]), np.int64)
+    bad = False
+    for lo in range(0, e, BLOCK):
+        hi = min(lo + BLOCK, e)
+        m = hi - lo
+        bad |= load_block(ref, models, lo, hi, shift, bits)
+        total[:] = 0.0
+        num[:] = 0.0
+        den[:] = 0.0
+        code[:] = 0
+        for i in range(n):
+            for j in range(m):
+                t = vals[i + 1, j] - vals[0, j]
+                total[j] += t
+                code[j] |= np.int32(abs(t) > eps32) << i
+        for i in range(n):
+            wi = w[i]
+            for j in range(m):
+                t = vals[i + 1, j] - vals[0, j]
+                elected = np.float32(1.0) if total[j] >= np.float32(0.0) else np.float32(-1.0)
+                erased = wi if t * elected > np.float32(0.0) else np.float32(0.0)
+                num[j] += t * erased
+                den[j] += erased
+        for j in range(m):
+            out[lo + j] = vals[0, j] + num[j] / max(den[j], floor)
+        add_patterns(code, m, tally)
+    patterns += tally.sum(axis=0)
+    return bad
+
+
+def square_counts(ref: torch.Tensor, models: torch.Tensor, spec: ChunkSpec, state: Any) -> tuple[torch.Tensor, bool]:
+    """One chunk's exact square buckets (a round of ``SCE.rounds``)."""
+    raw = raw_chunk(ref, models)
+    parts = np.zeros((raw.models.shape[0], SQUARE_BUCKETS, 2), np.int64)
+    bad = square_loop(raw.ref, raw.models, raw.shift, parts)
+    return torch.from_numpy(parts), not bad
+
+
+def sce(ref: torch.Tensor, models: torch.Tensor, spec: ChunkSpec, out: torch.Tensor | None = None) -> CompiledResult:
+    """SCE over one chunk (``elementwise.sce`` at select_topk 1): weights from the rounds, or from this chunk."""
+    raw = raw_chunk(ref, models)
+    merged, patterns = output(raw, out)
+    stats = spec.stats.prepared
+    if stats is None:
+        parts, finite = square_counts(ref, models, spec, None)
+        if not finite:
+            return CompiledResult(merged, torch.from_numpy(patterns), False)
+        stats = SceStats(None, sce_weights(parts, raw.models.shape[1]))
+    w = stats.weights.float().numpy()
+    floor = np.float32(SCE_MIN_DENOM)
+    bad = sce_loop(raw.ref, raw.models, raw.shift, spec.eps, w, floor, merged.numpy(), patterns)
+    return CompiledResult(merged, torch.from_numpy(patterns), not bad)
+
+
+def _settle(total: torch.Tensor, spec: ChunkSpec, state: Any) -> SceStats:
+    return SceStats(None, sce_weights(total, spec.stop - spec.start))
+
+
 MAGMAX = Compiled(magmax)
 CONSENSUS = Compiled(consensus)
+SCE = Compiled(
+    sce,
+    Rounds(
+        wanted=lambda spec: True,
+        count=square_counts,
+        settle=_settle,
+        done=lambda state: isinstance(state, SceStats),
+    ),
+)
