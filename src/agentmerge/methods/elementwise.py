@@ -42,7 +42,7 @@ from fractions import Fraction
 
 import torch
 
-from agentmerge.methods.baselines import chunk_values
+from agentmerge.methods.baselines import SLICE, chunk_values
 from agentmerge.methods.deltas import sum_agents
 from agentmerge.methods.spec import Chunk, TensorSource
 from agentmerge.methods.stats import kth_direct, kth_streamed
@@ -158,12 +158,13 @@ def square_parts(tau: torch.Tensor) -> torch.Tensor:
     """``[N, E]`` float32 -> ``[N, SQUARE_BUCKETS, 2]`` int64: per agent and exponent e of ``tau^2 = M 2^(e - 53)``,
     the sums of the upper and lower limbs of the integer M. Exact (integers), so any chunking, order or thread
     count adds up to the same sums; ``fused.field.square_loop`` counts the same buckets."""
-    m, e = torch.frexp(tau.double().square())
-    big = (m * 2.0**53).long()
-    idx = (e + SQUARE_OFFSET).long()
     out = torch.zeros(tau.shape[0], SQUARE_BUCKETS, 2, dtype=torch.int64)
-    out[:, :, 0].scatter_add_(1, idx, big >> _LIMB)
-    out[:, :, 1].scatter_add_(1, idx, big & ((1 << _LIMB) - 1))
+    for s in range(0, tau.shape[1], SLICE):  # slices bound the int64 / float64 temporaries
+        m, e = torch.frexp(tau[:, s : s + SLICE].double().square())
+        big = (m * 2.0**53).long()
+        idx = (e + SQUARE_OFFSET).long()
+        out[:, :, 0].scatter_add_(1, idx, big >> _LIMB)
+        out[:, :, 1].scatter_add_(1, idx, big & ((1 << _LIMB) - 1))
     return out
 
 
