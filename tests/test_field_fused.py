@@ -22,6 +22,11 @@ CASES: list[tuple[str, dict[str, Any]]] = [
     ("consensus", {"k": 1, "tall_lambda": 0.2, "lambda": 1.1}),
     ("consensus", {"k": 9}),
     ("sce", {}),
+    ("karcher", {}),
+    ("karcher", {"max_iter": 2}),
+    ("multislerp", {}),
+    ("multislerp", {"normalize_weights": False}),
+    ("nuslerp", {}),
 ]
 
 
@@ -43,11 +48,14 @@ def inputs(n: int, e: int, dtype: torch.dtype, seed: int) -> tuple[torch.Tensor,
 @pytest.mark.parametrize("n", [1, 2, 3, 5])
 @pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float32, torch.float16])
 def test_compiled_equals_reference_bit_for_bit(method: str, params: dict[str, Any], n: int, dtype: torch.dtype) -> None:
+    if method == "nuslerp":
+        n = 2
     e = 2 * BLOCK + 99
     ref, models = inputs(n, e, dtype, seed=n)
     full = {**METHODS[method].defaults(), **params}
     mp = tuple({**full, "tall_lambda": 0.3 + 0.1 * i} for i in range(n)) if method == "consensus" else ()
-    spec = ChunkSpec(name="t", start=0, stop=e, params=full, weights=torch.ones(n), shape=(e,), model_params=mp)
+    weights = torch.linspace(0.5, 2.0, n) if METHODS[method].uses_weights else torch.ones(n)
+    spec = ChunkSpec(name="t", start=0, stop=e, params=full, weights=weights, shape=(e,), model_params=mp)
     compiled = METHODS[method].compiled
     assert compiled is not None
     result = compiled.kernel(ref, models, spec)
@@ -87,7 +95,8 @@ def test_exact_square_sums() -> None:
     """``square_parts`` adds tau^2 exactly, in any order; the compiled count gives the same buckets."""
     from fractions import Fraction
 
-    from agentmerge.methods.elementwise import square_parts, square_sums
+    from agentmerge.methods.elementwise import square_parts
+    from agentmerge.methods.exactsum import value
     from agentmerge.methods.fused.field import square_counts
 
     ref, models = inputs(3, 3 * BLOCK + 5, torch.float32, seed=9)
@@ -95,8 +104,42 @@ def test_exact_square_sums() -> None:
     tau = task_vectors(ref, models)
     want = [sum((Fraction(float(x)) ** 2 for x in row.tolist()), Fraction(0)) for row in tau]
     parts = square_parts(tau)
-    assert square_sums(parts) == want
-    assert square_sums(square_parts(tau[:, :1000]) + square_parts(tau[:, 1000:])) == want
+    assert [value(row) for row in parts] == want
+    assert [value(row) for row in square_parts(tau[:, :1000]) + square_parts(tau[:, 1000:])] == want
     if available():
         counted, finite = square_counts(ref, models, None, None)  # type: ignore[arg-type]
         assert finite and torch.equal(counted, parts)
+
+
+@pytest.mark.skipif(not available(), reason="numba not installed")
+@pytest.mark.parametrize("method", ["multislerp", "nuslerp"])
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float32])
+def test_compiled_spherical_without_a_base(method: str, dtype: torch.dtype) -> None:
+    """No base: the first model is the reference and the raw weights are interpolated, both paths the same bits."""
+    n = 2 if method == "nuslerp" else 3
+    ref, models = inputs(n, BLOCK + 7, dtype, seed=3)
+    models[0] = ref
+    full = METHODS[method].defaults()
+    spec = ChunkSpec(
+        name="t", start=0, stop=BLOCK + 7, params=full, weights=torch.linspace(1.0, 2.0, n), shape=(BLOCK + 7,),
+        has_base=False,
+    )  # fmt: skip
+    compiled = METHODS[method].compiled
+    assert compiled is not None
+    result = compiled.kernel(ref, models, spec)
+    chunk = Chunk(**{**spec.__dict__, "stats": TensorStats()}, base=ref.float(), tau=task_vectors(ref, models))
+    expected = ref.float() + METHODS[method].kernel(chunk)
+    assert result.merged is not None and torch.equal(result.merged.view(torch.int32), expected.view(torch.int32))
+
+
+def test_exact_gram_is_the_sum_of_products() -> None:
+    from fractions import Fraction
+
+    from agentmerge.methods.exactsum import pairs_of, product_parts, value
+
+    g = torch.Generator().manual_seed(4)
+    v = torch.randn(3, 2000, generator=g) * torch.tensor([[1e-30], [1.0], [1e30]])
+    parts = product_parts(v, pairs_of(3))
+    for row, (a, b) in enumerate(pairs_of(3)):
+        want = sum((Fraction(x) * Fraction(y) for x, y in zip(v[a].tolist(), v[b].tolist(), strict=True)), Fraction(0))
+        assert value(parts[row]) == want

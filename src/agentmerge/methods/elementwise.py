@@ -42,8 +42,9 @@ from fractions import Fraction
 
 import torch
 
-from agentmerge.methods.baselines import SLICE, chunk_values
+from agentmerge.methods.baselines import chunk_values
 from agentmerge.methods.deltas import sum_agents
+from agentmerge.methods.exactsum import product_parts, value
 from agentmerge.methods.spec import Chunk, TensorSource
 from agentmerge.methods.stats import kth_direct, kth_streamed
 
@@ -149,42 +150,16 @@ def sce_selected(tau: torch.Tensor, threshold: float | None) -> torch.Tensor:
     return torch.where(keep, tau, 0.0)
 
 
-SQUARE_BUCKETS = 640  # exponents e of tau^2 = m 2^e (frexp) for nonzero float32 tau: -297 <= e <= 257
-SQUARE_OFFSET = 320
-_LIMB = 26  # tau^2 has at most 48 significant bits: an integer mantissa M = m 2^53 split in two 26/27-bit limbs
-
-
 def square_parts(tau: torch.Tensor) -> torch.Tensor:
-    """``[N, E]`` float32 -> ``[N, SQUARE_BUCKETS, 2]`` int64: per agent and exponent e of ``tau^2 = M 2^(e - 53)``,
-    the sums of the upper and lower limbs of the integer M. Exact (integers), so any chunking, order or thread
-    count adds up to the same sums; ``fused.field.square_loop`` counts the same buckets."""
-    out = torch.zeros(tau.shape[0], SQUARE_BUCKETS, 2, dtype=torch.int64)
-    for s in range(0, tau.shape[1], SLICE):  # slices bound the int64 / float64 temporaries
-        m, e = torch.frexp(tau[:, s : s + SLICE].double().square())
-        big = (m * 2.0**53).long()
-        idx = (e + SQUARE_OFFSET).long()
-        out[:, :, 0].scatter_add_(1, idx, big >> _LIMB)
-        out[:, :, 1].scatter_add_(1, idx, big & ((1 << _LIMB) - 1))
-    return out
-
-
-def square_sums(parts: torch.Tensor) -> list[Fraction]:
-    """The exact ``sum_p tau_i[p]^2`` of each agent from its ``square_parts`` (summed over chunks)."""
-    out = []
-    for agent in parts.tolist():
-        total = sum(
-            ((hi << _LIMB) + lo) * Fraction(2) ** (e - SQUARE_OFFSET - 53)
-            for e, (hi, lo) in enumerate(agent)
-            if hi or lo
-        )
-        out.append(Fraction(total))
-    return out
+    """``[N, E]`` float32 -> ``[N, BUCKETS, 2]`` int64: the exact bucketed sums of each ``tau_i^2``
+    (``exactsum``; any chunking, order or thread count adds up to the same sums)."""
+    return product_parts(tau, [(i, i) for i in range(tau.shape[0])])
 
 
 def sce_weights(parts: torch.Tensor, d: int) -> torch.Tensor:
     """Summed ``square_parts`` of ``d`` elements -> ``[N]`` float32 weights, mergekit's ``sce_weight``: the mean
     squares over their sum, uniform when that sum is below 1e-6 (exact sums, rounded once)."""
-    sums = square_sums(parts)
+    sums = [value(row) for row in parts]
     total = sum(sums, Fraction(0))
     n = len(sums)
     if total / max(d, 1) < SCE_MIN_TOTAL:

@@ -46,6 +46,11 @@ def ff(name: str) -> Lazy:
     return Lazy(f"agentmerge.methods.fused.field:{name}")
 
 
+def fs(name: str) -> Lazy:
+    """A compiled form (``Compiled``) of Karcher, Multi-SLERP or NuSLERP in ``fused/sphere.py``."""
+    return Lazy(f"agentmerge.methods.fused.sphere:{name}")
+
+
 def ew(name: str) -> Lazy:
     """A reference kernel (or hook) of ``elementwise.py`` (MagMax, Consensus, SCE), imported on first use."""
     return Lazy(f"agentmerge.methods.elementwise:{name}")
@@ -373,7 +378,7 @@ _ALL = (
         ),
         needs_base=False,
         prepare=sp("karcher_prepare"),
-        chunk_multiple=STAT_BLOCKS,
+        compiled_at=fs("KARCHER"),
     ),
     Method(
         "multislerp",
@@ -386,14 +391,19 @@ _ALL = (
         uses_weights=True,
         needs_base=False,
         prepare=sp("multislerp_prepare"),
-        chunk_multiple=STAT_BLOCKS,
+        compiled_at=fs("MULTISLERP"),
     ),
     Method(
         "nuslerp",
         "NuSLERP (mergekit): SLERP of two task vectors (with a base) or models, t = w_1 / (w_0 + w_1)",
         sp("nuslerp"),
         (
-            Param("nuslerp_flatten", True, "interpolate each tensor as one vector (false: per row or column)"),
+            Param(
+                "nuslerp_flatten",
+                True,
+                "interpolate each tensor as one vector (false: per row or column)",
+                reference_only=True,
+            ),
             Param("nuslerp_row_wise", False, "without flatten: vectors along dimension 0 (columns), not rows"),
         ),
         uses_weights=True,
@@ -402,6 +412,7 @@ _ALL = (
         needs_base=False,
         prepare=sp("nuslerp_prepare"),
         chunk_multiple=sp("nuslerp_unit"),
+        compiled_at=fs("NUSLERP"),
     ),
 )
 

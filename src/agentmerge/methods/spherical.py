@@ -4,8 +4,9 @@ Each flattens a tensor into one vector per model, x_i, and returns a point of th
 merged tensor is ``sum_j k_j x_j`` with N coefficients ``k_j`` that depend on the x_i only through their
 Gram matrix ``G[i, j] = <x_i, x_j>``. Every step below is mergekit's, written on coefficients (float64)
 instead of on the vectors: a unit vector ``x_i / |x_i|`` is ``e_i / sqrt(G[i, i])``, ``<a, b> = a^T G b``.
-G is exact and chunk-independent (``stats.gram``: float64 block sums), so a multi-chunk tensor (its G from
-``prepare``, one chunk in memory at a time) merges bit for bit like a one-chunk tensor.
+G is the exact dot products rounded once (``exactsum``: integer sums per exponent), so a multi-chunk tensor
+(its G from ``prepare`` or the compiled rounds, one chunk in memory at a time) merges bit for bit like a
+one-chunk tensor, whatever the chunks; ``fused.sphere`` is the compiled twin.
 
 Karcher (mergekit ``karcher``; on the raw weights x_i = theta_i, equal weights a_i = 1/N, any base ignored):
   n_i = |x_i|; the inputs with n_i > tol count, their weights renormalised (a'_i); u = normalised
@@ -37,14 +38,14 @@ The kernels return the merged task vector against the reference (the base, else 
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 
 import torch
 
 from agentmerge.errors import MergeError
 from agentmerge.methods.deltas import sum_agents
+from agentmerge.methods.exactsum import gram, pairs_of, product_parts, vectors_gram
 from agentmerge.methods.spec import Chunk, Params, TensorSource
-from agentmerge.methods.stats import STAT_BLOCK, gram_prepare, tensor_gram
 
 NUSLERP_NORM_FLOOR = 1e-7  # mergekit's clamp of a vector's norm
 NUSLERP_COLINEAR = 1e-8  # |sin(theta)| at most this (1 - cos^2 <= 1e-16): linear interpolation
@@ -69,6 +70,32 @@ def combine(c: Chunk, k: torch.Tensor, raw: bool) -> torch.Tensor:
     if raw:
         delta += c.base * float(k.sum() - 1.0)
     return delta
+
+
+def tensor_gram(c: Chunk, vectors: Callable[[Chunk], torch.Tensor]) -> torch.Tensor:
+    """``[K, K]`` float64 Gram matrix of ``vectors(c)``: from the prepare pass, or from the chunk when it is whole."""
+    if c.stats.prepared is not None:
+        return torch.as_tensor(c.stats.prepared)
+    if not c.whole:
+        raise RuntimeError(f"{c.name}: tensor statistics missing for a partial chunk (prepare was not run)")
+    return vectors_gram(vectors(c))
+
+
+def gram_prepare(vectors: Callable[[Chunk], torch.Tensor]) -> Callable[[TensorSource], torch.Tensor]:
+    """A ``prepare`` hook: the exact Gram matrix of ``vectors(chunk)`` over a multi-chunk tensor."""
+
+    def prepare(source: TensorSource) -> torch.Tensor:
+        parts: torch.Tensor | None = None
+        k = 0
+        for ch in source():
+            v = vectors(ch)
+            k = v.shape[0]
+            counted = product_parts(v, pairs_of(k))
+            parts = counted if parts is None else parts.add_(counted)
+        assert parts is not None
+        return gram(parts, k)
+
+    return prepare
 
 
 def _quad(g: torch.Tensor, a: torch.Tensor, b: torch.Tensor | None = None) -> float:
@@ -194,9 +221,8 @@ def nuslerp_coefficients(s00: torch.Tensor, s11: torch.Tensor, s01: torch.Tensor
 
 
 def nuslerp_unit(shape: tuple[int, ...]) -> int:
-    """Chunks start on whole rows (every mode) and on dot-product blocks (the flattened mode)."""
-    row = math.prod(shape[1:]) if len(shape) >= 2 else math.prod(shape)
-    return math.lcm(STAT_BLOCK, max(1, row))
+    """Chunks hold whole rows (the row and column modes need them; the flattened mode any chunk)."""
+    return max(1, math.prod(shape[1:]) if len(shape) >= 2 else math.prod(shape))
 
 
 def _layout(params: Params, shape: tuple[int, ...]) -> str:

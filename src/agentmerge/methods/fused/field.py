@@ -17,7 +17,8 @@ import numpy as np
 import torch
 
 from agentmerge.methods.baselines import agent_values
-from agentmerge.methods.elementwise import SCE_MIN_DENOM, SQUARE_BUCKETS, SQUARE_OFFSET, SceStats, sce_weights
+from agentmerge.methods.elementwise import SCE_MIN_DENOM, SceStats, sce_weights
+from agentmerge.methods.exactsum import BUCKETS, OFFSET
 from agentmerge.methods.fused.jit import BLOCK, jit
 from agentmerge.methods.fused.kernels import f32, output, raw_chunk
 from agentmerge.methods.fused.loops import add_patterns, load_block
@@ -116,7 +117,7 @@ def consensus(
 
 @jit
 def square_loop(ref: Any, models: Any, shift: int, parts: Any) -> bool:
-    """``parts [N, SQUARE_BUCKETS, 2] +=`` the limbs of each nonzero ``tau_i^2 = M 2^(e - 53)``; True if non-finite."""
+    """``parts [N, BUCKETS, 2] +=`` the limbs of each nonzero ``tau_i^2 = M 2^(e - 53)``; True if non-finite."""
     n, e = models.shape
     bits = np.empty((n + 1, BLOCK), np.uint32)
     vals = bits.view(np.float32)
@@ -132,8 +133,8 @@ def square_loop(ref: Any, models: Any, shift: int, parts: Any) -> bool:
                 if t != 0.0:
                     m, x = math.frexp(t * t)
                     big = np.int64(m * 9007199254740992.0)  # 2**53: exact
-                    parts[i, x + SQUARE_OFFSET, 0] += big >> 26
-                    parts[i, x + SQUARE_OFFSET, 1] += big & 67108863  # 2**26 - 1
+                    parts[i, x + OFFSET, 0] += big >> 26
+                    parts[i, x + OFFSET, 1] += big & 67108863  # 2**26 - 1
     return bad
 
 
@@ -179,7 +180,7 @@ def sce_loop(ref: Any, models: Any, shift: int, eps: float, w: Any, floor: Any, 
 def square_counts(ref: torch.Tensor, models: torch.Tensor, spec: ChunkSpec, state: Any) -> tuple[torch.Tensor, bool]:
     """One chunk's exact square buckets (a round of ``SCE.rounds``)."""
     raw = raw_chunk(ref, models)
-    parts = np.zeros((raw.models.shape[0], SQUARE_BUCKETS, 2), np.int64)
+    parts = np.zeros((raw.models.shape[0], BUCKETS, 2), np.int64)
     bad = square_loop(raw.ref, raw.models, raw.shift, parts)
     return torch.from_numpy(parts), not bad
 
