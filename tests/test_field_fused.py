@@ -92,7 +92,7 @@ def test_compiled_block_dot_products_are_the_torch_bits(k: int, e: int) -> None:
 
 
 def test_exact_square_sums() -> None:
-    """``square_parts`` adds tau^2 exactly, in any order; the compiled count gives the same buckets."""
+    """``square_parts`` adds the block sums of tau^2 exactly, in any order; the compiled count: the same buckets."""
     from fractions import Fraction
 
     from agentmerge.methods.elementwise import square_parts
@@ -102,10 +102,11 @@ def test_exact_square_sums() -> None:
     ref, models = inputs(3, 3 * BLOCK + 5, torch.float32, seed=9)
     models[0, :4] = torch.tensor([1e-38, -3e38, 1.5e-45, 7.0])
     tau = task_vectors(ref, models)
-    want = [sum((Fraction(float(x)) ** 2 for x in row.tolist()), Fraction(0)) for row in tau]
-    parts = square_parts(tau)
+    blocks = torch.stack([stats.block_sums(r.double() * r.double(), 0) for r in tau])
+    want = [sum((Fraction(x) for x in row.tolist()), Fraction(0)) for row in blocks]
+    parts = square_parts(tau, 0)
     assert [value(row) for row in parts] == want
-    assert [value(row) for row in square_parts(tau[:, :1000]) + square_parts(tau[:, 1000:])] == want
+    assert [value(row) for row in square_parts(tau[:, :1024], 0) + square_parts(tau[:, 1024:], 1024)] == want
     if available():
         counted, finite = square_counts(ref, models, None, None)  # type: ignore[arg-type]
         assert finite and torch.equal(counted, parts)
@@ -132,14 +133,16 @@ def test_compiled_spherical_without_a_base(method: str, dtype: torch.dtype) -> N
     assert result.merged is not None and torch.equal(result.merged.view(torch.int32), expected.view(torch.int32))
 
 
-def test_exact_gram_is_the_sum_of_products() -> None:
+def test_exact_gram_adds_the_block_sums_exactly() -> None:
     from fractions import Fraction
 
     from agentmerge.methods.exactsum import pairs_of, product_parts, value
 
     g = torch.Generator().manual_seed(4)
-    v = torch.randn(3, 2000, generator=g) * torch.tensor([[1e-30], [1.0], [1e30]])
-    parts = product_parts(v, pairs_of(3))
+    v = torch.randn(3, 5000, generator=g) * torch.tensor([[1e-30], [1.0], [1e30]])
+    parts = product_parts(v, pairs_of(3), 0)
+    split = product_parts(v[:, :2048], pairs_of(3), 0) + product_parts(v[:, 2048:], pairs_of(3), 2048)
+    assert torch.equal(parts, split)
     for row, (a, b) in enumerate(pairs_of(3)):
-        want = sum((Fraction(x) * Fraction(y) for x, y in zip(v[a].tolist(), v[b].tolist(), strict=True)), Fraction(0))
-        assert value(parts[row]) == want
+        blocks = stats.block_sums(v[a].double() * v[b].double(), 0)
+        assert value(parts[row]) == sum((Fraction(x) for x in blocks.tolist()), Fraction(0))

@@ -29,8 +29,9 @@ SCE (FuseChat, arXiv 2408.07990; mergekit ``sce``): with ``d`` elements in the t
 
 SCE's weights and selection threshold are whole-tensor statistics: a one-chunk tensor's kernel computes
 them from its chunk, a multi-chunk tensor's come from ``sce_prepare`` (or, compiled, from chunk-parallel
-rounds): the sums of squares are exact (integer mantissa sums per exponent, ``square_parts``) and the k-th
-variance is the exact streamed value of ``agentmerge.stats``, so results do not depend on chunking.
+rounds): the sums of squares are fixed-block float64 sums added exactly (``exactsum``; chunks start on a
+block) and the k-th variance is the exact streamed value of ``agentmerge.stats``, so results do not depend
+on chunking.
 """
 
 from __future__ import annotations
@@ -150,10 +151,10 @@ def sce_selected(tau: torch.Tensor, threshold: float | None) -> torch.Tensor:
     return torch.where(keep, tau, 0.0)
 
 
-def square_parts(tau: torch.Tensor) -> torch.Tensor:
-    """``[N, E]`` float32 -> ``[N, BUCKETS, 2]`` int64: the exact bucketed sums of each ``tau_i^2``
-    (``exactsum``; any chunking, order or thread count adds up to the same sums)."""
-    return product_parts(tau, [(i, i) for i in range(tau.shape[0])])
+def square_parts(tau: torch.Tensor, start: int) -> torch.Tensor:
+    """``[N, E]`` float32 from element ``start`` (a block boundary) -> ``[N, BUCKETS, 2]`` int64: the bucketed
+    block sums of each ``tau_i^2`` (``exactsum``; any chunking, order or thread count adds up the same)."""
+    return product_parts(tau, [(i, i) for i in range(tau.shape[0])], start)
 
 
 def sce_weights(parts: torch.Tensor, d: int) -> torch.Tensor:
@@ -171,7 +172,9 @@ def sce_prepare(source: TensorSource) -> SceStats:
     """SCE's statistics of a multi-chunk tensor: the variance threshold (its own passes), then the weights."""
     topk = float(source.params["select_topk"])
     threshold = _var_threshold_streamed(source, topk)
-    parts = sum((square_parts(sce_selected(ch.tau, threshold)) for ch in source()), torch.zeros((), dtype=torch.int64))
+    parts = sum(
+        (square_parts(sce_selected(ch.tau, threshold), ch.start) for ch in source()), torch.zeros((), dtype=torch.int64)
+    )
     return SceStats(threshold, sce_weights(parts, math.prod(source.shape)))
 
 
@@ -182,7 +185,7 @@ def _sce_stats(c: Chunk) -> SceStats:
     if not c.whole:
         raise RuntimeError(f"{c.name}: SCE's tensor statistics missing for a partial chunk (prepare was not run)")
     threshold = _var_threshold_whole(sce_variance(c.tau), float(c.params["select_topk"]))
-    return SceStats(threshold, sce_weights(square_parts(sce_selected(c.tau, threshold)), c.tau.shape[1]))
+    return SceStats(threshold, sce_weights(square_parts(sce_selected(c.tau, threshold), c.start), c.tau.shape[1]))
 
 
 def sce(c: Chunk) -> torch.Tensor:

@@ -365,6 +365,7 @@ _ALL = (
             ),
         ),
         prepare=ew("sce_prepare"),
+        chunk_multiple=STAT_BLOCKS,
         compiled_at=ff("SCE"),
         paper="2408.07990",
     ),
@@ -378,6 +379,7 @@ _ALL = (
         ),
         needs_base=False,
         prepare=sp("karcher_prepare"),
+        chunk_multiple=STAT_BLOCKS,
         compiled_at=fs("KARCHER"),
     ),
     Method(
@@ -391,6 +393,7 @@ _ALL = (
         uses_weights=True,
         needs_base=False,
         prepare=sp("multislerp_prepare"),
+        chunk_multiple=STAT_BLOCKS,
         compiled_at=fs("MULTISLERP"),
     ),
     Method(

@@ -4,7 +4,7 @@ Each flattens a tensor into one vector per model, x_i, and returns a point of th
 merged tensor is ``sum_j k_j x_j`` with N coefficients ``k_j`` that depend on the x_i only through their
 Gram matrix ``G[i, j] = <x_i, x_j>``. Every step below is mergekit's, written on coefficients (float64)
 instead of on the vectors: a unit vector ``x_i / |x_i|`` is ``e_i / sqrt(G[i, i])``, ``<a, b> = a^T G b``.
-G is the exact dot products rounded once (``exactsum``: integer sums per exponent), so a multi-chunk tensor
+G is fixed-block float64 dot products added exactly and rounded once (``exactsum``), so a multi-chunk tensor
 (its G from ``prepare`` or the compiled rounds, one chunk in memory at a time) merges bit for bit like a
 one-chunk tensor, whatever the chunks; ``fused.sphere`` is the compiled twin.
 
@@ -46,6 +46,7 @@ from agentmerge.errors import MergeError
 from agentmerge.methods.deltas import sum_agents
 from agentmerge.methods.exactsum import gram, pairs_of, product_parts, vectors_gram
 from agentmerge.methods.spec import Chunk, Params, TensorSource
+from agentmerge.methods.stats import STAT_BLOCK
 
 NUSLERP_NORM_FLOOR = 1e-7  # mergekit's clamp of a vector's norm
 NUSLERP_COLINEAR = 1e-8  # |sin(theta)| at most this (1 - cos^2 <= 1e-16): linear interpolation
@@ -90,7 +91,7 @@ def gram_prepare(vectors: Callable[[Chunk], torch.Tensor]) -> Callable[[TensorSo
         for ch in source():
             v = vectors(ch)
             k = v.shape[0]
-            counted = product_parts(v, pairs_of(k))
+            counted = product_parts(v, pairs_of(k), ch.start)
             parts = counted if parts is None else parts.add_(counted)
         assert parts is not None
         return gram(parts, k)
@@ -221,8 +222,9 @@ def nuslerp_coefficients(s00: torch.Tensor, s11: torch.Tensor, s01: torch.Tensor
 
 
 def nuslerp_unit(shape: tuple[int, ...]) -> int:
-    """Chunks hold whole rows (the row and column modes need them; the flattened mode any chunk)."""
-    return max(1, math.prod(shape[1:]) if len(shape) >= 2 else math.prod(shape))
+    """Chunks start on whole rows (the row and column modes) and on dot-product blocks (the flattened mode)."""
+    row = math.prod(shape[1:]) if len(shape) >= 2 else math.prod(shape)
+    return math.lcm(STAT_BLOCK, max(1, row))
 
 
 def _layout(params: Params, shape: tuple[int, ...]) -> str:

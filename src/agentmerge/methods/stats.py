@@ -233,6 +233,11 @@ def _dot_blocks(vectors: torch.Tensor, start: int) -> torch.Tensor:
     return _dot_blocks_torch(vectors, start)
 
 
+def block_products(vectors: torch.Tensor, start: int) -> torch.Tensor:
+    """``[K, E]`` float32 starting at a block boundary -> ``[K, K, nb]`` float64 block sums of every product."""
+    return _dot_blocks(vectors, start)
+
+
 def square_blocks(vectors: torch.Tensor, start: int) -> torch.Tensor:
     """``[K, E]`` float32 -> ``[K, nb]`` float64 block sums of each ``v_a * v_a`` (``block_sums`` per row)."""
     if available():

@@ -4,13 +4,13 @@ The loops widen ``BLOCK`` elements of the reference and every model at a time (`
 compute the merged ``theta_0 + tau*`` with the reference kernel's float32 operations in its order (agents
 0..N-1, sums from zero, no fused multiply-add) and count the update patterns of the overlap histogram
 (|tau_i| > eps) that merge.json reports, as every compiled kernel does. SCE's weights come from exact sums
-of squares (``square_loop``: the integer buckets of ``elementwise.square_parts``), counted chunk-parallel before
-the merge for a multi-chunk tensor (``SCE.rounds``), by the kernel itself for a one-chunk tensor.
+of squares (``square_loop``: the block sums and integer buckets of ``elementwise.square_parts``), counted
+chunk-parallel before the merge for a multi-chunk tensor (``SCE.rounds``), by the kernel itself for a
+one-chunk tensor.
 """
 
 from __future__ import annotations
 
-import math
 from typing import Any
 
 import numpy as np
@@ -19,10 +19,12 @@ import torch
 from agentmerge.methods.baselines import agent_values
 from agentmerge.methods.elementwise import SCE_MIN_DENOM, SceStats, sce_weights
 from agentmerge.methods.exactsum import BUCKETS, OFFSET
+from agentmerge.methods.fused.gram import add_bucket, halved
 from agentmerge.methods.fused.jit import BLOCK, jit
 from agentmerge.methods.fused.kernels import f32, output, raw_chunk
 from agentmerge.methods.fused.loops import add_patterns, load_block
 from agentmerge.methods.spec import ChunkSpec, Compiled, CompiledResult, Rounds
+from agentmerge.methods.stats import STAT_BLOCK
 
 
 @jit
@@ -116,26 +118,23 @@ def consensus(
 
 
 @jit
-def square_loop(ref: Any, models: Any, shift: int, parts: Any) -> bool:
-    """``parts [N, BUCKETS, 2] +=`` the limbs of each nonzero ``tau_i^2 = M 2^(e - 53)``; True if non-finite."""
+def square_loop(ref: Any, models: Any, shift: int, block: int, parts: Any) -> bool:
+    """``parts [N, BUCKETS, 2] +=`` the buckets of each ``block``-element sum of ``tau_i^2`` (``exactsum``);
+    True if an input is not finite."""
     n, e = models.shape
-    bits = np.empty((n + 1, BLOCK), np.uint32)
+    bits = np.empty((n + 1, block), np.uint32)
     vals = bits.view(np.float32)
-    bad = False
-    for lo in range(0, e, BLOCK):
-        hi = min(lo + BLOCK, e)
-        bad |= load_block(ref, models, lo, hi, shift, bits)
-        if bad:
+    buf = np.empty(block, np.float64)
+    for lo in range(0, e, block):
+        hi = min(lo + block, e)
+        if load_block(ref, models, lo, hi, shift, bits):
             return True
         for i in range(n):
             for j in range(hi - lo):
                 t = np.float64(vals[i + 1, j] - vals[0, j])
-                if t != 0.0:
-                    m, x = math.frexp(t * t)
-                    big = np.int64(m * 9007199254740992.0)  # 2**53: exact
-                    parts[i, x + OFFSET, 0] += big >> 26
-                    parts[i, x + OFFSET, 1] += big & 67108863  # 2**26 - 1
-    return bad
+                buf[j] = t * t
+            add_bucket(parts, i, halved(buf, hi - lo, block), OFFSET)
+    return False
 
 
 @jit
@@ -181,7 +180,7 @@ def square_counts(ref: torch.Tensor, models: torch.Tensor, spec: ChunkSpec, stat
     """One chunk's exact square buckets (a round of ``SCE.rounds``)."""
     raw = raw_chunk(ref, models)
     parts = np.zeros((raw.models.shape[0], BUCKETS, 2), np.int64)
-    bad = square_loop(raw.ref, raw.models, raw.shift, parts)
+    bad = square_loop(raw.ref, raw.models, raw.shift, STAT_BLOCK, parts)
     return torch.from_numpy(parts), not bad
 
 

@@ -8,6 +8,7 @@ h = 512, 256, ..., 1), the order ``stats.block_sums`` uses, so the sums are the 
 
 from __future__ import annotations
 
+import math
 from typing import Any
 
 import numpy as np
@@ -47,3 +48,26 @@ def dot_blocks(vectors: torch.Tensor, block: int, diagonal: bool = False) -> tor
     out = np.zeros((k, k, -(-e // block)), np.float64)
     dot_blocks_loop(vectors.float().contiguous().numpy(), block, diagonal, out)
     return torch.from_numpy(out)
+
+
+@jit
+def halved(buf: Any, m: int, block: int) -> float:
+    """The pairwise-halved sum of ``buf[:m]`` zero-padded to ``block`` (``stats.block_sums``'s order)."""
+    for j in range(m, block):
+        buf[j] = 0.0
+    h = block
+    while h > 1:
+        h //= 2
+        for j in range(h):
+            buf[j] = buf[j] + buf[j + h]
+    return float(buf[0])
+
+
+@jit
+def add_bucket(parts: Any, row: int, s: float, offset: int) -> None:
+    """``parts[row]`` += the limbs of the float64 ``s = M 2^(e - 53)`` in bucket ``e + offset`` (``exactsum``)."""
+    if s != 0.0:
+        m, e = math.frexp(s)
+        big = np.int64(m * 9007199254740992.0)  # 2**53: exact
+        parts[row, e + offset, 0] += big >> 26
+        parts[row, e + offset, 1] += big & 67108863  # 2**26 - 1

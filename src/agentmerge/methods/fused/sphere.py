@@ -1,7 +1,7 @@
 """Compiled Karcher, Multi-SLERP and NuSLERP (numba), bit for bit ``spherical.py``.
 
-A multi-chunk tensor's Gram matrix is counted chunk-parallel before the merge (``Rounds``: the integer
-buckets of ``exactsum``, which add up the same in any order), a one-chunk tensor's by the kernel itself; the
+A multi-chunk tensor's Gram matrix is counted chunk-parallel before the merge (``Rounds``: the block sums
+and integer buckets of ``exactsum``, which add up the same in any order), a one-chunk tensor's by the kernel itself; the
 N coefficients come from the Gram matrix exactly as in ``spherical.py`` (the same Python code), and one pass
 then writes ``theta_0 + sum_j k_j tau_j (+ (sum_j k_j - 1) theta_0 on raw weights)`` with the reference
 kernel's float32 operations in its order, and counts the update patterns as every compiled kernel does.
@@ -10,7 +10,6 @@ NuSLERP's row and column modes run on the reference kernels (``nuslerp_flatten``
 
 from __future__ import annotations
 
-import math
 from collections.abc import Callable
 from typing import Any
 
@@ -18,6 +17,7 @@ import numpy as np
 import torch
 
 from agentmerge.methods.exactsum import BUCKETS, OFFSET, gram, pairs_of
+from agentmerge.methods.fused.gram import add_bucket, halved
 from agentmerge.methods.fused.jit import BLOCK, jit
 from agentmerge.methods.fused.kernels import output, raw_chunk
 from agentmerge.methods.fused.loops import add_patterns, load_block
@@ -29,18 +29,21 @@ from agentmerge.methods.spherical import (
     nuslerp_coefficients,
     nuslerp_t,
 )
+from agentmerge.methods.stats import STAT_BLOCK
 
 
 @jit
-def gram_loop(ref: Any, models: Any, shift: int, raw: bool, pa: Any, pb: Any, parts: Any) -> bool:
-    """``parts [P, BUCKETS, 2] +=`` the limbs of ``x_a * x_b`` per pair (pa[p], pb[p]); x_i = tau_i, or the raw
-    weights ``theta_0 + tau_i`` (float32, as the reference computes them); True if an input is not finite."""
+def gram_loop(ref: Any, models: Any, shift: int, raw: bool, pa: Any, pb: Any, block: int, parts: Any) -> bool:
+    """``parts [P, BUCKETS, 2] +=`` the buckets of each ``block``-element sum of ``x_a * x_b`` per pair (pa[p],
+    pb[p]); x_i = tau_i, or the raw weights ``theta_0 + tau_i`` (float32, as the reference computes them).
+    True if an input is not finite."""
     n, e = models.shape
-    bits = np.empty((n + 1, BLOCK), np.uint32)
+    bits = np.empty((n + 1, block), np.uint32)
     vals = bits.view(np.float32)
-    x = np.empty((n, BLOCK), np.float64)
-    for lo in range(0, e, BLOCK):
-        hi = min(lo + BLOCK, e)
+    x = np.empty((n, block), np.float64)
+    buf = np.empty(block, np.float64)
+    for lo in range(0, e, block):
+        hi = min(lo + block, e)
         if load_block(ref, models, lo, hi, shift, bits):
             return True
         for i in range(n):
@@ -50,12 +53,8 @@ def gram_loop(ref: Any, models: Any, shift: int, raw: bool, pa: Any, pb: Any, pa
         for p in range(pa.shape[0]):
             a, b = pa[p], pb[p]
             for j in range(hi - lo):
-                prod = x[a, j] * x[b, j]
-                if prod != 0.0:
-                    m, ex = math.frexp(prod)
-                    big = np.int64(m * 9007199254740992.0)  # 2**53: exact
-                    parts[p, ex + OFFSET, 0] += big >> 26
-                    parts[p, ex + OFFSET, 1] += big & 67108863  # 2**26 - 1
+                buf[j] = x[a, j] * x[b, j]
+            add_bucket(parts, p, halved(buf, hi - lo, block), OFFSET)
     return False
 
 
@@ -131,7 +130,7 @@ def gram_counts(method: str) -> Callable[[torch.Tensor, torch.Tensor, ChunkSpec,
         pa = np.array([a for a, _ in pairs], np.int64)
         pb = np.array([b for _, b in pairs], np.int64)
         parts = np.zeros((len(pairs), BUCKETS, 2), np.int64)
-        bad = gram_loop(raw.ref, raw.models, raw.shift, _raw_space(method, spec), pa, pb, parts)
+        bad = gram_loop(raw.ref, raw.models, raw.shift, _raw_space(method, spec), pa, pb, STAT_BLOCK, parts)
         return torch.from_numpy(parts), not bad
 
     return count
