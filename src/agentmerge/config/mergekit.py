@@ -1,7 +1,7 @@
 """Read mergekit YAML configs: translate them into agentmerge's native config, or refuse clearly.
 
 A mergekit config is recognised by its ``merge_method`` key. The translation covers the methods both
-tools have (``registry.MERGEKIT``), top-level and per-model ``parameters`` (plain values, and filtered
+tools have (``mergekit_names.MERGEKIT``), top-level and per-model ``parameters`` (plain values, and filtered
 values for global parameters, which become ``overrides``), ``base_model``, ``dtype`` / ``out_dtype``
 and ``tokenizer_source``; model references (``org/name@rev`` and ``{path, revision}`` become our
 ``org/name@rev``, ``model+lora`` our ``MODEL+ADAPTER``). Everything else (``slices``, ``modules``,
@@ -22,10 +22,11 @@ from typing import Any
 
 import yaml
 
+from agentmerge.config.mergekit_names import MERGEKIT, MERGEKIT_WITHOUT_COUNTERPART, MethodMap, Scalar
 from agentmerge.config.userinput import did_you_mean, read_yaml
 from agentmerge.errors import ConfigError
 from agentmerge.io.hubref import split_revision
-from agentmerge.methods.registry import MERGEKIT, MERGEKIT_WITHOUT_COUNTERPART, METHODS, MethodMap, Scalar
+from agentmerge.methods.registry import METHODS
 from agentmerge.methods.spec import Method
 
 TOP_KEYS = (
