@@ -99,7 +99,7 @@ def test_no_import_circles() -> None:
 
 def test_probe_dry_run_and_streaming_do_not_import_the_driver() -> None:
     graph = import_graph()
-    for name in ("probe", "dryrun", "stream", "plan", "report"):
+    for name in ("probe", "dryrun", "inputs", "parallel", "caches", "counting", "plan", "report"):
         mod = f"agentmerge.engine.{name}"
         assert "agentmerge.engine.merge" not in graph[mod], mod
 

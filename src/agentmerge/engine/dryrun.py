@@ -15,10 +15,10 @@ from pathlib import Path
 from typing import Any
 
 from agentmerge.config.schema import MergeConfig, input_refs
+from agentmerge.engine.inputs import Inputs
 from agentmerge.engine.plan import make_plan, planned_tensors
 from agentmerge.engine.report import input_lines
 from agentmerge.engine.sources import output_sources
-from agentmerge.engine.stream import Inputs
 from agentmerge.io.checkpoint import Readable, plan_shards
 from agentmerge.io.safety import check_output_target, check_writable_parent
 from agentmerge.io.validate import check_tokenizer_source

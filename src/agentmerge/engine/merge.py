@@ -23,19 +23,13 @@ import torch
 from tqdm import tqdm
 
 from agentmerge.config.schema import MergeConfig, input_refs
+from agentmerge.engine.counting import mask_levels, overlap_stats, run_rounds
+from agentmerge.engine.inputs import Inputs, Scratch
+from agentmerge.engine.parallel import run_parallel, torch_threads
 from agentmerge.engine.plan import MergePlan, TensorJob, make_plan, planned_tensors
 from agentmerge.engine.provenance import MergeResult, record_text, reproducibility_record
 from agentmerge.engine.report import model_card
 from agentmerge.engine.sources import OutputSources, output_sources
-from agentmerge.engine.stream import (
-    Inputs,
-    Scratch,
-    mask_levels,
-    overlap_stats,
-    run_parallel,
-    run_rounds,
-    torch_threads,
-)
 from agentmerge.io.checkpoint import ShardWriter, atomic_output_dir, finish_model_files, plan_shards
 from agentmerge.io.digests import InputDigests, hash_mode
 from agentmerge.io.safety import check_output_target

@@ -28,8 +28,10 @@ from typing import Any
 
 import torch
 
+from agentmerge.engine.counting import mask_levels, overlap_stats
+from agentmerge.engine.inputs import Inputs
+from agentmerge.engine.parallel import torch_threads
 from agentmerge.engine.plan import resolve_mask
-from agentmerge.engine.stream import Inputs, mask_levels, overlap_stats, torch_threads
 from agentmerge.io.checkpoint import Readable
 from agentmerge.methods.deltas import rho_from_histogram
 from agentmerge.methods.groups import layer_of, module_type

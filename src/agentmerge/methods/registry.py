@@ -155,7 +155,7 @@ _ALL = (
         ),
         validate=check_mask,
         model_inputs=("fisher",),
-        model_pass=Lazy("agentmerge.engine.stream:fisher_mass_pass"),
+        model_pass=Lazy("agentmerge.engine.counting:fisher_mass_pass"),
     ),
     Method(
         "unique_only",

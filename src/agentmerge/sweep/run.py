@@ -193,7 +193,7 @@ def _count_overlaps_once(cfg: SweepConfig, done: set[str], quiet: bool) -> None:
     """Count the statistics each input set of the pending trials shares, once, before the trials start.
 
     The overlap histograms of RAM+ trials and the adaptive mask thresholds of any trial with ``epsilon_rule``
-    percentile / valley land in the cache (``stream.OverlapCache``, ``stream.LevelsCache``), so every such
+    percentile / valley land in the cache (``caches.OverlapCache``, ``caches.LevelsCache``), so every such
     trial reads them instead of its inputs, even when many start at once.
     A set whose inputs fail to open is left to its trials, which record the error.
     """
