@@ -218,10 +218,7 @@ def resolve_params(method: Method, given: Mapping[str, Any], n_models: int) -> d
                 f"method {method.name!r} has no parameter {key!r}{did_you_mean(key, names)}; it takes: {known}"
             )
         out[key] = p.check(value, method.name)
-    if "agent" in out and int(out["agent"]) >= n_models:
-        raise ValueError(f"parameter 'agent' = {out['agent']} but there are only {n_models} models (0-based)")
-    if method.validate is not None:
-        method.validate(out)
+    method.check_params(out, n_models)  # the record's cross-parameter checks
     return out
 
 

@@ -37,7 +37,7 @@ from agentmerge.io.validate import check_output_chunk, check_tokenizer_source
 from agentmerge.io.vocab import new_rows
 from agentmerge.methods.deltas import histogram_from_patterns, overlap_histogram, rho_from_histogram
 from agentmerge.methods.masks import Levels, levels_record, tensor_mask
-from agentmerge.methods.ram import ram_lambda
+from agentmerge.methods.records import RamPlusParams
 from agentmerge.methods.spec import Params, TensorSource, TensorStats
 
 __all__ = ["MergeResult", "count_overlaps", "merge"]
@@ -311,7 +311,7 @@ def group_scales(plan: MergePlan, collected: Collected, labels: list[str]) -> li
 
 def _scale_row(group: str, rho: list[float], params: Params, labels: list[str]) -> dict[str, Any]:
     agents = [
-        {"agent": name, "rho": x if math.isfinite(x) else "inf", "lambda": ram_lambda(x, params)}
+        {"agent": name, "rho": x if math.isfinite(x) else "inf", "lambda": RamPlusParams.of(params).unique_scale(x)}
         for name, x in zip(labels, rho, strict=True)
     ]
     return {"group": group, "agents": agents}

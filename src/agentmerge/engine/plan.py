@@ -38,7 +38,7 @@ class TensorJob:
     numel: int
     merged: bool  # False: copied from the reference unchanged
     chunks: tuple[tuple[int, int], ...]
-    params: Params = field(default_factory=dict)  # the method's parameters for this tensor (after overrides)
+    params: Params = field(default_factory=dict)  # the method's record for this tensor (after overrides)
     model_params: tuple[Params, ...] = ()  # per model, when any model sets params
     resized: ResizedTensor | None = None  # the vocabulary rows the agents added (vocab.py), else None
     rule: MaskRule = field(default_factory=MaskRule)  # what its masks and overlap statistics count as an update
@@ -152,7 +152,7 @@ def chunk_elements(cfg: MergeConfig, n_models: int, threads: int) -> int:
 def plan_jobs(cfg: MergeConfig, ref: Readable, chunk: int, vocab: VocabPlan | None = None) -> list[TensorJob]:
     """Decide, per tensor of the reference, its output dtype, whether it is merged, its chunks and parameters."""
     out_dtype = dtype_from_name(cfg.dtype) if cfg.dtype else None
-    multiple = cfg.spec.chunk_multiple
+    multiple, record = cfg.spec.chunk_multiple, cfg.spec.record  # each tensor's parameters: one typed record
     jobs = []
     for name, info in ref.tensors.items():
         floating = info.dtype.is_floating_point
@@ -163,8 +163,8 @@ def plan_jobs(cfg: MergeConfig, ref: Readable, chunk: int, vocab: VocabPlan | No
             unit = multiple(info.shape)
             step = -(-chunk // unit) * unit
         ranges = tuple((s, min(s + step, info.numel)) for s in range(0, info.numel, step)) or ((0, 0),)
-        params = resolve_mask(cfg.tensor_params(name), info.dtype) if merged else {}
-        model_params = tuple(resolve_mask(p, info.dtype) for p in cfg.model_params(name)) if merged else ()
+        params = record.of(resolve_mask(cfg.tensor_params(name), info.dtype)) if merged else {}
+        model_params = tuple(record.of(resolve_mask(p, info.dtype)) for p in cfg.model_params(name)) if merged else ()
         rule = mask_rule(params, cfg.seed) if merged else MaskRule()
         resized = vocab.tensors.get(name) if vocab is not None else None
         job = TensorJob(

@@ -232,7 +232,7 @@ _WHY = {"tokenizer_source": "tokenizer_source", "added tokens": "it added the vo
 
 
 def _agent_lines(cfg: MergeConfig, result: MergeResult, agents: list[AgentStats]) -> list[str]:
-    from agentmerge.methods.ram import ram_lambda
+    from agentmerge.methods.records import RamPlusParams
 
     plus = cfg.method == "ram_plus" and result.params.get("scope") == "global"
     lines = []
@@ -241,11 +241,11 @@ def _agent_lines(cfg: MergeConfig, result: MergeResult, agents: list[AgentStats]
             f"  {a.name}: density {_pct(a.density)} %, unique {_pct(a.overlap[0])} % of its updates, rho {_rho(a.rho)}"
         )
         if plus:
-            line += f", lambda {ram_lambda(a.rho, result.params):.4f}"
+            line += f", lambda {RamPlusParams.of(result.params).unique_scale(a.rho):.4f}"
         lines.append(line)
     if plus:
         bound = lambda_bound(result.params)
-        at_bound = [a.name for a in agents if ram_lambda(a.rho, result.params) == bound[1]]
+        at_bound = [a.name for a in agents if RamPlusParams.of(result.params).unique_scale(a.rho) == bound[1]]
         if len(at_bound) == len(agents):
             lines.append(
                 f"  every lambda sits at its clip bound ({bound[0]}): RAM+ here is RAM with unique updates "

@@ -14,8 +14,22 @@ from __future__ import annotations
 from collections.abc import Mapping
 from types import MappingProxyType
 
-from agentmerge.methods.groups import GROUPED_SCOPES, check_patterns
-from agentmerge.methods.spec import EPSILON, MASK_PARAMS, Lazy, Method, Param, Params, check_mask
+from agentmerge.methods.records import (
+    BreadcrumbsParams,
+    DareLinearParams,
+    DareTiesParams,
+    DellaParams,
+    FisherParams,
+    RamFisherParams,
+    RamParams,
+    RamPlusParams,
+    RamTiesParams,
+    SlerpParams,
+    TaskArithmeticParams,
+    TiesParams,
+    UniqueOnlyParams,
+)
+from agentmerge.methods.spec import Lazy, Method
 
 
 def rm(name: str) -> Lazy:
@@ -41,85 +55,6 @@ def ft(name: str) -> Lazy:
 STAT_BLOCKS = Lazy("agentmerge.methods.stats:stat_blocks")
 RAM_PAPER = "2601.13572"  # Reinforced Agent Merging (RAM, RAM+), the paper this project implements
 
-# --------------------------------------------------------------------------- shared parameters
-
-LAMBDA = Param("lambda", 1.0, "scaling coefficient of the merged task vector")
-DENSITY = Param(
-    "density", 0.2, "fraction of each agent's entries kept per tensor, by magnitude", 0.0, 1.0, per_model=True
-)
-DROP = Param(
-    "p", 0.5, "drop probability of each task-vector element (survivors scaled by 1/(1-p))", 0.0, 1.0, per_model=True
-)
-SCALE = Param(
-    "scale",
-    1.0,
-    "multiplies the merged task vector: theta_0 + scale * (RAM's merged delta); 1 is the paper (a beyond-paper "
-    "knob, to be tuned on validation like task arithmetic's lambda)",
-    low=0.0,
-    reference_only=True,
-)
-SHARED = Param(
-    "shared",
-    "mean",
-    "shared region (2+ agents): mean of the active agents (the paper), or elect: TIES sign election, "
-    "mean of the active agents agreeing with the elected sign",
-    choices=("mean", "elect"),
-)
-FLOOR = Param("floor", 1e-10, "lower bound of each Fisher value (all-zero Fisher -> plain average)", 0.0, low_open=True)
-RAM_PLUS_PARAMS = (
-    EPSILON,
-    *MASK_PARAMS,
-    SHARED,
-    SCALE,
-    Param(
-        "form", "paper", "paper: 1 + r*clip(rho,0,alpha); authors: 1 + (R-1)*min(rho,1)", choices=("paper", "authors")
-    ),
-    Param("r", 0.1, "paper form: strength of the unique-region rescaling", low=0.0),
-    Param("alpha", 2.0, "paper form: clip bound of rho", low=0.0),
-    Param("rescale_factor", 1.2, "authors form: R (the released RAM+ uses 1.2)", low=1.0),
-    Param(
-        "scope",
-        "global",
-        "rho and lambda over the whole model (global), per tensor, per layer index, per module type, "
-        "or per pattern of groups",
-        choices=("global", "tensor", *GROUPED_SCOPES),
-    ),
-    Param(
-        "groups",
-        "",
-        "scope pattern: whitespace-separated globs (re:REGEX for a regex), first match wins, the rest one group",
-    ),
-)
-
-# --------------------------------------------------------------------------- cross-parameter checks
-
-
-def check_ram_plus(params: Params) -> None:
-    check_mask(params)
-    pattern, groups = params["scope"] == "pattern", str(params["groups"]).strip()
-    if pattern and not groups:
-        raise ValueError("ram_plus: scope 'pattern' needs 'groups' (whitespace-separated globs or re:REGEX)")
-    if groups and not pattern:
-        raise ValueError(f"ram_plus: 'groups' is read only with scope 'pattern' (scope is {params['scope']!r})")
-    check_patterns(groups)
-
-
-def check_dare(params: Params) -> None:
-    if float(params["p"]) >= 1.0:
-        raise ValueError(f"parameter 'p' = {params['p']} must be below 1 (1 drops everything)")
-
-
-def check_della(params: Params) -> None:
-    p, eps = float(params["p"]), float(params["eps"])
-    if p - eps / 2 < 0 or p + eps / 2 >= 1:
-        raise ValueError(f"della: drop probabilities p +- eps/2 = [{p - eps / 2}, {p + eps / 2}] must lie in [0, 1)")
-
-
-def check_crumbs(params: Params) -> None:
-    if float(params["density"]) + float(params["gamma"]) > 1.0:
-        raise ValueError("breadcrumbs: density + gamma must not exceed 1")
-
-
 # --------------------------------------------------------------------------- the table
 
 _ALL = (
@@ -127,8 +62,7 @@ _ALL = (
         "ram",
         "RAM: mean where 2+ agents updated, unique updates kept whole",
         rm("ram"),
-        (EPSILON, *MASK_PARAMS, SHARED, SCALE),
-        validate=check_mask,
+        RamParams,
         compiled_at=fk("RAM"),
         paper=RAM_PAPER,
     ),
@@ -136,9 +70,8 @@ _ALL = (
         "ram_plus",
         "RAM+: RAM with each agent's unique updates scaled up by its overlap-unique ratio",
         rm("ram_plus"),
-        RAM_PLUS_PARAMS,
+        RamPlusParams,
         needs_model_stats=True,
-        validate=check_ram_plus,
         compiled_at=fk("RAM_PLUS"),
         paper=RAM_PAPER,
     ),
@@ -146,14 +79,7 @@ _ALL = (
         "ram_fisher",
         "RAM with a Fisher-weighted mean where 2+ agents updated; unique updates kept whole (or scaled by Fisher mass)",
         rm("ram_fisher"),
-        (
-            EPSILON,
-            *MASK_PARAMS,
-            FLOOR,
-            Param("r", 0.0, "unique-region scale 1 + r*clip(rho,0,alpha), rho from Fisher mass (0: RAM's 1)", low=0.0),
-            Param("alpha", 2.0, "clip bound of the Fisher-mass rho", low=0.0),
-        ),
-        validate=check_mask,
+        RamFisherParams,
         model_inputs=("fisher",),
         model_pass=Lazy("agentmerge.engine.counting:fisher_mass_pass"),
     ),
@@ -161,14 +87,8 @@ _ALL = (
         "unique_only",
         "dilution ablation: base + scale * (one agent's unique updates only)",
         rm("unique_only"),
-        (
-            EPSILON,
-            *MASK_PARAMS,
-            Param("agent", 0, "index of the agent whose unique updates are kept", low=0),
-            Param("scale", 1.0, "s: 1 keeps them whole, 1/N dilutes them as averaging would"),
-        ),
+        UniqueOnlyParams,
         paper=RAM_PAPER,
-        validate=check_mask,
     ),
     Method(
         "linear",
@@ -182,7 +102,7 @@ _ALL = (
         "task_arithmetic",
         "base + lambda * sum of weighted task vectors",
         rm("task_arithmetic"),
-        (Param("lambda", 1.0, "scaling coefficient of the summed task vectors"),),
+        TaskArithmeticParams,
         uses_weights=True,
         compiled_at=fk("TASK_ARITHMETIC"),
         paper="2212.04089",
@@ -191,7 +111,7 @@ _ALL = (
         "ties",
         "TIES: trim to top-density magnitudes, elect signs by mass, disjoint mean",
         bl("ties"),
-        (DENSITY, LAMBDA),
+        TiesParams,
         uses_weights=True,
         prepare=bl("ties_prepare"),
         compiled_at=ft("TIES"),
@@ -201,9 +121,8 @@ _ALL = (
         "dare_linear",
         "DARE + task arithmetic: random drop with rescale, then lambda * weighted sum",
         bl("dare_linear"),
-        (DROP, LAMBDA),
+        DareLinearParams,
         uses_weights=True,
-        validate=check_dare,
         compiled_at=ft("DARE_LINEAR"),
         paper="2311.03099",
     ),
@@ -211,10 +130,9 @@ _ALL = (
         "dare_ties",
         "DARE + TIES: random drop with rescale, then (optional trim,) sign election and disjoint mean",
         bl("dare_ties"),
-        (DROP, Param("density", 1.0, "TIES trim after the drop (1: none)", 0.0, 1.0, per_model=True), LAMBDA),
+        DareTiesParams,
         uses_weights=True,
         prepare=bl("dare_ties_prepare"),
-        validate=check_dare,
         compiled_at=ft("DARE_TIES"),
         paper="2311.03099",
     ),
@@ -222,14 +140,9 @@ _ALL = (
         "breadcrumbs",
         "Model Breadcrumbs: drop the largest gamma and smallest magnitudes, keep density; task arithmetic",
         bl("breadcrumbs"),
-        (
-            Param("density", 0.9, "fraction of each agent's entries kept per tensor", 0.0, 1.0, per_model=True),
-            Param("gamma", 0.01, "fraction of largest-magnitude entries dropped", 0.0, 1.0, per_model=True),
-            LAMBDA,
-        ),
+        BreadcrumbsParams,
         uses_weights=True,
         prepare=bl("breadcrumbs_prepare"),
-        validate=check_crumbs,
         compiled_at=ft("BREADCRUMBS"),
         paper="2312.06795",
     ),
@@ -237,21 +150,9 @@ _ALL = (
         "della",
         "DELLA: magnitude-ranked random drop per row with rescale, sign election, disjoint mean",
         bl("della"),
-        (
-            Param("p", 0.5, "mean drop probability", 0.0, 1.0, per_model=True),
-            Param(
-                "eps",
-                0.1,
-                "spread of drop probabilities: p - eps/2 (largest) .. p + eps/2 (smallest)",
-                0.0,
-                1.0,
-                per_model=True,
-            ),
-            LAMBDA,
-        ),
+        DellaParams,
         uses_weights=True,
         chunk_multiple=bl("row_length"),
-        validate=check_della,
         paper="2406.11617",
     ),
     Method(
@@ -266,10 +167,7 @@ _ALL = (
         "slerp",
         "spherical interpolation of two models' weights per tensor (lerp when nearly colinear)",
         bl("slerp"),
-        (
-            Param("t", 0.5, "interpolation: 0 gives the first model, 1 the second", 0.0, 1.0),
-            Param("colinear", 0.9995, "|cos| above which plain linear interpolation is used", 0.0, 1.0),
-        ),
+        SlerpParams,
         min_models=2,
         max_models=2,
         needs_base=False,
@@ -280,22 +178,15 @@ _ALL = (
         "ram_ties",
         "RAM authors' arm-ties: unique updates kept whole, TIES (keep fraction) on the shared region",
         bl("ram_ties"),
-        (
-            EPSILON,
-            *MASK_PARAMS,
-            Param(
-                "keep", 0.1, "fraction of the shared region each agent keeps, by magnitude", 0.0, 1.0, per_model=True
-            ),
-        ),
+        RamTiesParams,
         prepare=bl("ram_ties_prepare"),
-        validate=check_mask,
         compiled_at=ft("RAM_TIES"),
     ),
     Method(
         "fisher",
         "diagonal Fisher merging: sum_i w_i F_i theta_i / sum_i w_i F_i",
         bl("fisher"),
-        (FLOOR,),
+        FisherParams,
         uses_weights=True,
         needs_base=False,
         model_inputs=("fisher",),

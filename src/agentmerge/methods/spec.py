@@ -31,11 +31,13 @@ from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field, fields
 from typing import TYPE_CHECKING, Any
 
+from agentmerge.methods.params import MethodParams, NoParams
+from agentmerge.methods.params import Param as Param  # declared in ``params``; named here too
+from agentmerge.methods.params import Params as Params
+from agentmerge.methods.params import ParamValue as ParamValue
+
 if TYPE_CHECKING:  # annotations only: this module, and the method table built from it, load without torch
     import torch
-
-ParamValue = float | int | str | bool
-Params = Mapping[str, ParamValue]
 
 EPSILON_DEFAULT = 1e-5  # the paper's update threshold: |tau| > 1e-5 is an update
 
@@ -43,68 +45,6 @@ EPSILON_DEFAULT = 1e-5  # the paper's update threshold: |tau| > 1e-5 is an updat
 def update_threshold(params: Params) -> float:
     """The update threshold of a tensor: its ``epsilon`` parameter, else ``EPSILON_DEFAULT``."""
     return float(params.get("epsilon", EPSILON_DEFAULT))
-
-
-@dataclass(frozen=True)
-class Param:
-    """One method parameter: default, help, and the range or choices a value must respect."""
-
-    name: str
-    default: ParamValue
-    help: str
-    low: float | None = None
-    high: float | None = None
-    choices: tuple[str, ...] = ()
-    low_open: bool = False  # True: value must be > low (not >=)
-    per_model: bool = False  # may be set per model (``models[i].params``)
-    reference_only: bool = False  # a value other than the default runs on the reference (torch) kernels
-
-    def check(self, value: object, method: str) -> ParamValue:
-        """Return ``value`` coerced to the default's type, or raise ``ValueError`` saying why not."""
-        where = f"{method}: parameter {self.name!r}"
-        if self.choices:
-            if value not in self.choices:
-                raise ValueError(f"{where} must be one of {', '.join(self.choices)} (got {value!r})")
-            return str(value)
-        kind = type(self.default)
-        if kind is str:  # free text (e.g. a list of patterns): checked by the method's ``validate``
-            if not isinstance(value, str):
-                raise ValueError(f"{where} must be text (got {value!r})")
-            return value
-        if kind is bool:
-            if not isinstance(value, bool):
-                raise ValueError(f"{where} must be true or false (got {value!r})")
-            return value
-        if isinstance(value, str):
-            value = _number(value)
-        if isinstance(value, bool) or not isinstance(value, int | float):
-            raise ValueError(f"{where} must be a number (got {value!r})")
-        try:
-            if kind is int and float(value) != int(value):
-                raise ValueError(f"{where} must be a whole number (got {value!r})")
-            number: float | int = int(value) if kind is int else float(value)
-        except OverflowError:  # inf for an int parameter, or an integer too large for a float
-            raise ValueError(f"{where} must be a finite number of sensible size (got {str(value)[:40]})") from None
-        self._check_range(where, number)
-        return number
-
-    def _check_range(self, where: str, number: float) -> None:
-        if not math.isfinite(number):
-            raise ValueError(f"{where} must be finite (got {number})")
-        below = self.low is not None and (number <= self.low if self.low_open else number < self.low)
-        above = self.high is not None and number > self.high
-        if below or above:
-            lo = "-inf" if self.low is None else f"{self.low}"
-            hi = "inf" if self.high is None else f"{self.high}"
-            bracket = "(" if self.low_open else "["
-            raise ValueError(f"{where} = {number} is out of range {bracket}{lo}, {hi}]")
-
-
-def _number(text: str) -> float | str:
-    try:
-        return float(text)
-    except ValueError:
-        return text
 
 
 EPSILON = Param("epsilon", EPSILON_DEFAULT, "an element counts as updated when |delta| > epsilon (strict)", low=0.0)
@@ -344,7 +284,7 @@ class Method:
     name: str
     summary: str
     kernel: Callable[[Chunk], torch.Tensor]  # usually a ``Lazy``: imported on first call
-    params: tuple[Param, ...] = ()
+    record: type[MethodParams] = NoParams  # its typed parameters (``params.py``); the table follows from it
     needs_model_stats: bool = False  # run the overlap statistics pass over the whole model first
     uses_weights: bool = False
     min_models: int = 1
@@ -355,7 +295,6 @@ class Method:
     model_inputs: tuple[str, ...] = ()  # extra per-model tensors, e.g. ("fisher",)
     # chunks of a tensor of this shape start on multiples of this (e.g. whole rows); None: any
     chunk_multiple: Callable[[tuple[int, ...]], int] | None = None
-    validate: Callable[[Params], None] | None = None  # cross-parameter check (ValueError)
     compiled_at: Lazy | None = None  # where its compiled form (a ``Compiled``) lives, when it has one
     # a statistics pass over every merged tensor before the merge, under each tensor's mask rule:
     # (inputs, plan, quiet, levels) -> model_stat (None: none); levels: the adaptive rules' thresholds
@@ -370,6 +309,15 @@ class Method:
         form = self.compiled_at.get()
         assert isinstance(form, Compiled), self.compiled_at
         return form
+
+    @property
+    def params(self) -> tuple[Param, ...]:
+        """The parameter table, from the record's fields."""
+        return self.record.table()
+
+    def check_params(self, params: Params, n_models: int) -> None:
+        """The record's cross-parameter checks of resolved ``params`` (``ValueError``)."""
+        self.record.of(params).check(n_models)
 
     def defaults(self) -> dict[str, ParamValue]:
         return {p.name: p.default for p in self.params}
