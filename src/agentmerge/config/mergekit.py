@@ -26,8 +26,8 @@ from agentmerge.config.mergekit_names import MERGEKIT, MERGEKIT_WITHOUT_COUNTERP
 from agentmerge.config.userinput import did_you_mean, read_yaml
 from agentmerge.errors import ConfigError
 from agentmerge.io.hubref import split_revision
+from agentmerge.methods.method import Method
 from agentmerge.methods.registry import METHODS
-from agentmerge.methods.spec import Method
 
 TOP_KEYS = (
     "merge_method",

@@ -37,8 +37,9 @@ from agentmerge.config.mergekit import from_mergekit, is_mergekit
 from agentmerge.config.userinput import did_you_mean, read_yaml
 from agentmerge.errors import ConfigError
 from agentmerge.io.units import FLOAT_DTYPE_NAMES, check_dtype_name, parse_size
+from agentmerge.methods.method import Method
 from agentmerge.methods.registry import METHODS
-from agentmerge.methods.spec import Method, ParamValue
+from agentmerge.methods.spec import ParamValue
 
 MAX_WEIGHT = 1e6  # |weight| above this is a typo or an attack, not a merge
 NEAR_ZERO_SUM = 1e-6  # |sum of weights| below this fraction of sum |weights| is refused

@@ -22,9 +22,9 @@ from agentmerge.engine.plan import MergePlan, TensorJob
 from agentmerge.methods.deltas import histogram_from_patterns, overlap_histogram, task_vectors
 from agentmerge.methods.fused.jit import available
 from agentmerge.methods.fused.kernels import counts
+from agentmerge.methods.hooks import ModelSum
 from agentmerge.methods.masks import Levels, tensor_levels, tensor_mask
-from agentmerge.methods.ram import fisher_mass
-from agentmerge.methods.spec import MaskRule, Rounds
+from agentmerge.methods.spec import MaskRule, Rounds, TensorStats
 
 
 def overlap_stats(
@@ -108,32 +108,28 @@ def _hist_task(
     return task
 
 
-def fisher_mass_pass(
-    inputs: Inputs, plan: MergePlan, quiet: bool = True, levels: Mapping[str, Levels] | None = None
-) -> torch.Tensor | None:
-    """``ram_fisher``'s statistics pass: ``[N, 2]`` float64 Fisher mass of each agent (unique, shared), whole model.
+def model_sum(inputs: Inputs, plan: MergePlan, total: ModelSum, levels: Mapping[str, Levels], quiet: bool) -> Any:
+    """A ``ModelSum`` pass: ``total.count`` of every chunk of every merged tensor, summed in plan order (so the sum
+    does not depend on threads); None, and nothing read, when ``total.wanted`` holds for no tensor.
 
-    Summed over every merged tensor, chunk by chunk in plan order (so the sum does not depend on threads);
-    None when no tensor rescales (``r = 0``), and nothing is read. Updates are counted under each tensor's
-    mask rule (``levels``: the thresholds of the adaptive ones, ``mask_levels``), as the merge pass counts them.
+    Each chunk is a ``Chunk`` with its values, its extra tensors and its tensor's adaptive thresholds (``levels``),
+    so its mask is the one the write pass will use.
     """
-    if not any(float(j.params["r"]) > 0 for j in plan.merged):
+    if not any(total.wanted(j.params) for j in plan.merged):
         return None
 
     def task(job: TensorJob, start: int, stop: int) -> Callable[[], torch.Tensor]:
         def run() -> torch.Tensor:
             ref, models = inputs.read(job.name, start, stop)
-            floor = float(job.params["floor"])
-            fisher = inputs.read_extras(job.name, start, stop)["fisher"].clamp_(min=floor)
-            mask = tensor_mask(models.sub_(ref), ref, job.rule, (levels or {}).get(job.name))
-            return fisher_mass(mask, fisher)
+            spec = plan.spec(job, start, stop, TensorStats(levels=levels.get(job.name)))
+            return total.count(spec.with_values(ref, models.sub_(ref), inputs.read_extras(job.name, start, stop)))
 
         return run
 
     tasks = [task(job, s, e) for job in plan.merged for s, e in job.chunks]
-    n = len(inputs.models)
-    with tqdm(total=len(tasks), desc="statistics (Fisher)", unit="chunk", disable=quiet, leave=False) as bar:
-        return sum(run_parallel(tasks, plan.threads, bar), torch.zeros(n, 2, dtype=torch.float64))
+    with tqdm(total=len(tasks), desc=total.label, unit="chunk", disable=quiet, leave=False) as bar:
+        counted = run_parallel(tasks, plan.threads, bar)
+    return sum(counted, torch.zeros_like(counted[0]))
 
 
 def run_rounds(

@@ -17,9 +17,10 @@ from agentmerge.io.checkpoint import PlannedTensor, Readable, dtype_from_name
 from agentmerge.io.vocab import ResizedTensor, VocabPlan
 from agentmerge.methods.deltas import RNG_BLOCK
 from agentmerge.methods.fused.jit import available
-from agentmerge.methods.groups import GROUPED_SCOPES, group_of
+from agentmerge.methods.hooks import MaskLevels, Pass
 from agentmerge.methods.masks import grid_of
-from agentmerge.methods.spec import ChunkSpec, MaskRule, Method, Params, TensorStats, mask_rule, update_threshold
+from agentmerge.methods.method import Method
+from agentmerge.methods.spec import ChunkSpec, MaskRule, Params, TensorStats, mask_rule, update_threshold
 
 MAX_CHUNK = RNG_BLOCK  # elements per chunk at most (see chunk_elements)
 
@@ -93,9 +94,17 @@ class MergePlan:
         """Each merged tensor's mask rule (the overlap statistics pass counts with these)."""
         return {j.name: j.rule for j in self.merged}
 
-    def groups(self) -> dict[str, str]:
-        """The rescaling group (``groups.group_of``) of each merged tensor whose ``scope`` groups tensors."""
-        return {j.name: group_of(j.name, j.params) for j in self.merged if j.params.get("scope") in GROUPED_SCOPES}
+    @property
+    def passes(self) -> tuple[Pass, ...]:
+        """The statistics passes before the write pass, in order: the thresholds of adaptive mask rules (when a
+        tensor has one), then the method's own (``Method.passes``)."""
+        levels: tuple[Pass, ...] = (MaskLevels(),) if any(j.rule.adaptive for j in self.merged) else ()
+        return levels + self.method.passes
+
+    def reads(self) -> int:
+        """How many times the merge reads the merged tensors: the write pass and each statistics pass."""
+        params = [j.params for j in self.merged]
+        return 1 + sum(p.reads(params) for p in self.passes)
 
     def spec(self, job: TensorJob, start: int, stop: int, stats: TensorStats | None = None) -> ChunkSpec:
         """The ``ChunkSpec`` of elements ``start:stop`` of ``job``'s tensor."""

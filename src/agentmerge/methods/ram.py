@@ -27,7 +27,8 @@ sgn(tau_i) = s`` (0 when ``s = 0``), the primitive ``deltas.disjoint_merge`` wit
             = lambda_i * tau_i[p]                                c = 1
     lambda_i = 1 + r * clip(rho_i, 0, alpha),  rho_i = sum_{S_i} F_i / sum_{U_i} F_i   (r = 0: lambda_i = 1)
 
-with the Fisher masses summed over every merged tensor by ``stream.fisher_mass_pass``.
+with the Fisher masses summed over every merged tensor by ram_fisher's statistics pass (``fisher_masses`` of
+every chunk, a ``hooks.ModelSum``), run only when some tensor rescales (``fisher_rescales``: r > 0).
 
 Baselines: linear ``sum_i w_i tau_i / sum_i w_i`` (= weighted average of the models) and task
 arithmetic ``lambda * sum_i w_i tau_i``. ``unique_only`` is the paper's dilution ablation:
@@ -43,6 +44,7 @@ import math
 import torch
 
 from agentmerge.methods.deltas import disjoint_merge, overlap_count, rho_from_histogram, safe_divide, sum_agents
+from agentmerge.methods.groups import group_of
 from agentmerge.methods.masks import chunk_mask
 from agentmerge.methods.records import (
     RamFisherParams,
@@ -80,6 +82,12 @@ def ram_regions(
 def ram(c: Chunk) -> torch.Tensor:
     p = RamParams.of(c.params)  # ``scale`` 1 (the paper) leaves the merged delta bit for bit
     return ram_regions(c.tau, chunk_mask(c), shared=p.shared) * p.scale
+
+
+def scope_group(name: str, params: Params) -> str | None:
+    """RAM+'s statistics pass: the group tensor ``name``'s histogram is summed into (None: scope global / tensor)."""
+    p = RamPlusParams.of(params)
+    return group_of(name, p) if p.grouped else None
 
 
 def scope_histogram(spec: ChunkSpec) -> torch.Tensor | None:
@@ -120,6 +128,17 @@ def fisher_mass(mask: torch.Tensor, fisher: torch.Tensor) -> torch.Tensor:
     count = overlap_count(mask)
     f = torch.where(mask, fisher, 0.0).double()
     return torch.stack([(f * (count == 1)).sum(1), (f * (count >= 2)).sum(1)], dim=1)
+
+
+def fisher_masses(c: Chunk) -> torch.Tensor:
+    """ram_fisher's statistics pass over one chunk: ``[N, 2]`` float64 Fisher mass of each agent (unique, shared),
+    counted under the tensor's mask rule as the merge counts it."""
+    return fisher_mass(chunk_mask(c), fisher_values(c))
+
+
+def fisher_rescales(params: Params) -> bool:
+    """Whether a tensor's unique updates are rescaled by Fisher mass (``r > 0``): the pass then runs."""
+    return RamFisherParams.of(params).r > 0
 
 
 def fisher_rho(mass: torch.Tensor) -> list[float]:

@@ -1,12 +1,13 @@
-"""Every merge method in one table: name, summary, parameters, what the driver must provide, compiled form.
+"""Every merge method in one table: name, summary, kernel, typed parameters, hooks, compiled form.
 
 ``METHODS`` is the only registry: the config, the CLI (`agentmerge methods`), the driver and the
-mergekit translation all read it. A method's reference kernel lives in ``methods.py`` (RAM family,
-linear, task arithmetic) or ``baselines.py``; its compiled twin, when it has one, in ``fused/``. The
-entries name them as ``Lazy`` references (``rm("ram")`` is ``agentmerge.methods.ram:ram``), imported on first
-use: the table itself, and everything that only reads it (`agentmerge methods`, config checks), loads
-without torch or numba.
-mergekit's names for these entries live with the configs (``agentmerge.config.mergekit_names``).
+mergekit translation all read it. A method's reference kernel lives in ``ram.py`` (RAM family, linear,
+task arithmetic) or ``baselines.py``, its parameter record in ``records.py``, its report hooks in
+``scales.py``; its compiled twin, when it has one, in ``fused/``. The entries name kernels and hooks as
+``Lazy`` references (``rm("ram")`` is ``agentmerge.methods.ram:ram``), imported on first use: the table
+itself, and everything that only reads it (`agentmerge methods`, config checks), loads without torch or
+numba. What the hooks mean: ``hooks.py``. mergekit's names for these entries live with the configs
+(``agentmerge.config.mergekit_names``).
 """
 
 from __future__ import annotations
@@ -14,6 +15,8 @@ from __future__ import annotations
 from collections.abc import Mapping
 from types import MappingProxyType
 
+from agentmerge.methods.hooks import ModelSum, Needs, OverlapCounts, Scales, TensorPrepare
+from agentmerge.methods.method import Method
 from agentmerge.methods.records import (
     BreadcrumbsParams,
     DareLinearParams,
@@ -29,7 +32,7 @@ from agentmerge.methods.records import (
     TiesParams,
     UniqueOnlyParams,
 )
-from agentmerge.methods.spec import Lazy, Method
+from agentmerge.methods.spec import Lazy
 
 
 def rm(name: str) -> Lazy:
@@ -52,7 +55,13 @@ def ft(name: str) -> Lazy:
     return Lazy(f"agentmerge.methods.fused.ties:{name}")
 
 
+def sc(name: str) -> Lazy:
+    """A report hook (``hooks.Scales``) of ``scales.py``, imported on first use."""
+    return Lazy(f"agentmerge.methods.scales:{name}")
+
+
 STAT_BLOCKS = Lazy("agentmerge.methods.stats:stat_blocks")
+WEIGHTED = Needs(weights=True)  # what most baselines need: a base, the models' weights
 RAM_PAPER = "2601.13572"  # Reinforced Agent Merging (RAM, RAM+), the paper this project implements
 
 # --------------------------------------------------------------------------- the table
@@ -71,7 +80,8 @@ _ALL = (
         "RAM+: RAM with each agent's unique updates scaled up by its overlap-unique ratio",
         rm("ram_plus"),
         RamPlusParams,
-        needs_model_stats=True,
+        passes=(OverlapCounts(group=rm("scope_group")),),
+        scales=Scales(rows=sc("ram_plus_rows"), summary=sc("ram_plus_summary")),
         compiled_at=fk("RAM_PLUS"),
         paper=RAM_PAPER,
     ),
@@ -80,8 +90,9 @@ _ALL = (
         "RAM with a Fisher-weighted mean where 2+ agents updated; unique updates kept whole (or scaled by Fisher mass)",
         rm("ram_fisher"),
         RamFisherParams,
-        model_inputs=("fisher",),
-        model_pass=Lazy("agentmerge.engine.counting:fisher_mass_pass"),
+        Needs(extras=("fisher",)),
+        passes=(ModelSum(count=rm("fisher_masses"), wanted=rm("fisher_rescales"), label="statistics (Fisher)"),),
+        scales=Scales(rows=sc("ram_fisher_rows"), summary=sc("ram_fisher_summary")),
     ),
     Method(
         "unique_only",
@@ -94,8 +105,7 @@ _ALL = (
         "linear",
         "weighted average of the models",
         rm("linear"),
-        uses_weights=True,
-        needs_base=False,
+        needs=Needs(weights=True, base=False),
         compiled_at=fk("LINEAR"),
     ),
     Method(
@@ -103,7 +113,7 @@ _ALL = (
         "base + lambda * sum of weighted task vectors",
         rm("task_arithmetic"),
         TaskArithmeticParams,
-        uses_weights=True,
+        WEIGHTED,
         compiled_at=fk("TASK_ARITHMETIC"),
         paper="2212.04089",
     ),
@@ -112,8 +122,8 @@ _ALL = (
         "TIES: trim to top-density magnitudes, elect signs by mass, disjoint mean",
         bl("ties"),
         TiesParams,
-        uses_weights=True,
-        prepare=bl("ties_prepare"),
+        WEIGHTED,
+        passes=(TensorPrepare(bl("ties_prepare")),),
         compiled_at=ft("TIES"),
         paper="2306.01708",
     ),
@@ -122,7 +132,7 @@ _ALL = (
         "DARE + task arithmetic: random drop with rescale, then lambda * weighted sum",
         bl("dare_linear"),
         DareLinearParams,
-        uses_weights=True,
+        WEIGHTED,
         compiled_at=ft("DARE_LINEAR"),
         paper="2311.03099",
     ),
@@ -131,8 +141,8 @@ _ALL = (
         "DARE + TIES: random drop with rescale, then (optional trim,) sign election and disjoint mean",
         bl("dare_ties"),
         DareTiesParams,
-        uses_weights=True,
-        prepare=bl("dare_ties_prepare"),
+        WEIGHTED,
+        passes=(TensorPrepare(bl("dare_ties_prepare")),),
         compiled_at=ft("DARE_TIES"),
         paper="2311.03099",
     ),
@@ -141,8 +151,8 @@ _ALL = (
         "Model Breadcrumbs: drop the largest gamma and smallest magnitudes, keep density; task arithmetic",
         bl("breadcrumbs"),
         BreadcrumbsParams,
-        uses_weights=True,
-        prepare=bl("breadcrumbs_prepare"),
+        WEIGHTED,
+        passes=(TensorPrepare(bl("breadcrumbs_prepare")),),
         compiled_at=ft("BREADCRUMBS"),
         paper="2312.06795",
     ),
@@ -151,16 +161,15 @@ _ALL = (
         "DELLA: magnitude-ranked random drop per row with rescale, sign election, disjoint mean",
         bl("della"),
         DellaParams,
-        uses_weights=True,
-        chunk_multiple=bl("row_length"),
+        Needs(weights=True, chunk_multiple=bl("row_length")),
         paper="2406.11617",
     ),
     Method(
         "model_stock",
         "Model Stock: average of the models pulled toward the base by their task vectors' mean cosine",
         bl("model_stock"),
-        prepare=bl("model_stock_prepare"),
-        chunk_multiple=STAT_BLOCKS,
+        needs=Needs(chunk_multiple=STAT_BLOCKS),
+        passes=(TensorPrepare(bl("model_stock_prepare")),),
         paper="2403.19522",
     ),
     Method(
@@ -168,18 +177,15 @@ _ALL = (
         "spherical interpolation of two models' weights per tensor (lerp when nearly colinear)",
         bl("slerp"),
         SlerpParams,
-        min_models=2,
-        max_models=2,
-        needs_base=False,
-        prepare=bl("slerp_prepare"),
-        chunk_multiple=STAT_BLOCKS,
+        Needs(base=False, models=(2, 2), chunk_multiple=STAT_BLOCKS),
+        passes=(TensorPrepare(bl("slerp_prepare")),),
     ),
     Method(
         "ram_ties",
         "RAM authors' arm-ties: unique updates kept whole, TIES (keep fraction) on the shared region",
         bl("ram_ties"),
         RamTiesParams,
-        prepare=bl("ram_ties_prepare"),
+        passes=(TensorPrepare(bl("ram_ties_prepare")),),
         compiled_at=ft("RAM_TIES"),
     ),
     Method(
@@ -187,9 +193,7 @@ _ALL = (
         "diagonal Fisher merging: sum_i w_i F_i theta_i / sum_i w_i F_i",
         bl("fisher"),
         FisherParams,
-        uses_weights=True,
-        needs_base=False,
-        model_inputs=("fisher",),
+        Needs(weights=True, base=False, extras=("fisher",)),
         paper="2111.09832",
     ),
 )

@@ -1,4 +1,4 @@
-"""The types that pass between the driver and the methods: parameters, chunks, statistics, method entries.
+"""The types that pass between the driver and the kernels: chunks, their statistics, compiled forms, mask rules.
 
 A *chunk* is an element range ``start:stop`` of one tensor, flattened. The driver describes it with a
 ``ChunkSpec`` (where it lies, the method's parameters for that tensor, the model weights, the
@@ -31,7 +31,6 @@ from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field, fields
 from typing import TYPE_CHECKING, Any
 
-from agentmerge.methods.params import MethodParams, NoParams
 from agentmerge.methods.params import Param as Param  # declared in ``params``; named here too
 from agentmerge.methods.params import Params as Params
 from agentmerge.methods.params import ParamValue as ParamValue
@@ -275,56 +274,3 @@ class Lazy:
 def _load(target: str) -> Any:
     module, _, name = target.partition(":")
     return getattr(importlib.import_module(module), name)
-
-
-@dataclass(frozen=True)
-class Method:
-    """A merge method: its kernel, its parameters and what the driver must provide it."""
-
-    name: str
-    summary: str
-    kernel: Callable[[Chunk], torch.Tensor]  # usually a ``Lazy``: imported on first call
-    record: type[MethodParams] = NoParams  # its typed parameters (``params.py``); the table follows from it
-    needs_model_stats: bool = False  # run the overlap statistics pass over the whole model first
-    uses_weights: bool = False
-    min_models: int = 1
-    max_models: int | None = None
-    needs_base: bool = True
-    # whole-tensor statistics of a multi-chunk tensor, one pass over its chunks before it is merged
-    prepare: Callable[[TensorSource], Any] | None = None
-    model_inputs: tuple[str, ...] = ()  # extra per-model tensors, e.g. ("fisher",)
-    # chunks of a tensor of this shape start on multiples of this (e.g. whole rows); None: any
-    chunk_multiple: Callable[[tuple[int, ...]], int] | None = None
-    compiled_at: Lazy | None = None  # where its compiled form (a ``Compiled``) lives, when it has one
-    # a statistics pass over every merged tensor before the merge, under each tensor's mask rule:
-    # (inputs, plan, quiet, levels) -> model_stat (None: none); levels: the adaptive rules' thresholds
-    model_pass: Callable[..., Any] | None = None
-    paper: str | None = None  # arXiv id of the paper that defines it (the model card's ``arxiv:`` tag)
-
-    @property
-    def compiled(self) -> Compiled | None:
-        """The fused kernel (imports ``agentmerge.methods.fused`` on first use), or None."""
-        if self.compiled_at is None:
-            return None
-        form = self.compiled_at.get()
-        assert isinstance(form, Compiled), self.compiled_at
-        return form
-
-    @property
-    def params(self) -> tuple[Param, ...]:
-        """The parameter table, from the record's fields."""
-        return self.record.table()
-
-    def check_params(self, params: Params, n_models: int) -> None:
-        """The record's cross-parameter checks of resolved ``params`` (``ValueError``)."""
-        self.record.of(params).check(n_models)
-
-    def defaults(self) -> dict[str, ParamValue]:
-        return {p.name: p.default for p in self.params}
-
-    def param(self, name: str) -> Param | None:
-        return next((p for p in self.params if p.name == name), None)
-
-    def needs_reference(self, params: Params) -> bool:
-        """Whether ``params`` set a ``reference_only`` parameter away from its default (no compiled form does it)."""
-        return any(p.reference_only and params.get(p.name, p.default) != p.default for p in self.params)

@@ -206,7 +206,7 @@ def _count_overlaps_once(cfg: SweepConfig, done: set[str], quiet: bool) -> None:
         if trial.id in done:
             continue
         merge_cfg = merge_config(cfg, trial)
-        hists = METHODS[trial.setting.method].needs_model_stats
+        hists = METHODS[trial.setting.method].caches_statistics
         tables = [merge_cfg.params, *(o.params for o in merge_cfg.overrides)]
         if not (hists or any(t.get("epsilon_rule", "fixed") != "fixed" for t in tables)):
             continue

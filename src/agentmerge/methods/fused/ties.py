@@ -196,7 +196,7 @@ def family(form: TiesForm) -> Compiled:
         bad = ties_loop(raw.ref, raw.models, raw.shift, rule, merged.numpy(), patterns)
         return CompiledResult(merged, torch.from_numpy(patterns), not bad)
 
-    return Compiled(kernel, threshold_rounds(form))
+    return Compiled(kernel, None if form.band is _no_band else threshold_rounds(form))
 
 
 # the compiled entries of the registry (``registry.fk``): one per member of the family
