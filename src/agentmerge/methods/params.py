@@ -58,7 +58,7 @@ class Param:
                 raise ValueError(f"{where} must be one of {', '.join(self.choices)} (got {value!r})")
             return str(value)
         kind = type(self.default)
-        if kind is str:  # free text (e.g. a list of patterns): checked by the method's ``validate``
+        if kind is str:  # free text (e.g. a list of patterns): checked by the record's ``check``
             if not isinstance(value, str):
                 raise ValueError(f"{where} must be text (got {value!r})")
             return value

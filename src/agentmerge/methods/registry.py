@@ -36,7 +36,7 @@ from agentmerge.methods.spec import Lazy
 
 
 def rm(name: str) -> Lazy:
-    """A reference kernel (or hook) of ``methods.py``, imported on first use."""
+    """A reference kernel (or hook) of ``ram.py``, imported on first use."""
     return Lazy(f"agentmerge.methods.ram:{name}")
 
 

@@ -2,9 +2,11 @@
 
 A *chunk* is an element range ``start:stop`` of one tensor, flattened. The driver describes it with a
 ``ChunkSpec`` (where it lies, the method's parameters for that tensor, the model weights, the
-statistics collected so far); a reference kernel receives a ``Chunk``, the spec with the values
-(``base [E]`` and the task vectors ``tau [N, E]`` in float32); a compiled kernel receives the spec and
-the stored values (``ref [E]``, ``models [N, E]`` in their file dtype) and widens them itself.
+statistics collected so far); the parameters are the method's typed record (``params.MethodParams``,
+read in a kernel as ``RamPlusParams.of(c.params).r``), built once per tensor by the plan. A reference
+kernel receives a ``Chunk``, the spec with the values (``base [E]`` and the task vectors ``tau [N, E]``
+in float32); a compiled kernel receives the spec and the stored values (``ref [E]``, ``models [N, E]``
+in their file dtype) and widens them itself.
 
 One update threshold ``epsilon`` decides what counts as an update, per tensor: the value in the
 tensor's parameters (after overrides) for methods that take it, else ``EPSILON_DEFAULT``. Masks,
@@ -152,7 +154,7 @@ class TensorStats:
     model_hist: torch.Tensor | None = None  # [N, N] int64, summed over every merged tensor
     prepared: Any = None  # the method's whole-tensor statistics (prepare / compiled rounds), multi-chunk tensors
     group_hist: torch.Tensor | None = None  # [N, N] int64, summed over this tensor's group (RAM+ ``scope``)
-    model_stat: Any = None  # the method's whole-model statistics (``Method.model_pass``), e.g. Fisher masses
+    model_stat: Any = None  # a ``hooks.ModelSum`` pass's value, e.g. ram_fisher's Fisher masses
     levels: Any = None  # adaptive mask rules: this tensor's per-agent thresholds (``masks.Levels``)
 
 
@@ -163,7 +165,7 @@ class ChunkSpec:
     name: str
     start: int
     stop: int
-    params: Params  # the method's parameters resolved for this tensor
+    params: Params  # the method's parameters resolved for this tensor: its record (``Record.of(params)``)
     weights: torch.Tensor  # [N] float32 model weights
     stats: TensorStats = field(default_factory=TensorStats)
     seed: int = 0
