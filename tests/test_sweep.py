@@ -415,3 +415,68 @@ def test_named_trials_keep_their_folders_and_a_rerun_never_starts_ray(
     monkeypatch.setattr(RaySession, "start", refuse)
     again = run_sweep(load_sweep(path), out, source=path, quiet=True)
     assert again.ran == 0 and again.skipped == 2 and again.finished == []
+
+
+def test_what_a_trial_needs_on_each_node(tmp_path: Path) -> None:
+    """The inputs checked on every node: local paths (adapters split off), Fisher files, the evaluator's file;
+    not hub ids, which each node fetches itself."""
+    from agentmerge.sweep.cluster import Need, needs
+
+    for name in ("base", "m1", "adapter", "f1", "f2"):
+        (tmp_path / name).mkdir()
+    (tmp_path / "tasks.jsonl").write_text("")
+    data = {
+        "base": str(tmp_path / "base"),
+        "models": [str(tmp_path / "m1"), "some-org/some-model", f"{tmp_path / 'm1'}+{tmp_path / 'adapter'}"],
+        "methods": {},
+        "trials": [{"name": "f", "method": "fisher", "models": [0, 1], "fisher": [str(tmp_path / "f1"), "f2"]}],
+        "evaluate": "tasks:tasks.jsonl",
+    }
+    found = needs(sweep_from_dict(data), [str(tmp_path)])
+    assert found == [
+        Need("base", str(tmp_path / "base")),
+        Need("model", str(tmp_path / "m1")),
+        Need("model", str(tmp_path / "adapter")),
+        Need("fisher file", str(tmp_path / "f1")),
+        Need("fisher file", "f2"),
+        Need("task file", str(tmp_path / "tasks.jsonl")),
+    ]
+    (tmp_path / "myeval.py").write_text("def f(p):\n    return {'a': 1}\n")
+    python = sweep_from_dict({**data, "trials": [], "methods": {"ram": {}}, "evaluate": "python:myeval:f"})
+    assert needs(python, [str(tmp_path)])[-1] == Need("evaluator module", str(tmp_path / "myeval.py"))
+    installed = sweep_from_dict({**data, "trials": [], "methods": {"ram": {}}, "evaluate": "python:json:dumps"})
+    assert needs(installed, [str(tmp_path)])[-1] == Need("evaluator module", "json", "module")
+
+
+def test_a_node_check_names_what_it_cannot_read(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """``check_here`` (what runs on each node): every file of a folder opened, ``~`` read in this home, a module
+    importable, the trial folder writable, OUT shared when the driver's marker reads back."""
+    from agentmerge.sweep.cluster import MARKER, Need, check_here
+
+    model = tmp_path / "home" / "model"
+    model.mkdir(parents=True)
+    (model / "model.safetensors").write_bytes(b"x")
+    (model / "broken.safetensors").symlink_to(tmp_path / "gone")  # a file there that cannot be opened
+    monkeypatch.setenv("HOME", str(tmp_path / "home"))
+    out = tmp_path / "out"
+    out.mkdir()
+    (out / MARKER).write_text("abc")
+    wanted = [
+        Need("model", "~/model"),
+        Need("base", str(tmp_path / "nope")),
+        Need("evaluator module", "nosuchmod", "module"),
+    ]
+    answer = check_here(wanted, str(out), "abc")
+    assert answer["shared"] is True and (out / "trials").is_dir() and not list((out / "trials").iterdir())
+    assert answer["problems"] == [
+        ("model", "~/model", f"{model / 'broken.safetensors'}: no such file or folder"),
+        ("base", str(tmp_path / "nope"), "no such file or folder"),
+        ("evaluator module", "nosuchmod", "not importable here"),
+    ]
+    (model / "broken.safetensors").unlink()
+    (tmp_path / "file").write_text("")
+    answer = check_here(
+        [Need("model", "~/model"), Need("evaluator module", "json", "module")], str(tmp_path / "file"), "x"
+    )
+    assert answer["shared"] is False
+    assert [p[0] for p in answer["problems"]] == ["output folder"]  # OUT is a file here: no trial folder in it
