@@ -8,8 +8,9 @@ Layers, lowest first (a module may import its own layer and the ones below, neve
     evaluation         scoring checkpoints
     sweep              merge-and-evaluate trials on Ray
     cli                the command line (``agentmerge.cli``, ``agentmerge.__main__``)
-The package root re-exports names lazily; ``errors``, ``_version`` and ``synthetic`` are leaves. The zoo
-(``agentmerge_zoo``) is a client: nothing in ``agentmerge`` imports it.
+The package root re-exports names lazily; ``errors``, ``_version``, ``plugins`` and ``synthetic`` are leaves.
+The zoo (``agentmerge_zoo``) is a client: nothing in ``agentmerge`` imports it or names its modules; it plugs in
+through entry points (``plugins``).
 """
 
 from __future__ import annotations
@@ -22,7 +23,7 @@ import agentmerge
 SRC = Path(agentmerge.__file__).parent
 ZOO = SRC.parent / "agentmerge_zoo"
 LAYERS = ("methods", "io", "config", "engine", "evaluation", "sweep", "cli")
-LEAVES = {"agentmerge.errors", "agentmerge._version"}
+LEAVES = {"agentmerge.errors", "agentmerge._version", "agentmerge.plugins"}
 
 
 def _module(path: Path) -> str:
@@ -180,6 +181,41 @@ def test_nothing_in_the_library_imports_the_zoo() -> None:
         m for m, targets in import_graph().items() if layer(m) != "zoo" and any(layer(t) == "zoo" for t in targets)
     }
     assert users == set()
+
+
+def _docstrings(tree: ast.Module) -> set[int]:
+    """The ids of the docstring nodes of a module and its classes and functions."""
+    holders = [
+        tree,
+        *(n for n in ast.walk(tree) if isinstance(n, ast.ClassDef | ast.FunctionDef | ast.AsyncFunctionDef)),
+    ]
+    return {
+        id(h.body[0].value)
+        for h in holders
+        if h.body and isinstance(h.body[0], ast.Expr) and isinstance(h.body[0].value, ast.Constant)
+    }
+
+
+def zoo_names(tree: ast.Module) -> list[str]:
+    """String constants in code (not docstrings) that name a zoo module (``find_spec("agentmerge_zoo.cli")``)."""
+    docs = _docstrings(tree)
+    return [
+        n.value
+        for n in ast.walk(tree)
+        if isinstance(n, ast.Constant)
+        and isinstance(n.value, str)
+        and "agentmerge_zoo" in n.value
+        and id(n) not in docs
+    ]
+
+
+def test_the_library_names_no_zoo_module() -> None:
+    """Not even by a string: the zoo is found through its entry points (pyproject.toml), like any plug-in."""
+    named = {m: zoo_names(tree) for m, (_, tree) in _trees().items() if layer(m) != "zoo"}
+    assert {m: n for m, n in named.items() if n} == {}
+    assert zoo_names(ast.parse('"""agentmerge_zoo is fine here"""\nspec = find_spec("agentmerge_zoo.cli")\n')) == [
+        "agentmerge_zoo.cli"
+    ]
 
 
 def test_nothing_below_the_cli_imports_it() -> None:

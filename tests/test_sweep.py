@@ -186,7 +186,8 @@ def test_killed_sweep_loses_only_running_trials(tiny_family: tuple[Path, list[Pa
     (tmp_path / "sleep.txt").write_text("1.5")
     import agentmerge  # the subprocess runs from tmp_path: it must import this package, not an installed one
 
-    env = {**os.environ, "PYTHONPATH": str(Path(agentmerge.__file__).resolve().parents[1])}
+    src = str(Path(agentmerge.__file__).resolve().parents[1])
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([src, os.environ.get("PYTHONPATH", "")])}
     cmd = [
         sys.executable,
         "-m",
@@ -240,7 +241,7 @@ def test_first_line_of_a_config_error_in_a_trial(tmp_path: Path) -> None:
 
 
 def test_evaluator_results_are_checked() -> None:
-    from agentmerge.sweep.evaluators import checked
+    from agentmerge.evaluation.evaluator import checked_metrics as checked
 
     assert checked({"a": 1, "b": 0.5}, "f") == {"a": 1.0, "b": 0.5}
     for bad in ({}, [1], {"a": float("nan")}, {"a": "x"}, {"a": True}):

@@ -19,8 +19,9 @@ from agentmerge.engine.inputs import Inputs
 from agentmerge.engine.plan import make_plan, planned_tensors
 from agentmerge.engine.report import input_lines
 from agentmerge.engine.sources import output_sources
-from agentmerge.io.checkpoint import Readable, plan_shards
+from agentmerge.io.checkpoint import Readable
 from agentmerge.io.safety import check_output_target, check_writable_parent
+from agentmerge.io.shards import plan_shards
 from agentmerge.io.validate import check_tokenizer_source
 
 PROBE_BYTES = 64 * 1024 * 1024

@@ -17,10 +17,11 @@ import torch
 
 from agentmerge.config.schema import MergeConfig
 from agentmerge.errors import CheckpointError, MergeError
-from agentmerge.io.checkpoint import Checkpoint, Readable, TensorInfo
+from agentmerge.io.checkpoint import Checkpoint, Readable
 from agentmerge.io.headers import read_json_object
 from agentmerge.io.localpath import is_adapter
 from agentmerge.io.lora import LoraModel, split_model_plus_adapter
+from agentmerge.io.tensorfile import TensorInfo
 from agentmerge.io.trainer import open_weights
 from agentmerge.io.validate import check_fisher_role
 from agentmerge.io.vocab import VocabPlan, plan_vocab
@@ -34,7 +35,6 @@ class Inputs:
         base: str | None,
         models: Sequence[str],
         *,
-        allow_dtype_mismatch: bool = False,
         extras: Mapping[str, Sequence[str]] | None = None,
     ) -> None:
         self.models: list[Readable] = []
@@ -47,7 +47,7 @@ class Inputs:
                 if isinstance(c, Checkpoint):
                     check_fisher_role(c, fisher=False)
             self.vocab = plan_vocab(self.reference, self.models)
-            check_compatible(self.reference, self.models, allow_dtype_mismatch, resized=self.vocab.tensors.keys())
+            check_compatible(self.reference, self.models, resized=self.vocab.tensors.keys())
             for kind, paths in (extras or {}).items():
                 self.extras[kind] = []
                 for path in paths:
@@ -62,7 +62,7 @@ class Inputs:
         """The inputs of a merge configuration, with the extra per-model tensors its method reads (e.g. Fisher)."""
         extras = {kind: [getattr(m, kind) for m in cfg.models] for kind in cfg.spec.model_inputs}
         models = [m.path for m in cfg.models]
-        return cls(cfg.base, models, allow_dtype_mismatch=cfg.allow_dtype_mismatch, extras=extras)
+        return cls(cfg.base, models, extras=extras)
 
     @property
     def checkpoints(self) -> list[Readable]:
@@ -201,13 +201,12 @@ def _non_finite(name: str, ref: torch.Tensor, models: torch.Tensor, inputs: Inpu
 def check_compatible(
     ref: Readable,
     models: Sequence[Readable],
-    allow_dtype_mismatch: bool = True,
     resized: Collection[str] = (),
 ) -> None:
     """Same architecture, tensor names and shapes, and dtypes of the same kind; else a ``MergeError``.
 
     Floating tensors may differ in dtype (a bf16 base with fp32 agents is how verl and ToolRL release them);
-    task vectors are float32 either way. ``allow_dtype_mismatch`` is kept for old callers and configs.
+    task vectors are float32 either way.
     The vocabulary tensors in ``resized`` may have more rows (``vocab.plan_vocab`` checked them).
     """
     arch = _architecture(ref)

@@ -28,11 +28,13 @@ from agentmerge.engine.plan import MergePlan, TensorJob, make_plan, planned_tens
 from agentmerge.engine.provenance import MergeResult, record_text, reproducibility_record
 from agentmerge.engine.report import model_card
 from agentmerge.engine.sources import OutputSources, output_sources
-from agentmerge.io.checkpoint import ShardWriter, atomic_output_dir, finish_model_files, plan_shards
+from agentmerge.io.atomic import atomic_output_dir
 from agentmerge.io.digests import InputDigests, hash_mode
 from agentmerge.io.safety import check_output_target
+from agentmerge.io.shards import plan_shards
 from agentmerge.io.validate import check_output_chunk, check_tokenizer_source
 from agentmerge.io.vocab import new_rows
+from agentmerge.io.writer import ShardWriter, finish_model_files
 from agentmerge.methods.deltas import histogram_from_patterns, overlap_histogram
 from agentmerge.methods.masks import levels_record, tensor_mask
 

@@ -13,7 +13,9 @@ from dataclasses import dataclass, field
 import torch
 
 from agentmerge.config.schema import MergeConfig
-from agentmerge.io.checkpoint import PlannedTensor, Readable, dtype_from_name
+from agentmerge.io.checkpoint import Readable
+from agentmerge.io.shards import PlannedTensor
+from agentmerge.io.tensorfile import dtype_from_name
 from agentmerge.io.vocab import ResizedTensor, VocabPlan
 from agentmerge.methods.deltas import RNG_BLOCK
 from agentmerge.methods.fused.jit import available

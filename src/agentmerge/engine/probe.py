@@ -172,7 +172,6 @@ def probe(
     threads: int | None = None,
     chunk_size: int = 1 << 22,
     quiet: bool = False,
-    allow_dtype_mismatch: bool = False,
     mask: Params | None = None,
     seed: int = 0,
 ) -> ProbeResult:
@@ -180,12 +179,12 @@ def probe(
 
     Vocabulary tensors with added rows count their base rows only; the added rows are reported per agent.
     ``mask``: the mask parameters (``mask_dtype``, ``mask_ulps``, ``epsilon_rule``, ``epsilon_q``) as a merge
-    takes them, already checked; ``seed``: the valley rule's subsample. ``allow_dtype_mismatch`` is kept for
-    old callers (models in another floating dtype than the base are accepted; task vectors are float32).
+    takes them, already checked; ``seed``: the valley rule's subsample. Models in another floating dtype than
+    the base's are accepted (task vectors are float32).
     """
     labels = list(labels) if labels else [Path(m).name or m for m in models]
     n_threads = threads or os.cpu_count() or 1
-    inputs = Inputs(base, list(models), allow_dtype_mismatch=allow_dtype_mismatch)
+    inputs = Inputs(base, list(models))
     try:
         names = [n for n, i in inputs.reference.tensors.items() if i.dtype.is_floating_point and i.numel]
         numels = {n: inputs.reference.tensors[n].numel for n in names}

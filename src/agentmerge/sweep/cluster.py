@@ -1,11 +1,11 @@
 """A sweep on a Ray cluster: what every node needs, checked before the first trial, and where each trial ran.
 
 A trial runs on whichever node Ray gives it and reads its inputs there: the base and the models (a local
-path is opened on that node, a hub id fetched by it), the Fisher files of explicit trials, the file of
-``tasks:FILE`` and the module of ``python:MODULE:FUNCTION``; it writes its merged folder under
-``OUT/trials``. So every node that runs trials needs the same paths: the same folders on every machine, or
-one folder they all share. A relative path is read in the node's working folder (where ``ray start`` ran),
-``~`` in the home of the user running Ray there.
+path is opened on that node, a hub id fetched by it), the Fisher files of explicit trials and what its
+evaluator reads (``Evaluator.reads``: the file of ``tasks:FILE``, the module of ``python:MODULE:FUNCTION``);
+it writes its merged folder under ``OUT/trials``. So every node that runs trials needs the same paths: the
+same folders on every machine, or one folder they all share. A relative path is read in the node's working
+folder (where ``ray start`` ran), ``~`` in the home of the user running Ray there.
 
 :func:`check_nodes` runs one small task (no CPU asked) on every alive node that can take a trial (enough
 CPUs and GPUs for ``resources``) before the first trial: it opens every input path there (each file of a
@@ -26,6 +26,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from agentmerge.errors import CheckpointError
+from agentmerge.sweep import evaluators
 
 if TYPE_CHECKING:
     from agentmerge.sweep.spec import Resources, SweepConfig
@@ -72,14 +73,8 @@ def needs(cfg: SweepConfig, search_path: list[str]) -> list[Need]:
     out += [Need("model", m) for m in cfg.models]
     out = [Need(n.what, part) for n in out for part in _parts(n.ref) if not _is_hub_id(part)]
     out += [Need("fisher file", f) for e in cfg.trials for f in e.fisher or []]
-    kind, _, arg = cfg.evaluate.partition(":")
-    if kind == "tasks":
-        task_file = next((p for f in search_path if (p := Path(f) / arg).is_file()), Path(arg))
-        out.append(Need("task file", str(task_file)))
-    elif kind == "python":
-        module = arg.partition(":")[0]
-        file = _module_file(module, search_path)
-        out.append(Need("evaluator module", file) if file else Need("evaluator module", module, "module"))
+    evaluator, arg = evaluators.parse(cfg.evaluate)
+    out += [Need(*r) for r in evaluator.reads(arg, search_path)]
     return list(dict.fromkeys(out))
 
 
@@ -92,16 +87,6 @@ def _is_hub_id(ref: str) -> bool:
     from agentmerge.io.localpath import is_missing_local
 
     return not Path(ref).expanduser().exists() and not is_missing_local(ref)
-
-
-def _module_file(module: str, search_path: list[str]) -> str | None:
-    """The file ``python:MODULE:...`` is imported from when it lies in the search path (else None)."""
-    top = module.split(".")[0]
-    for folder in search_path:
-        for candidate in (Path(folder) / f"{top}.py", Path(folder) / top / "__init__.py"):
-            if candidate.is_file():
-                return str(candidate)
-    return None
 
 
 # --------------------------------------------------------------------------- on each node
