@@ -11,6 +11,8 @@ agentmerge convert-config --to mergekit CONFIG.yaml [-o FILE]   (the reverse, fo
 agentmerge convert SRC DST [--dtype keep|bf16|fp16|fp32]  (verl, DCP, LoRA, .bin -> a safetensors folder)
 agentmerge lm-eval OUTDIR --tasks T1,T2 [--limit N] [--include-path DIR]
 agentmerge sweep SWEEP.yaml --out DIR [--address ADDR] [--max-concurrent K] [--no-resume]
+agentmerge moe BASE --model A1 --prompts P1 --model A2 --prompts P2 -o OUT   (moe_lora_cli.py)
+agentmerge extract-lora MODEL --base BASE -o OUT (--rank R | --energy E)
 """
 
 from __future__ import annotations
@@ -28,6 +30,7 @@ from typing import Any
 from agentmerge import __version__
 from agentmerge.digests import HASH_MODES
 from agentmerge.errors import AgentMergeError, CheckpointError, ConfigError
+from agentmerge.moe_lora_cli import register as register_moe_lora
 from agentmerge.registry import METHODS
 from agentmerge.safety import (
     Terminated,
@@ -644,6 +647,7 @@ def build_parser() -> argparse.ArgumentParser:
     _lm_eval_parser(sub)
     _eval_parser(sub)
     _sweep_parser(sub)
+    register_moe_lora(sub)  # moe, extract-lora
     if importlib.util.find_spec("agentmerge.zoo.cli") is not None:
         from agentmerge.zoo.cli import register
 
