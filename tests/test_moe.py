@@ -181,3 +181,23 @@ def test_bad_input_gives_one_line_and_writes_nothing(
 def test_prompts_must_pair_with_models(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     assert main(["moe", "b", "--model", "a1", "--prompts", "p", "--model", "a2", "-o", str(tmp_path / "o")]) == 2
     assert "--prompts 1 times" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize(
+    ("argv", "says"),
+    [
+        (["moe", "--help"], ""),
+        (["extract-lora", "--help"], ""),
+        (["moe", "b", "-o", "o"], "'experts' must list at least two agents"),
+        (
+            ["moe", "b", "--model", "a", "--prompts", "/no/p.txt", "--model", "c", "--prompts", "/no/q.txt", "-o", "o"],
+            "/no/p.txt",
+        ),
+        (["extract-lora", "m", "--base", "b", "-o", "o", "--energy", "2"], "--energy must lie in (0, 1]"),
+    ],
+)
+def test_help_and_argument_errors_answer_without_torch(argv: list[str], says: str) -> None:
+    from test_startup import _run
+
+    _, err = _run(*argv)
+    assert "HEAVY - CODE" in err and says in err, err

@@ -15,10 +15,11 @@
 
 from __future__ import annotations
 
+import contextlib
 import copy
 import shutil
 import time
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -70,27 +71,33 @@ def build_moe(cfg: MoeConfig, out: str | Path, *, force: bool = False, quiet: bo
     target = Path(out)
     check_output_target(target, moe_inputs(cfg), force=force)
     names = base_family(cfg)
+    with opened_inputs(cfg) as (base, agents), atomic_output_dir(target, force=force) as tmp:
+        static_dir, static_record = _static_merge(cfg, tmp, quiet)
+        with Checkpoint(static_dir) as static:
+            _check_static(static, base)
+            result = _write(cfg, names, tmp, static, base, agents, quiet)
+        if not cfg.static:
+            shutil.rmtree(static_dir)
+        result.seconds = time.perf_counter() - t0
+        result.out_dir = target.resolve()
+        (tmp / "merge.json").write_text(merge_record(cfg, result, static_record))
+        (tmp / "README.md").write_text(model_card(cfg, result))
+    return result
+
+
+@contextlib.contextmanager
+def opened_inputs(cfg: MoeConfig) -> Iterator[tuple[Readable, list[Readable]]]:
+    """The base and the agents, opened and checked (``check_inputs``); closed on the way out."""
     base = open_model(cfg.base, None)
     agents: list[Readable] = []
     try:
         agents += [open_model(e.path, base) for e in cfg.experts]
         check_inputs(base, agents)
-        with atomic_output_dir(target, force=force) as tmp:
-            static_dir, static_record = _static_merge(cfg, tmp, quiet)
-            with Checkpoint(static_dir) as static:
-                _check_static(static, base)
-                result = _write(cfg, names, tmp, static, base, agents, quiet)
-            if not cfg.static:
-                shutil.rmtree(static_dir)
-            result.seconds = time.perf_counter() - t0
-            result.out_dir = target.resolve()
-            (tmp / "merge.json").write_text(merge_record(cfg, result, static_record))
-            (tmp / "README.md").write_text(model_card(cfg, result))
+        yield base, agents
     finally:
         for a in agents:
             a.close()
         base.close()
-    return result
 
 
 def check_inputs(base: Readable, agents: list[Readable]) -> None:

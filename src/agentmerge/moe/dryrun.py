@@ -5,13 +5,12 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from agentmerge.checkpoint import Checkpoint, Readable, dtype_from_name, plan_shards
+from agentmerge.checkpoint import Checkpoint, dtype_from_name, plan_shards
 from agentmerge.moe.arch import ARCHITECTURES
-from agentmerge.moe.build import STATIC, base_family, check_inputs, moe_inputs, tokenize
+from agentmerge.moe.build import STATIC, base_family, moe_inputs, opened_inputs, tokenize
 from agentmerge.moe.plan import make_plan
 from agentmerge.moe.spec import MoeConfig
 from agentmerge.safety import check_output_target, check_writable_parent
-from agentmerge.stream import open_model
 
 
 def plan_moe(cfg: MoeConfig, out: str | Path, *, force: bool = False) -> dict[str, Any]:
@@ -20,11 +19,7 @@ def plan_moe(cfg: MoeConfig, out: str | Path, *, force: bool = False) -> dict[st
     check_output_target(target, moe_inputs(cfg), force=force)
     check_writable_parent(target)
     names = base_family(cfg)
-    base = open_model(cfg.base, None)
-    agents: list[Readable] = []
-    try:
-        agents += [open_model(e.path, base) for e in cfg.experts]
-        check_inputs(base, agents)
+    with opened_inputs(cfg) as (base, agents):
         static = _static_plan(cfg, target)
         dense = Checkpoint(cfg.static) if cfg.static else base
         dtype = dtype_from_name(cfg.merge.dtype) if cfg.merge.dtype else None
@@ -32,10 +27,6 @@ def plan_moe(cfg: MoeConfig, out: str | Path, *, force: bool = False) -> dict[st
         folder = dense.folder
         if dense is not base:
             dense.close()
-    finally:
-        for a in agents:
-            a.close()
-        base.close()
     tokens = tokenize(folder, [e.prompts for e in cfg.experts], cfg.chat_template)
     shards = plan_shards([s.planned for s in plan.slots], cfg.merge.shard_bytes)
     return {

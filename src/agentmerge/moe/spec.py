@@ -93,9 +93,7 @@ def read_moe_file(path: str | Path) -> dict[str, Any]:
 
 def moe_config_from_dict(data: Mapping[str, Any], source: str = "moe") -> MoeConfig:
     """Check every key and value; prompts are read from their files here. One ``ConfigError`` line on bad input."""
-    for key in data:
-        if key not in KEYS:
-            raise ConfigError(f"{source}: unknown key {key!r}{did_you_mean(str(key), KEYS)}")
+    _known_keys(data, KEYS, source)
     base = data.get("base")
     if not isinstance(base, str) or not base:
         raise ConfigError(f"{source}: 'base' must name the base model folder")
@@ -121,6 +119,12 @@ def moe_config_from_dict(data: Mapping[str, Any], source: str = "moe") -> MoeCon
     )
 
 
+def _known_keys(data: Mapping[str, Any], known: Sequence[str], where: str) -> None:
+    for key in data:
+        if key not in known:
+            raise ConfigError(f"{where}: unknown key {key!r}{did_you_mean(str(key), known)}")
+
+
 def _number(data: Mapping[str, Any], key: str, default: float, source: str) -> float:
     value = data.get(key, default)
     if isinstance(value, bool) or not isinstance(value, int | float) or not math.isfinite(value):
@@ -136,9 +140,7 @@ def _experts(entries: Any, source: str) -> tuple[Expert, ...]:
         where = f"{source}: experts[{i}]"
         if not isinstance(entry, Mapping):
             raise ConfigError(f"{where}: expected {{path: PATH, prompts: [...] or prompts_file: FILE}}")
-        for key in entry:
-            if key not in EXPERT_KEYS:
-                raise ConfigError(f"{where}: unknown key {key!r}{did_you_mean(str(key), EXPERT_KEYS)}")
+        _known_keys(entry, EXPERT_KEYS, where)
         path = entry.get("path")
         if not isinstance(path, str) or not path:
             raise ConfigError(f"{where}: 'path' must name the agent's folder")
