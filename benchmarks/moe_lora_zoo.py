@@ -117,22 +117,25 @@ class Seed:
         return applied, (adapter / "adapter_model.safetensors").stat().st_size
 
 
-def routing(folder: Path, prompts_per_task: int) -> dict[str, list[list[float]]]:
-    """Per task: ``[layer][expert]`` share of its test prompts' tokens whose top-1 expert is that expert."""
+def routing(folder: Path, prompts_per_task: int) -> dict[str, dict[str, list[list[float]]]]:
+    """Per task, for its test prompts' tokens and for the reference answers' tokens (teacher-forced after the
+    prompt): ``[layer][expert]``, the share whose top-1 expert is that expert."""
     import transformers
 
     model = transformers.AutoModelForCausalLM.from_pretrained(folder, dtype=torch.float32).eval()
     tok = transformers.AutoTokenizer.from_pretrained(folder)
     out = {}
     for name, task in all_tasks().items():
-        counts = None
+        counts: dict[str, Any] = {"prompt": 0, "answer": 0}
         for ex in eval_set(task, "test", prompts_per_task):
+            cut = len(tok(ex.prompt)["input_ids"])
             with torch.no_grad():
-                logits = model(**tok(ex.prompt, return_tensors="pt"), output_router_logits=True).router_logits
-            top = torch.stack([torch.bincount(g.argmax(-1), minlength=g.shape[-1]) for g in logits]).float()
-            counts = top if counts is None else counts + top
-        assert counts is not None
-        out[name] = (counts / counts.sum(-1, keepdim=True)).tolist()
+                ids = tok(ex.prompt + ex.answer, return_tensors="pt")
+                logits = model(**ids, output_router_logits=True).router_logits
+            for part, rows in (("prompt", slice(0, cut)), ("answer", slice(cut, None))):
+                top = [torch.bincount(g[rows].argmax(-1), minlength=g.shape[-1]) for g in logits]
+                counts[part] = counts[part] + torch.stack(top).float()
+        out[name] = {part: (c / c.sum(-1, keepdim=True)).tolist() for part, c in counts.items()}
     return out
 
 
@@ -207,7 +210,7 @@ def score_table(runs: list[dict[str, Any]]) -> list[str]:
     return lines
 
 
-def routing_table(runs: list[dict[str, Any]]) -> list[str]:
+def routing_table(runs: list[dict[str, Any]], part: str) -> list[str]:
     """Share of each domain's test tokens whose top-1 expert is its own agent: first layer / mean over layers."""
     experts = {"code": 0, "tool": 1, "mem_short": 2, "mem_long": 2}
     lines = [
@@ -219,10 +222,10 @@ def routing_table(runs: list[dict[str, Any]]) -> list[str]:
     for name in (r for r in ROWS if r.startswith("moe")):
         cells = []
         for task, e in experts.items():
-            first = [r["routing"][name][task][0][e] for r in runs]
-            mean = [statistics.mean(layer[e] for layer in r["routing"][name][task]) for r in runs]
+            first = [r["routing"][name][task][part][0][e] for r in runs]
+            mean = [statistics.mean(layer[e] for layer in r["routing"][name][task][part]) for r in runs]
             cells.append(f"{pm(first)} / {pm(mean)}")
-        reverse = " / ".join(pm([r["routing"][name]["reverse"][0][e] for r in runs]) for e in range(3))
+        reverse = " / ".join(pm([r["routing"][name]["reverse"][part][0][e] for r in runs]) for e in range(3))
         lines.append(f"| {LABELS[name]} | " + " | ".join(cells) + f" | {reverse} |")
     return lines
 
@@ -266,10 +269,14 @@ def markdown(runs: list[dict[str, Any]], command: str) -> str:
             "",
             "## Routing: where each domain's test prompts go",
             "",
-            "Share of the prompt tokens (200 test prompts per task) whose top-1 expert is the domain's agent, first "
-            "MoE layer / mean over layers.",
+            "Share of the tokens (200 test prompts per task) whose top-1 expert is the domain's agent, first "
+            "MoE layer / mean over layers. Prompt tokens:",
             "",
-            *routing_table(runs),
+            *routing_table(runs, "prompt"),
+            "",
+            "The reference answer's tokens, teacher-forced after the prompt (what the model generates):",
+            "",
+            *routing_table(runs, "answer"),
             "",
             "## The best merge as LoRA adapters (base + adapter)",
             "",

@@ -201,3 +201,30 @@ def test_help_and_argument_errors_answer_without_torch(argv: list[str], says: st
 
     _, err = _run(*argv)
     assert "HEAVY - CODE" in err and says in err, err
+
+
+def test_yaml_config_with_jsonl_prompts(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """A moe config file: prompts inline and from an eval task file (JSONL), the static merge's own settings."""
+    base, agents = df.family(tmp_path / "fam", "qwen2", 2)
+    rows = [{"task": "x", "defaults": {"match": "exact"}}, *({"prompt": p, "reference": "0"} for p in df.PROMPTS[1])]
+    (tmp_path / "tasks.jsonl").write_text("\n".join(json.dumps(r) for r in rows) + "\n")
+    config = {
+        "base": str(base),
+        "experts": [
+            {"path": str(agents[0]), "prompts": df.PROMPTS[0], "name": "digits"},
+            {"path": str(agents[1]), "prompts_file": str(tmp_path / "tasks.jsonl")},
+        ],
+        "merge": {"method": "task_arithmetic", "params": {"lambda": 0.5}},
+        "experts_per_token": 1,
+        "shared_expert": "merged",
+    }
+    (tmp_path / "moe.yaml").write_text(json.dumps(config))  # JSON is YAML
+    capsys.readouterr()
+    assert main(["moe", str(tmp_path / "moe.yaml"), "-o", str(tmp_path / "out"), "--dry-run", "--json"]) == 0
+    plan = json.loads(capsys.readouterr().out)
+    assert [(e["name"], e["prompts"]) for e in plan["experts"]] == [("digits", 5), ("agent1", 5)]
+    assert plan["static_merge"]["method"] == "task_arithmetic" and plan["settings"]["shared_expert"] == "merged"
+    assert main(["moe", str(tmp_path / "moe.yaml"), "-o", str(tmp_path / "out"), "--quiet"]) == 0
+    record = json.loads((tmp_path / "out" / "merge.json").read_text())
+    assert record["static_merge"]["config"]["params"] == {"lambda": 0.5}
+    assert plan["bytes"] == (tmp_path / "out" / "model.safetensors").stat().st_size
