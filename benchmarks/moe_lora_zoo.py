@@ -32,15 +32,15 @@ from typing import Any
 
 import torch
 
-from agentmerge.config import MergeConfig, ModelSpec
-from agentmerge.convert import convert
-from agentmerge.extract_lora import extract_lora
-from agentmerge.merge import merge
-from agentmerge.moe.build import build_moe
-from agentmerge.moe.spec import moe_config_from_dict
-from agentmerge.zoo.evaluate import agentic_average, evaluate_cached
-from agentmerge.zoo.splits import eval_set, held_out_prompts, train_stream
-from agentmerge.zoo.tasks import CORE_DOMAINS, all_tasks, metric_domain
+from agentmerge.config.schema import MergeConfig, ModelSpec
+from agentmerge.engine.convert import convert
+from agentmerge.engine.extract_lora import extract_lora
+from agentmerge.engine.merge import merge
+from agentmerge.engine.moe.build import build_moe
+from agentmerge.engine.moe.spec import moe_config_from_dict
+from agentmerge_zoo.evaluate import agentic_average, evaluate_cached
+from agentmerge_zoo.splits import eval_set, held_out_prompts, train_stream
+from agentmerge_zoo.tasks import CORE_DOMAINS, all_tasks, metric_domain
 
 ROUTER_PROMPTS = 32
 ROUTING_PROMPTS = 200  # test prompts per task for the routing accuracy

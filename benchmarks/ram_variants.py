@@ -19,10 +19,10 @@ from pathlib import Path
 import torch
 from safetensors.torch import load_file, save_file
 
-from agentmerge.config import MergeConfig, ModelSpec
-from agentmerge.merge import merge
+from agentmerge.config.schema import MergeConfig, ModelSpec
+from agentmerge.engine.merge import merge
+from agentmerge.io.validate import FISHER_MARK
 from agentmerge.synthetic import Architecture, write_family
-from agentmerge.validate import FISHER_MARK
 
 ARCH = Architecture(vocab=4096, hidden=256, intermediate=768, layers=8, heads=8, kv_heads=2)
 VARIANTS: dict[str, tuple[str, dict[str, object]]] = {

@@ -356,7 +356,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     return 0
 
 
-STARTUP = "import gc; gc.disable(); import agentmerge.cli, agentmerge.merge, agentmerge.fused.ties; gc.freeze()"
+STARTUP = "import gc; gc.disable(); import agentmerge.cli, agentmerge.engine.merge, agentmerge.methods.fused.ties; gc.freeze()"
 
 
 def startup_seconds(repeats: int) -> float:
@@ -530,7 +530,7 @@ def run_benchmark(args: argparse.Namespace, mk: bool) -> dict[str, object]:
 
 
 def _fused_available() -> bool:
-    from agentmerge.fused.jit import available
+    from agentmerge.methods.fused.jit import available
 
     return available()
 

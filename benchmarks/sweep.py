@@ -64,7 +64,7 @@ def sweep_file(work: Path, base: Path, agents: list[Path], trials: int) -> Path:
 
 
 def plain_loop(path: Path, work: Path) -> float:
-    from agentmerge.merge import merge
+    from agentmerge.engine.merge import merge
     from agentmerge.sweep import evaluators
     from agentmerge.sweep.spec import choose, load_sweep, merge_config, trials
 

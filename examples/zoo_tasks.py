@@ -13,8 +13,8 @@ import argparse
 import json
 from pathlib import Path
 
-from agentmerge.zoo.splits import eval_set
-from agentmerge.zoo.tasks import all_tasks
+from agentmerge_zoo.splits import eval_set
+from agentmerge_zoo.tasks import all_tasks
 
 
 def main() -> None:

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # The many-agent study (docs/many/results.md): the six-domain zoo (.zoo-cache/six/seed{S}), merges of 2, 3, 4 and 6
-# agents with every method of agentmerge.zoo.many.MANY_RUNS, seeds $SEEDS, regime $REGIME.
+# agents with every method of agentmerge_zoo.many.MANY_RUNS, seeds $SEEDS, regime $REGIME.
 # Resumable: zoo stages, merges (sweep records under bench-work/many/) and evaluations (bench-work/evals/six/) are
 # cached, so a rerun only does what is missing; the last command finds every trial recorded and writes the docs.
 #

@@ -19,12 +19,12 @@ from pathlib import Path
 
 import torch
 
-from agentmerge.zoo.bench import DOMAIN_TASKS
-from agentmerge.zoo.build import agent_dir, build_agent, build_base, stderr_logger
-from agentmerge.zoo.config import full_config
-from agentmerge.zoo.evaluate import evaluate
-from agentmerge.zoo.precision import task_vector_stats
-from agentmerge.zoo.quiet import quiet_transformers
+from agentmerge_zoo.bench import DOMAIN_TASKS
+from agentmerge_zoo.build import agent_dir, build_agent, build_base, stderr_logger
+from agentmerge_zoo.config import full_config
+from agentmerge_zoo.evaluate import evaluate
+from agentmerge_zoo.precision import task_vector_stats
+from agentmerge.evaluation.scoring import quiet_transformers
 
 
 def main() -> int:

@@ -9,8 +9,8 @@ from pathlib import Path
 import pytest
 import torch
 
-from agentmerge.cache import InputSetStore, cache_dir
-from agentmerge.masks import Levels, levels_from_json, levels_to_json
+from agentmerge.io.cache import InputSetStore, cache_dir
+from agentmerge.methods.masks import Levels, levels_from_json, levels_to_json
 
 
 @pytest.fixture

@@ -10,8 +10,9 @@ import pytest
 import torch
 from safetensors.torch import load_file, save_file
 
-from agentmerge import checkpoint
-from agentmerge.checkpoint import (
+from agentmerge.errors import CheckpointError
+from agentmerge.io import checkpoint
+from agentmerge.io.checkpoint import (
     Checkpoint,
     PlannedTensor,
     ShardWriter,
@@ -19,8 +20,7 @@ from agentmerge.checkpoint import (
     plan_shards,
     read_safetensors_header,
 )
-from agentmerge.errors import CheckpointError
-from agentmerge.units import parse_size
+from agentmerge.io.units import parse_size
 
 
 def tensors() -> dict[str, torch.Tensor]:

@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 from pydantic import ValidationError
 
-from agentmerge.config import MergeConfig, ModelSpec, config_from_dict, load_config
+from agentmerge.config.schema import MergeConfig, ModelSpec, config_from_dict, load_config
 from agentmerge.errors import ConfigError
 
 

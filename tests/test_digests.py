@@ -15,11 +15,12 @@ from typing import Any
 import pytest
 import xxhash
 
-from agentmerge import MergeConfig, ModelSpec, digests, merge
+from agentmerge import MergeConfig, ModelSpec, merge
 from agentmerge.cli import main
-from agentmerge.digests import Digest, InputDigests, hash_mode
+from agentmerge.engine.provenance import duplicate_inputs, input_warnings
 from agentmerge.errors import ConfigError
-from agentmerge.provenance import duplicate_inputs, input_warnings
+from agentmerge.io import digests
+from agentmerge.io.digests import Digest, InputDigests, hash_mode
 
 SMALL_WINDOW = mmap.ALLOCATIONGRANULARITY  # so that a small file spans several mapped windows
 
@@ -217,7 +218,7 @@ def test_failed_merge_cancels_hashing(
     tiny_family: tuple[Path, list[Path]], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     from agentmerge.errors import CheckpointError
-    from agentmerge.safety import output_lock
+    from agentmerge.io.safety import output_lock
 
     cancelled: list[bool] = []
     monkeypatch.setattr(InputDigests, "cancel", lambda self: cancelled.append(True))

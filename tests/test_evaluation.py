@@ -8,9 +8,9 @@ from pathlib import Path
 import pytest
 
 from agentmerge.cli import main
-from agentmerge.evaluation import EvalRun, Generator, Scores, evaluate, mean_se
-from agentmerge.report import eval_markdown
-from agentmerge.taskfile import Example, TaskFileError, load_tasks
+from agentmerge.evaluation.report import eval_markdown
+from agentmerge.evaluation.scoring import EvalRun, Generator, Scores, evaluate, mean_se
+from agentmerge.evaluation.taskfile import Example, TaskFileError, load_tasks
 from tinylm import constant_lm
 
 
@@ -179,13 +179,13 @@ def test_own_tasks_on_a_zoo_tokenizer_are_refused_when_it_cannot_read_them() -> 
     from types import SimpleNamespace
 
     from agentmerge.errors import ConfigError
-    from agentmerge.zoo.vocab import build_tokenizer
+    from agentmerge_zoo.vocab import build_tokenizer
 
     gen = Generator(
         SimpleNamespace(generation_config=SimpleNamespace(eos_token_id=None)), build_tokenizer(), False, "cpu"
     )
     gen.check_alphabet([Example(task="t", prompt="rev abc", reference="cba")])
-    with pytest.raises(ConfigError, match=r"zoo checkpoint.*'P'"):
+    with pytest.raises(ConfigError, match=r"reads .P.* as its unknown token"):
         gen.check_alphabet([Example(task="t", prompt="Please reverse", reference="x", line=3)])
 
 

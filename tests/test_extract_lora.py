@@ -9,11 +9,11 @@ from typing import Any
 import pytest
 import torch
 
-from agentmerge.checkpoint import Checkpoint
 from agentmerge.cli import main
-from agentmerge.extract_lora import extract_lora
-from agentmerge.lora import LoraModel
-from agentmerge.lowrank import choose_rank, factorize
+from agentmerge.engine.extract_lora import extract_lora
+from agentmerge.io.checkpoint import Checkpoint
+from agentmerge.io.lora import LoraModel
+from agentmerge.methods.lowrank import choose_rank, factorize
 
 peft = pytest.importorskip("peft")
 transformers = pytest.importorskip("transformers")

@@ -22,8 +22,8 @@ import torch
 from safetensors.torch import load_file, save_file
 
 from agentmerge import MergeConfig, ModelSpec, merge
-from agentmerge.checkpoint import Checkpoint, PlannedTensor, copy_aux_files, plan_shards, read_safetensors_header
 from agentmerge.errors import CheckpointError
+from agentmerge.io.checkpoint import Checkpoint, PlannedTensor, copy_aux_files, plan_shards, read_safetensors_header
 
 SRC = Path(__file__).resolve().parents[1] / "src" / "agentmerge"
 
@@ -329,7 +329,7 @@ def test_remote_code_is_never_trusted() -> None:
 def test_bit_identical_across_threads_shards_and_chunks(
     tiny_family: tuple[Path, list[Path]], tmp_path: Path, method: str
 ) -> None:
-    from agentmerge.registry import METHODS
+    from agentmerge.methods.registry import METHODS
 
     if method not in METHODS:
         pytest.skip(f"{method} not available")
@@ -402,7 +402,7 @@ def test_fifo_posing_as_a_tokenizer_file_is_refused(tmp_path: Path) -> None:
 
 
 def test_yaml_with_python_tags_runs_no_code(tmp_path: Path) -> None:
-    from agentmerge.config import load_config
+    from agentmerge.config.schema import load_config
     from agentmerge.errors import ConfigError
 
     marker = tmp_path / "pwned"

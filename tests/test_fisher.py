@@ -10,11 +10,11 @@ import yaml
 from safetensors.torch import load_file, save_file
 
 from agentmerge import MergeConfig, ModelSpec, merge
-from agentmerge.checkpoint import Checkpoint
 from agentmerge.cli import main
 from agentmerge.errors import MergeError
-from agentmerge.fisher import Sample, diagonal_fisher, load_causal_lm, write_fisher
-from agentmerge.validate import FISHER_MARK
+from agentmerge.evaluation.fisher import Sample, diagonal_fisher, load_causal_lm, write_fisher
+from agentmerge.io.checkpoint import Checkpoint
+from agentmerge.io.validate import FISHER_MARK
 
 Family = tuple[Path, list[Path]]
 

@@ -24,13 +24,13 @@ from safetensors import safe_open
 from safetensors.torch import save_file
 
 from agentmerge import MergeConfig, ModelSpec, merge
-from agentmerge.checkpoint import Checkpoint, read_safetensors_header
 from agentmerge.cli import main
-from agentmerge.config import config_from_dict, load_config
+from agentmerge.config.mergekit import from_mergekit
+from agentmerge.config.schema import config_from_dict, load_config
 from agentmerge.errors import AgentMergeError, CheckpointError, ConfigError, MergeError
-from agentmerge.mergekit_compat import from_mergekit
-from agentmerge.safety import TMP_MARKER, output_lock
-from agentmerge.validate import FISHER_MARK
+from agentmerge.io.checkpoint import Checkpoint, read_safetensors_header
+from agentmerge.io.safety import TMP_MARKER, output_lock
+from agentmerge.io.validate import FISHER_MARK
 
 SHAPES = {"embed.weight": (16, 8), "layers.0.mlp.weight": (8, 8), "layers.0.norm.weight": (8,)}
 
@@ -189,7 +189,7 @@ def test_fisher_output_is_atomic_marked_and_kept_out_of_inputs(
     one_line_error(capsys, ["fisher", str(lm), "--samples", "1", "--max-tokens", "2", "--out", str(lm)], "must not be")
     assert digest(lm) == before
     # a run that dies half-way leaves nothing that looks like a Fisher
-    from agentmerge import checkpoint
+    from agentmerge.io import checkpoint
 
     calls = {"n": 0}
     real_write = checkpoint.ShardWriter.write
@@ -609,7 +609,7 @@ def test_ctrl_c_is_one_line(
     tmp_path: Path, family: tuple[Path, Path, Path], capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
 ) -> None:
     base, a, b = family
-    merge_module = sys.modules["agentmerge.merge"]
+    merge_module = sys.modules["agentmerge.engine.merge"]
 
     def interrupted(*args: object) -> None:
         raise KeyboardInterrupt

@@ -1,4 +1,16 @@
-"""The shape of the house: imports run one way, one registry of methods, short functions."""
+"""The shape of the house: imports run one way between the layers, one registry of methods, short functions.
+
+Layers, lowest first (a module may import its own layer and the ones below, never above):
+    methods            pure tensor math, the one registry (no file I/O)
+    io                 checkpoints in and out
+    config             what the user asks for (schema, mergekit files)
+    engine             the streamed merge, probe, dry run
+    evaluation         scoring checkpoints
+    sweep              merge-and-evaluate trials on Ray
+    cli                the command line (``agentmerge.cli``, ``agentmerge.__main__``)
+The package root re-exports names lazily; ``errors``, ``_version`` and ``synthetic`` are leaves. The zoo
+(``agentmerge_zoo``) is a client: nothing in ``agentmerge`` imports it.
+"""
 
 from __future__ import annotations
 
@@ -8,6 +20,9 @@ from pathlib import Path
 import agentmerge
 
 SRC = Path(agentmerge.__file__).parent
+ZOO = SRC.parent / "agentmerge_zoo"
+LAYERS = ("methods", "io", "config", "engine", "evaluation", "sweep", "cli")
+LEAVES = {"agentmerge.errors", "agentmerge._version"}
 
 
 def _module(path: Path) -> str:
@@ -17,7 +32,8 @@ def _module(path: Path) -> str:
 
 
 def _trees() -> dict[str, tuple[Path, ast.Module]]:
-    return {_module(p): (p, ast.parse(p.read_text())) for p in sorted(SRC.rglob("*.py"))}
+    files = [*sorted(SRC.rglob("*.py")), *sorted(ZOO.rglob("*.py"))]
+    return {_module(p): (p, ast.parse(p.read_text())) for p in files}
 
 
 def import_graph() -> dict[str, set[str]]:
@@ -36,7 +52,7 @@ def import_graph() -> dict[str, set[str]]:
                     parts = package.split(".")[: len(package.split(".")) - node.level + 1]
                     base = ".".join([*parts, *([node.module] if node.module else [])])
                 names = [base, *(f"{base}.{a.name}" for a in node.names)]
-            graph[mod] |= {n for n in names if n in trees and n not in (mod, "agentmerge")}
+            graph[mod] |= {n for n in names if n in trees and n != mod}
     return graph
 
 
@@ -83,8 +99,9 @@ def test_no_import_circles() -> None:
 
 def test_probe_dry_run_and_streaming_do_not_import_the_driver() -> None:
     graph = import_graph()
-    for mod in ("agentmerge.probe", "agentmerge.dryrun", "agentmerge.stream", "agentmerge.plan", "agentmerge.report"):
-        assert "agentmerge.merge" not in graph[mod], mod
+    for name in ("probe", "dryrun", "stream", "plan", "report"):
+        mod = f"agentmerge.engine.{name}"
+        assert "agentmerge.engine.merge" not in graph[mod], mod
 
 
 def test_methods_are_declared_only_in_the_registry() -> None:
@@ -94,7 +111,7 @@ def test_methods_are_declared_only_in_the_registry() -> None:
         for node in ast.walk(tree):
             if isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and node.func.id == "Method":
                 places.append(mod)
-    assert set(places) == {"agentmerge.registry"}
+    assert set(places) == {"agentmerge.methods.registry"}
 
 
 def test_every_function_is_short() -> None:
@@ -106,3 +123,84 @@ def test_every_function_is_short() -> None:
                 if size >= 60:
                     long.append(f"{mod}.{node.name}: {size} lines")
     assert long == []
+
+
+def layer(mod: str) -> str | None:
+    """The layer of a module (``LAYERS``), ``zoo`` for the client, None for the root and its leaves."""
+    if mod.startswith("agentmerge_zoo"):
+        return "zoo"
+    parts = mod.split(".")
+    if parts[1:2] == ["__main__"]:
+        return "cli"
+    return parts[1] if len(parts) > 1 and parts[1] in LAYERS else None
+
+
+def test_layer_table_covers_the_house() -> None:
+    """Every module of the library is in a layer or is one of the few named leaves: no loose room."""
+    loose = {m for m in import_graph() if layer(m) is None}
+    assert loose == {"agentmerge", "agentmerge.synthetic", *LEAVES}
+
+
+def test_imports_run_down_the_layers() -> None:
+    """A module imports its own layer or lower ones; the leaves import no layer but ``methods``' table."""
+    up = []
+    for mod, targets in import_graph().items():
+        here = layer(mod)
+        for target in targets:
+            there = layer(target)
+            if here == "zoo" or there is None or mod == "agentmerge":  # the root is the public face: it hands on
+                continue
+            if there == "zoo":
+                ok = False
+            elif here is None:  # the leaves: synthetic writes models with io
+                ok = mod == "agentmerge.synthetic" and there in ("io", "methods")
+            else:
+                ok = LAYERS.index(there) <= LAYERS.index(here)
+            if not ok:
+                up.append(f"{mod} -> {target}")
+    assert up == []
+
+
+def test_the_math_reads_no_files() -> None:
+    """``methods`` imports nothing of io (and no safetensors): kernels see tensors, never checkpoints."""
+    bad = []
+    for mod, (_, tree) in _trees().items():
+        if layer(mod) != "methods":
+            continue
+        for node in ast.walk(tree):
+            if isinstance(node, ast.Import | ast.ImportFrom):
+                names = [node.module or ""] if isinstance(node, ast.ImportFrom) else [a.name for a in node.names]
+                bad += [f"{mod} imports {n}" for n in names if n.startswith(("agentmerge.io", "safetensors"))]
+    assert bad == []
+
+
+def test_nothing_in_the_library_imports_the_zoo() -> None:
+    """The zoo is a client of the library; the library never names it in an import."""
+    users = {
+        m for m, targets in import_graph().items() if layer(m) != "zoo" and any(layer(t) == "zoo" for t in targets)
+    }
+    assert users == set()
+
+
+def test_nothing_below_the_cli_imports_it() -> None:
+    users = {
+        m for m, targets in import_graph().items() if layer(m) != "cli" and any(layer(t) == "cli" for t in targets)
+    }
+    assert users == set()
+
+
+def test_the_layer_check_can_fail() -> None:
+    assert layer("agentmerge.io.checkpoint") == "io" and layer("agentmerge_zoo.bench") == "zoo"
+    assert LAYERS.index("io") > LAYERS.index("methods")
+
+
+def test_few_loose_files_and_no_big_rooms() -> None:
+    """At most 10 files directly under the package; no module over 450 lines."""
+    loose = [p.name for p in SRC.glob("*.py")]
+    big = [
+        f"{m}: {len(p.read_text().splitlines())}"
+        for m, (p, _) in _trees().items()
+        if len(p.read_text().splitlines()) > 450
+    ]
+    assert len(loose) <= 10, loose
+    assert big == []

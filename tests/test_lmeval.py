@@ -10,7 +10,7 @@ import pytest
 from agentmerge import MergeConfig, ModelSpec, merge
 from agentmerge.cli import main
 from agentmerge.errors import AgentMergeError, ConfigError
-from agentmerge.lmeval import lm_eval_available, model_args, results_table, run_lm_eval
+from agentmerge.evaluation.lmeval import lm_eval_available, model_args, results_table, run_lm_eval
 
 needs_lm_eval = pytest.mark.skipif(not lm_eval_available(), reason="lm-eval not installed (optional extra 'eval')")
 
@@ -122,7 +122,7 @@ def fake_lm_eval(monkeypatch: pytest.MonkeyPatch) -> list[dict[str, object]]:
     import sys
     import types
 
-    from agentmerge import lmeval
+    from agentmerge.evaluation import lmeval
 
     calls: list[dict[str, object]] = []
 
@@ -186,7 +186,7 @@ def test_bad_generation_settings_and_missing_vllm(
 def test_without_lm_eval_the_hint_says_how_to_install(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    from agentmerge import lmeval
+    from agentmerge.evaluation import lmeval
 
     monkeypatch.setattr(lmeval, "lm_eval_available", lambda: False)
     assert main(["lm-eval", str(tmp_path), "--tasks", "x"]) == 2

@@ -13,10 +13,12 @@ from safetensors.torch import load_file, save_file
 
 from agentmerge import MergeConfig, ModelSpec, merge
 from agentmerge.cli import main
-from agentmerge.config import resolve_params
-from agentmerge.deltas import update_mask
-from agentmerge.fused.jit import available
-from agentmerge.masks import (
+from agentmerge.config.schema import resolve_params
+from agentmerge.engine.plan import make_plan
+from agentmerge.engine.stream import Inputs, mask_levels, overlap_stats
+from agentmerge.methods.deltas import update_mask
+from agentmerge.methods.fused.jit import available
+from agentmerge.methods.masks import (
     GRIDS,
     VALLEY_SAMPLE,
     Levels,
@@ -28,11 +30,9 @@ from agentmerge.masks import (
     ulp,
     valley_threshold,
 )
-from agentmerge.methods import ram_lambdas
-from agentmerge.plan import make_plan
-from agentmerge.registry import METHODS
-from agentmerge.spec import Chunk, MaskRule, TensorStats, mask_rule
-from agentmerge.stream import Inputs, mask_levels, overlap_stats
+from agentmerge.methods.ram import ram_lambdas
+from agentmerge.methods.registry import METHODS
+from agentmerge.methods.spec import Chunk, MaskRule, TensorStats, mask_rule
 
 # --------------------------------------------------------------------------- naive references
 

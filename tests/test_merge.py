@@ -10,13 +10,13 @@ import torch
 from safetensors.torch import load_file, save_file
 
 from agentmerge import MergeConfig, ModelSpec, Override, merge
-from agentmerge.checkpoint import Checkpoint
-from agentmerge.deltas import overlap_histogram, update_mask
 from agentmerge.errors import CheckpointError
-from agentmerge.fused import kernels as fk
-from agentmerge.fused.jit import available
-from agentmerge.registry import METHODS
-from agentmerge.spec import Chunk, TensorStats, update_threshold
+from agentmerge.io.checkpoint import Checkpoint
+from agentmerge.methods.deltas import overlap_histogram, update_mask
+from agentmerge.methods.fused import kernels as fk
+from agentmerge.methods.fused.jit import available
+from agentmerge.methods.registry import METHODS
+from agentmerge.methods.spec import Chunk, TensorStats, update_threshold
 
 
 def load_folder(folder: Path) -> dict[str, torch.Tensor]:

@@ -7,10 +7,10 @@ import math
 import pytest
 import torch
 
-from agentmerge.deltas import overlap_histogram, update_mask
-from agentmerge.methods import ram_lambdas
-from agentmerge.registry import METHODS
-from agentmerge.spec import Chunk, TensorStats
+from agentmerge.methods.deltas import overlap_histogram, update_mask
+from agentmerge.methods.ram import ram_lambdas
+from agentmerge.methods.registry import METHODS
+from agentmerge.methods.spec import Chunk, TensorStats
 
 
 def naive_ram(tau: list[list[float]], eps: float, lam: list[float]) -> list[float]:

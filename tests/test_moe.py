@@ -17,9 +17,9 @@ from safetensors.torch import load_file
 
 from agentmerge import MergeConfig, ModelSpec, merge
 from agentmerge.cli import main
-from agentmerge.moe.build import build_moe
-from agentmerge.moe.dryrun import plan_moe
-from agentmerge.moe.spec import moe_config_from_dict
+from agentmerge.engine.moe.build import build_moe
+from agentmerge.engine.moe.dryrun import plan_moe
+from agentmerge.engine.moe.spec import moe_config_from_dict
 
 transformers = pytest.importorskip("transformers")
 import densefamily as df  # noqa: E402

@@ -10,7 +10,7 @@ import pytest
 import torch
 from safetensors.torch import load_file
 
-from agentmerge.probe import layer_of, module_type, poisson_binomial, probe
+from agentmerge.engine.probe import layer_of, module_type, poisson_binomial, probe
 
 
 def test_probe_matches_naive_counts(tiny_family: tuple[Path, list[Path]]) -> None:
@@ -80,7 +80,7 @@ def test_independent_masks_match_the_independent_expectation(tiny_family: tuple[
 
 def test_plot_is_written(tiny_family: tuple[Path, list[Path]], tmp_path: Path) -> None:
     pytest.importorskip("matplotlib")
-    from agentmerge.report import plot_probe, probe_markdown
+    from agentmerge.engine.report import plot_probe, probe_markdown
 
     base, agents = tiny_family
     result = probe(str(base), [str(a) for a in agents], quiet=True)

@@ -15,17 +15,17 @@ import torch
 from safetensors.torch import load_file, save_file
 
 from agentmerge.cli import main
-from agentmerge.config import MergeConfig, ModelSpec, config_from_dict
-from agentmerge.dryrun import plan_merge
+from agentmerge.config.schema import MergeConfig, ModelSpec, config_from_dict
+from agentmerge.engine.dryrun import plan_merge
+from agentmerge.engine.merge import merge
+from agentmerge.engine.plan import make_plan
+from agentmerge.engine.stream import Inputs
 from agentmerge.errors import ConfigError
-from agentmerge.fused.jit import available
-from agentmerge.groups import group_of, layer_of, module_type
-from agentmerge.merge import merge
-from agentmerge.plan import make_plan
-from agentmerge.registry import METHODS
-from agentmerge.spec import Chunk, TensorStats
-from agentmerge.stream import Inputs
-from agentmerge.validate import FISHER_MARK
+from agentmerge.io.validate import FISHER_MARK
+from agentmerge.methods.fused.jit import available
+from agentmerge.methods.groups import group_of, layer_of, module_type
+from agentmerge.methods.registry import METHODS
+from agentmerge.methods.spec import Chunk, TensorStats
 
 F32 = np.float32
 
@@ -187,7 +187,7 @@ def test_group_of(name: str, scope: str, groups: str, want: str) -> None:
 
 
 def test_module_scope_uses_the_probe_classifier() -> None:
-    probe_module = importlib.import_module("agentmerge.probe")  # the package's ``probe`` is the function
+    probe_module = importlib.import_module("agentmerge.engine.probe")  # the package's ``probe`` is the function
 
     assert probe_module.module_type is module_type and probe_module.layer_of is layer_of
 

@@ -9,11 +9,12 @@ from pathlib import Path
 import pytest
 import yaml
 
-from agentmerge import MergeConfig, ModelSpec, merge, provenance
-from agentmerge.checkpoint import read_safetensors_header
+from agentmerge import MergeConfig, ModelSpec, merge
 from agentmerge.cli import main
-from agentmerge.config import Override
-from agentmerge.report import model_card
+from agentmerge.config.schema import Override
+from agentmerge.engine import provenance
+from agentmerge.engine.report import model_card
+from agentmerge.io.checkpoint import read_safetensors_header
 
 
 @pytest.fixture(autouse=True)
@@ -58,7 +59,7 @@ def test_model_card_front_matter(tiny_family: tuple[Path, list[Path]], tmp_path:
 def test_probe_plot_is_a_png(tiny_family: tuple[Path, list[Path]], tmp_path: Path) -> None:
     pytest.importorskip("matplotlib")
     from agentmerge import probe
-    from agentmerge.report import plot_probe
+    from agentmerge.engine.report import plot_probe
 
     base, agents = tiny_family
     plot_probe(probe(str(base), [str(a) for a in agents], quiet=True), tmp_path / "probe.png")
@@ -143,7 +144,7 @@ def test_card_without_a_paper_or_hub_inputs(tiny_family: tuple[Path, list[Path]]
 
 
 def test_card_embeds_the_native_recipe(tiny_family: tuple[Path, list[Path]], tmp_path: Path) -> None:
-    from agentmerge.config import config_from_dict
+    from agentmerge.config.schema import config_from_dict
 
     base, agents = tiny_family
     cfg = MergeConfig(

@@ -17,12 +17,12 @@ import yaml
 from huggingface_hub.errors import LocalEntryNotFoundError
 
 from agentmerge import MergeConfig, ModelSpec, merge
-from agentmerge.checkpoint import resolve_model_path
 from agentmerge.cli import main
+from agentmerge.config.mergekit import from_mergekit
+from agentmerge.engine.report import model_card
 from agentmerge.errors import CheckpointError, ConfigError
-from agentmerge.hubref import HubRef, hub_repo_id, is_hub_ref, parse_hub_ref, snapshot_commit, split_revision
-from agentmerge.mergekit_compat import from_mergekit
-from agentmerge.report import model_card
+from agentmerge.io.checkpoint import resolve_model_path
+from agentmerge.io.hubref import HubRef, hub_repo_id, is_hub_ref, parse_hub_ref, snapshot_commit, split_revision
 
 Calls = list[tuple[str, str | None]]
 
@@ -168,7 +168,7 @@ def test_merge_records_commits_and_the_card_lists_ids(fake_hub: tuple[Calls, dic
 
 
 def test_the_card_lists_one_id_once_across_revisions(tmp_path: Path) -> None:
-    from agentmerge.provenance import MergeResult
+    from agentmerge.engine.provenance import MergeResult
 
     cfg = MergeConfig(method="ram", base="org/base@v1", models=[ModelSpec(path="org/a@v1"), ModelSpec(path="org/a@v2")])
     front = yaml.safe_load(model_card(cfg, MergeResult(tmp_path, "ram", {}, 1.0, 1, 1)).split("---\n")[1])

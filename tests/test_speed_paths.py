@@ -12,8 +12,11 @@ import pytest
 import torch
 from safetensors.torch import save_file
 
-from agentmerge.config import MergeConfig, ModelSpec
-from agentmerge.deltas import (
+from agentmerge.config.schema import MergeConfig, ModelSpec
+from agentmerge.engine.merge import merge
+from agentmerge.engine.stream import run_parallel
+from agentmerge.errors import MergeError
+from agentmerge.methods.deltas import (
     histogram_from_patterns,
     overlap_count,
     overlap_histogram,
@@ -21,15 +24,12 @@ from agentmerge.deltas import (
     task_vectors,
     update_mask,
 )
-from agentmerge.errors import MergeError
-from agentmerge.fused import kernels as fk
-from agentmerge.fused import rng as frng
-from agentmerge.fused import ties as ft
-from agentmerge.fused.jit import BLOCK, available
-from agentmerge.merge import merge
-from agentmerge.registry import METHODS
-from agentmerge.spec import Chunk, ChunkSpec, CompiledKernel, TensorStats
-from agentmerge.stream import run_parallel
+from agentmerge.methods.fused import kernels as fk
+from agentmerge.methods.fused import rng as frng
+from agentmerge.methods.fused import ties as ft
+from agentmerge.methods.fused.jit import BLOCK, available
+from agentmerge.methods.registry import METHODS
+from agentmerge.methods.spec import Chunk, ChunkSpec, CompiledKernel, TensorStats
 
 needs_numba = pytest.mark.skipif(not available(), reason="numba not installed")
 
@@ -315,8 +315,8 @@ def test_fused_per_model_params_merge_identical(tmp_path: Path, monkeypatch: pyt
 _MEASURE = textwrap.dedent(
     """
     import json, sys, threading, time
-    from agentmerge.config import MergeConfig, ModelSpec
-    from agentmerge.merge import merge
+    from agentmerge.config.schema import MergeConfig, ModelSpec
+    from agentmerge.engine.merge import merge
 
     def status(key):
         with open("/proc/self/status") as f:
@@ -417,7 +417,7 @@ def test_fused_ties_takes_the_compiled_passes(tmp_path: Path, monkeypatch: pytes
 )
 def test_compiled_draws_are_torch_rand_bit_for_bit(start: int, stop: int, rows: int) -> None:
     """The compiled MT19937 stream gives exactly ``deltas.seeded_uniform`` (torch.rand per seeded block)."""
-    from agentmerge.deltas import seeded_uniform
+    from agentmerge.methods.deltas import seeded_uniform
 
     for seed, name in [(0, "model.embed_tokens.weight"), (12345, "w")]:
         expected = seeded_uniform(seed, name, start, stop, rows)

@@ -65,8 +65,8 @@ def test_every_lazy_reference_of_the_table_resolves() -> None:
     """A misspelt ``Lazy`` target would only fail at merge time; resolve them all here."""
     from dataclasses import fields
 
-    from agentmerge.registry import METHODS
-    from agentmerge.spec import Compiled, Lazy
+    from agentmerge.methods.registry import METHODS
+    from agentmerge.methods.spec import Compiled, Lazy
 
     for m in METHODS.values():
         for f in fields(m):

@@ -9,10 +9,11 @@ from pathlib import Path
 
 import pytest
 
-from agentmerge import MergeConfig, ModelSpec, merge, probe, stream
-from agentmerge.cache import cache_dir
-from agentmerge.masks import Levels
-from agentmerge.spec import MaskRule
+from agentmerge import MergeConfig, ModelSpec, merge, probe
+from agentmerge.engine import stream
+from agentmerge.io.cache import cache_dir
+from agentmerge.methods.masks import Levels
+from agentmerge.methods.spec import MaskRule
 
 
 @pytest.fixture

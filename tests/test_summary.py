@@ -9,9 +9,9 @@ from pathlib import Path
 import pytest
 
 from agentmerge.cli import main
-from agentmerge.config import MergeConfig, ModelSpec
-from agentmerge.provenance import MergeResult, input_ref
-from agentmerge.report import model_card
+from agentmerge.config.schema import MergeConfig, ModelSpec
+from agentmerge.engine.provenance import MergeResult, input_ref
+from agentmerge.engine.report import model_card
 
 
 def _merge(base: Path, models: list[Path | str], out: Path, *extra: str) -> int:

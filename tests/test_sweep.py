@@ -264,8 +264,8 @@ def test_ram_plus_trials_find_their_statistics_counted(
     """Before a sweep starts, each input set of its RAM+ trials is counted once; the trials then count nothing."""
     import shutil
 
-    from agentmerge import stream
-    from agentmerge.merge import merge
+    from agentmerge.engine import stream
+    from agentmerge.engine.merge import merge
     from agentmerge.sweep.run import _count_overlaps_once
     from agentmerge.sweep.spec import merge_config
 
@@ -290,8 +290,8 @@ def test_adaptive_rule_trials_find_their_thresholds_computed(
     """RAM trials with an adaptive mask rule: each input set and rule's thresholds computed once, before the trials."""
     import shutil
 
-    from agentmerge import stream
-    from agentmerge.merge import merge
+    from agentmerge.engine import stream
+    from agentmerge.engine.merge import merge
     from agentmerge.sweep.run import _count_overlaps_once
     from agentmerge.sweep.spec import merge_config
 

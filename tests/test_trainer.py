@@ -20,12 +20,12 @@ import torch
 import transformers
 from tests.tinylm import tokenizer
 
-from agentmerge.checkpoint import Checkpoint
-from agentmerge.config import MergeConfig, ModelSpec
+from agentmerge.config.schema import MergeConfig, ModelSpec
+from agentmerge.engine.merge import merge
+from agentmerge.engine.probe import probe
 from agentmerge.errors import AgentMergeError, CheckpointError
-from agentmerge.merge import merge
-from agentmerge.probe import probe
-from agentmerge.trainer import DcpCheckpoint, VerlCheckpoint, open_weights
+from agentmerge.io.checkpoint import Checkpoint
+from agentmerge.io.trainer import DcpCheckpoint, VerlCheckpoint, open_weights
 
 HF_AUX = ("config.json", "generation_config.json", "tokenizer.json", "tokenizer_config.json", "special_tokens_map.json")
 
@@ -284,7 +284,7 @@ def test_a_pickle_with_code_is_refused_and_never_runs(family: dict[str, Any], tm
 
 
 def test_convert_writes_a_model_transformers_loads(family: dict[str, Any], tmp_path: Path) -> None:
-    from agentmerge.convert import convert
+    from agentmerge.engine.convert import convert
 
     step = verl_dtensor_step(tmp_path / "v", family["hf"][0], family["states"][0], (2, 2))
     out = convert(step, tmp_path / "hf", dtype="bf16", max_shard_size=4000)
@@ -304,7 +304,7 @@ def test_convert_writes_a_model_transformers_loads(family: dict[str, Any], tmp_p
 
 
 def test_convert_refuses_to_overwrite_inputs(family: dict[str, Any], tmp_path: Path) -> None:
-    from agentmerge.convert import convert
+    from agentmerge.engine.convert import convert
 
     step = verl_step(tmp_path / "v", family["hf"][0], family["states"][0], 2)
     for out in (step, step / "actor" / "out", tmp_path):
@@ -348,7 +348,7 @@ def test_cli_convert_and_its_errors(family: dict[str, Any], tmp_path: Path, caps
 
 
 def test_fisher_of_a_trainer_folder_equals_the_fisher_of_its_weights(family: dict[str, Any], tmp_path: Path) -> None:
-    from agentmerge.fisher import estimate_fisher
+    from agentmerge.evaluation.fisher import estimate_fisher
 
     step = verl_step(tmp_path / "v", family["hf"][0], family["states"][0], 4)
     outs = [
@@ -365,7 +365,7 @@ def test_convert_applies_a_lora_adapter_given_as_model_plus_adapter(tmp_path: Pa
     from tests.test_lora import make_adapter, merged_by_peft
     from tests.test_lora import tiny_llama as lora_llama
 
-    from agentmerge.convert import convert
+    from agentmerge.engine.convert import convert
 
     lora_llama(tmp_path / "m")
     adapter = make_adapter(tmp_path / "m", tmp_path / "a")

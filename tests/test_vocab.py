@@ -11,9 +11,9 @@ from safetensors.torch import save_file
 
 from agentmerge import MergeConfig, ModelSpec, merge
 from agentmerge.errors import MergeError
-from agentmerge.registry import METHODS
-from agentmerge.validate import FISHER_MARK
-from agentmerge.vocab import ResizedTensor, new_rows
+from agentmerge.io.validate import FISHER_MARK
+from agentmerge.io.vocab import ResizedTensor, new_rows
+from agentmerge.methods.registry import METHODS
 from vocabmodels import VOCAB_TENSORS, agent, base_model, tensors, truncated
 
 ADDED = ("<tool>", "</tool>")
@@ -204,7 +204,7 @@ def test_output_loads_and_generates_with_the_added_tokens(family: dict[str, Path
 
 
 def test_dry_run_names_the_added_rows(family: dict[str, Path], tmp_path: Path) -> None:
-    from agentmerge.dryrun import plan_merge
+    from agentmerge.engine.dryrun import plan_merge
 
     plan = plan_merge(config(family, "ties", ["tool", "math"]), tmp_path / "o", probe=False)
     v = base_rows(family)
@@ -214,7 +214,7 @@ def test_dry_run_names_the_added_rows(family: dict[str, Path], tmp_path: Path) -
 
 
 def test_probe_covers_common_rows_and_reports_added_rows(family: dict[str, Path]) -> None:
-    from agentmerge.probe import probe
+    from agentmerge.engine.probe import probe
 
     full = probe(str(family["base"]), [str(family["tool"]), str(family["math"])], quiet=True)
     cut = probe(str(family["base"]), [str(family["tool_cut"]), str(family["math"])], quiet=True)

@@ -12,27 +12,28 @@ are imported on first use, so ``import agentmerge`` and the command line's help 
 from __future__ import annotations
 
 import importlib
-import sys
-import types
 from typing import TYPE_CHECKING, Any
 
-__version__ = "0.1.0"
-
+from agentmerge._version import __version__
 from agentmerge.errors import AgentMergeError, CheckpointError, ConfigError, MergeError
-from agentmerge.registry import METHODS
+from agentmerge.methods.registry import METHODS
 
 if TYPE_CHECKING:
-    from agentmerge.config import MergeConfig, ModelSpec, Override, config_from_dict, load_config
-    from agentmerge.evaluation import EvalRun, evaluate
-    from agentmerge.merge import MergeResult, merge
-    from agentmerge.probe import ProbeResult, probe
+    from agentmerge.config.schema import MergeConfig, ModelSpec, Override, config_from_dict, load_config
+    from agentmerge.engine.merge import MergeResult, merge
+    from agentmerge.engine.probe import ProbeResult, probe
+    from agentmerge.evaluation.scoring import EvalRun, evaluate
 
 _ON_FIRST_USE = {
-    **dict.fromkeys(("MergeConfig", "ModelSpec", "Override", "config_from_dict", "load_config"), "agentmerge.config"),
-    "MergeResult": "agentmerge.merge",
-    "ProbeResult": "agentmerge.probe",
-    "evaluate": "agentmerge.evaluation",
-    "EvalRun": "agentmerge.evaluation",
+    **dict.fromkeys(
+        ("MergeConfig", "ModelSpec", "Override", "config_from_dict", "load_config"), "agentmerge.config.schema"
+    ),
+    "merge": "agentmerge.engine.merge",
+    "MergeResult": "agentmerge.engine.merge",
+    "probe": "agentmerge.engine.probe",
+    "ProbeResult": "agentmerge.engine.probe",
+    "evaluate": "agentmerge.evaluation.scoring",
+    "EvalRun": "agentmerge.evaluation.scoring",
 }
 
 
@@ -41,23 +42,6 @@ def __getattr__(name: str) -> Any:
     if name in _ON_FIRST_USE:
         return getattr(importlib.import_module(_ON_FIRST_USE[name]), name)
     raise AttributeError(f"module 'agentmerge' has no attribute {name!r}")
-
-
-def _function_of(module: str) -> property:
-    """``agentmerge.merge`` (``probe``): the function, also after the submodule of the same name is imported.
-
-    Importing a submodule sets the package attribute of its name to the module; this attribute ignores that.
-    """
-    name = module.rpartition(".")[2]
-    return property(lambda _: getattr(importlib.import_module(module), name), lambda _, value: None)
-
-
-class _Package(types.ModuleType):
-    merge = _function_of("agentmerge.merge")
-    probe = _function_of("agentmerge.probe")
-
-
-sys.modules[__name__].__class__ = _Package
 
 
 __all__ = [

@@ -1,7 +1,7 @@
 """The ``agentmerge`` command (and ``python -m agentmerge``).
 
 It imports only the command line; each command imports what it needs once its arguments are checked
-(``cli.heavy_imports``), so ``--help``, ``methods`` and input errors answer without loading torch.
+(``cli.common.heavy_imports``), so ``--help``, ``methods`` and input errors answer without loading torch.
 """
 
 from __future__ import annotations

@@ -18,8 +18,8 @@ from pathlib import Path
 
 import torch
 
-from agentmerge.checkpoint import PlannedTensor, ShardWriter, plan_shards
-from agentmerge.deltas import RNG_BLOCK, seeded_uniform
+from agentmerge.io.checkpoint import PlannedTensor, ShardWriter, plan_shards
+from agentmerge.methods.deltas import RNG_BLOCK, seeded_uniform
 
 
 @dataclass(frozen=True)

@@ -9,7 +9,7 @@ import pytest
 import torch
 from safetensors.torch import save_file
 
-from agentmerge.zoo.crowding import crowding, independent_shared, tensor_counts
+from agentmerge_zoo.crowding import crowding, independent_shared, tensor_counts
 
 
 def _naive(tau: torch.Tensor, eps: float) -> dict[str, int]:

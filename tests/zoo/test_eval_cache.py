@@ -9,9 +9,9 @@ from typing import Any
 
 import pytest
 
-from agentmerge.zoo import evaluate as zoo_evaluate
-from agentmerge.zoo.evaluate import EvalReport, evaluate_cached
-from agentmerge.zoo.tasks import SUITE_VERSION, all_tasks
+from agentmerge_zoo import evaluate as zoo_evaluate
+from agentmerge_zoo.evaluate import EvalReport, evaluate_cached
+from agentmerge_zoo.tasks import SUITE_VERSION, all_tasks
 
 
 def _checkpoint(folder: Path, payload: bytes) -> Path:

@@ -4,10 +4,10 @@ from __future__ import annotations
 
 import torch
 
-from agentmerge.zoo.batching import completion_mask
-from agentmerge.zoo.grpo import _policy_loss, group_advantages
-from agentmerge.zoo.modeling import ModelShape, new_model, round_to_bf16_
-from agentmerge.zoo.vocab import BOS_ID, EOS_ID, PAD_ID
+from agentmerge_zoo.batching import completion_mask
+from agentmerge_zoo.grpo import _policy_loss, group_advantages
+from agentmerge_zoo.modeling import ModelShape, new_model, round_to_bf16_
+from agentmerge_zoo.vocab import BOS_ID, EOS_ID, PAD_ID
 
 
 def test_group_advantages_normalise_within_groups() -> None:

@@ -11,9 +11,9 @@ from typing import Any
 import pytest
 
 from agentmerge.cli import build_parser
-from agentmerge.zoo.many import subsets
-from agentmerge.zoo.many_report import aggregate_many, gain_kept, render_many, write_many
-from agentmerge.zoo.tasks import SIX_DOMAINS
+from agentmerge_zoo.many import subsets
+from agentmerge_zoo.many_report import aggregate_many, gain_kept, render_many, write_many
+from agentmerge_zoo.tasks import SIX_DOMAINS
 
 DOMAINS = ("code", "math", "sort")
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from agentmerge.zoo.minilang import MiniLangError, eval_expr, parse_int, run_program
+from agentmerge_zoo.minilang import MiniLangError, eval_expr, parse_int, run_program
 
 
 @pytest.mark.parametrize(

@@ -11,12 +11,12 @@ import pytest
 import torch
 from safetensors.torch import load_file, save_file
 
-from agentmerge.zoo.build import agent_dir, recipe_tag, zoo_root
-from agentmerge.zoo.config import REGIMES, full_config, regime_recipes, six_config
-from agentmerge.zoo.grpo import Recipe
-from agentmerge.zoo.precision import magnitude_overlap, task_vector_stats
-from agentmerge.zoo.results import regime_point
-from agentmerge.zoo.tasks import SIX_DOMAINS
+from agentmerge_zoo.build import agent_dir, recipe_tag, zoo_root
+from agentmerge_zoo.config import REGIMES, full_config, regime_recipes, six_config
+from agentmerge_zoo.grpo import Recipe
+from agentmerge_zoo.precision import magnitude_overlap, task_vector_stats
+from agentmerge_zoo.results import regime_point
+from agentmerge_zoo.tasks import SIX_DOMAINS
 
 
 def test_recipe_rejects_unknown_precision() -> None:
@@ -107,7 +107,7 @@ def test_magnitude_overlap_against_independent(tmp_path: Path) -> None:
 
 
 def _metrics(code: float, tool: float, memory: float) -> dict[str, float]:
-    from agentmerge.zoo.tasks import metric_columns
+    from agentmerge_zoo.tasks import metric_columns
 
     values = {"code": code, "tool": tool, "memory": memory, "reverse": 0.5}
     return {m: values[m.split(".")[0]] for m in metric_columns()}
@@ -150,9 +150,9 @@ def test_regime_point_paired_differences_and_overlap_excess() -> None:
 def test_probe_and_merge_accept_bf16_base_with_fp32_agents(
     tmp_path: Path, tiny_family: tuple[Path, list[Path]]
 ) -> None:
-    from agentmerge.config import MergeConfig, ModelSpec
-    from agentmerge.merge import merge
-    from agentmerge.probe import probe
+    from agentmerge.config.schema import MergeConfig, ModelSpec
+    from agentmerge.engine.merge import merge
+    from agentmerge.engine.probe import probe
 
     base, agents = tiny_family
     fp32 = []
@@ -184,7 +184,7 @@ def test_probe_and_merge_accept_bf16_base_with_fp32_agents(
 
 
 def test_fp32_export_keeps_master_weights(tmp_path: Path) -> None:
-    from agentmerge.zoo.modeling import ModelShape, new_model, save_checkpoint
+    from agentmerge_zoo.modeling import ModelShape, new_model, save_checkpoint
 
     model = new_model(ModelShape(hidden=16, layers=1, heads=2, intermediate=32, max_positions=32), seed=0)
     with torch.no_grad():
@@ -201,8 +201,8 @@ def test_fp32_export_keeps_master_weights(tmp_path: Path) -> None:
 
 
 def test_combined_report_has_map_figure_and_partial_note(tmp_path: Path) -> None:
-    from agentmerge.zoo.regime_report import load_combined, write_combined
-    from agentmerge.zoo.results import aggregate
+    from agentmerge_zoo.regime_report import load_combined, write_combined
+    from agentmerge_zoo.results import aggregate
 
     records = []
     for seed in (0, 1):
@@ -239,7 +239,7 @@ def test_combined_report_has_map_figure_and_partial_note(tmp_path: Path) -> None
 
 
 def test_verdict_needs_two_standard_errors() -> None:
-    from agentmerge.zoo.regime_report import verdict
+    from agentmerge_zoo.regime_report import verdict
 
     assert verdict({"mean": 0.03, "se": 0.01}).startswith("higher by 3.0")
     assert verdict({"mean": -0.03, "se": 0.01}).startswith("lower by 3.0")
@@ -249,9 +249,9 @@ def test_verdict_needs_two_standard_errors() -> None:
 
 def test_zoo_fisher_files_are_accepted_by_the_engine(tmp_path: Path) -> None:
     """The zoo's Fisher files carry the mark the engine checks (an unmarked one, from an older zoo, is redone)."""
-    from agentmerge.checkpoint import Checkpoint
-    from agentmerge.validate import check_fisher_role
-    from agentmerge.zoo.fisher import is_fisher_file, save_fisher
+    from agentmerge.io.checkpoint import Checkpoint
+    from agentmerge.io.validate import check_fisher_role
+    from agentmerge_zoo.fisher import is_fisher_file, save_fisher
 
     out = save_fisher({"w": torch.ones(2, 3)}, tmp_path / "f.safetensors")
     assert is_fisher_file(out)

@@ -9,8 +9,8 @@ from typing import Any
 
 import pytest
 
-from agentmerge.zoo.results import aggregate, stat, write_results
-from agentmerge.zoo.tasks import metric_columns
+from agentmerge_zoo.results import aggregate, stat, write_results
+from agentmerge_zoo.tasks import metric_columns
 
 
 def _metrics(code: float, tool: float, memory: float, held: float = 0.9) -> dict[str, float]:
@@ -78,7 +78,7 @@ def test_write_results_files(tmp_path: Path) -> None:
 
 
 def test_render_only_rebuilds_markdown_from_json(tmp_path: Path) -> None:
-    from agentmerge.zoo.results import render_from_json
+    from agentmerge_zoo.results import render_from_json
 
     meta = {"command": "agentmerge zoo bench", "config": {"n_test": 1000}, "threads": 1}
     _, md_path = write_results(aggregate([_record(0, 0.0), _record(1, 0.1)], meta), tmp_path)
@@ -100,15 +100,15 @@ def test_variants_are_paired_against_ram_and_never_the_best_baseline() -> None:
     code_cols = sum(1 for m in metric_columns()[:6] if m.startswith("code"))
     expected = [(0.9 + s - 0.35) * code_cols / n + (0.9 - 0.45) * 2 / n + (0.9 - 0.6) * 2 / n for s in (0.0, 0.02)]
     assert entry["minus"]["ram"]["values"] == pytest.approx(expected)
-    from agentmerge.zoo.regime_report import variant_lines
+    from agentmerge_zoo.regime_report import variant_lines
 
     text = "\n".join(variant_lines(res))
     assert "`v_ram_elect`" in text and "− ram (pts)" in text and "− linear (pts)" in text
 
 
 def test_a_tuned_variant_is_chosen_on_validation_and_run_at_its_value(tmp_path: Path) -> None:
-    from agentmerge.zoo.bench import BenchPlan, MethodRun, SeedBench
-    from agentmerge.zoo.config import ZooConfig
+    from agentmerge_zoo.bench import BenchPlan, MethodRun, SeedBench
+    from agentmerge_zoo.config import ZooConfig
 
     run = MethodRun("v_ram_scaled", "ram", tune="scale")
     plan = BenchPlan(seeds=(0,), tune_grid=(0.5, 1.0, 2.0), methods=(run,))

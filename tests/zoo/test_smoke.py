@@ -19,13 +19,13 @@ from transformers import AutoModelForCausalLM, AutoTokenizer
 
 from agentmerge.cli import build_parser
 from agentmerge.sweep.run import Results
-from agentmerge.zoo.build import build_zoo
-from agentmerge.zoo.config import DOMAINS, smoke_config
-from agentmerge.zoo.modeling import read_stage
+from agentmerge_zoo.build import build_zoo
+from agentmerge_zoo.config import DOMAINS, smoke_config
+from agentmerge_zoo.modeling import read_stage
 
 
 def _parser() -> argparse.ArgumentParser:
-    return build_parser()  # zoo build/bench come from agentmerge.zoo.cli.register, eval is the main parser's
+    return build_parser()  # zoo build/bench come from agentmerge_zoo.cli.register, eval is the main parser's
 
 
 def _run(*argv: str) -> int:
@@ -148,7 +148,7 @@ def test_bench_smoke_writes_results(zoo: Path, bench: Path) -> None:
 def test_bench_rerun_runs_no_trial_and_scores_nothing(zoo: Path, bench: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """A finished bench run again: every trial is found in results.jsonl, Ray never starts, nothing is evaluated."""
     from agentmerge.sweep.run import RaySession
-    from agentmerge.zoo import evaluate as zoo_evaluate
+    from agentmerge_zoo import evaluate as zoo_evaluate
 
     def refuse(*args: object, **kwargs: object) -> None:
         raise AssertionError("the rerun did work that was done already")

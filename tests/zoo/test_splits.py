@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from itertools import islice
 
-from agentmerge.zoo.splits import eval_set, held_out_prompts, train_stream
-from agentmerge.zoo.tasks import all_tasks
+from agentmerge_zoo.splits import eval_set, held_out_prompts, train_stream
+from agentmerge_zoo.tasks import all_tasks
 
 
 def test_eval_sets_are_fixed_distinct_and_disjoint() -> None:

@@ -6,7 +6,7 @@ import random
 
 import pytest
 
-from agentmerge.zoo.tasks import (
+from agentmerge_zoo.tasks import (
     SIX_DOMAINS,
     CodeTask,
     MathTask,
@@ -23,7 +23,7 @@ from agentmerge.zoo.tasks import (
     parse_calls,
     training_task,
 )
-from agentmerge.zoo.vocab import ALPHABET
+from agentmerge_zoo.vocab import ALPHABET
 
 TASKS = [*all_tasks(SIX_DOMAINS).values(), training_task("memory")]
 

@@ -21,8 +21,8 @@ from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
+from agentmerge.config.userinput import did_you_mean
 from agentmerge.errors import ConfigError
-from agentmerge.userinput import did_you_mean
 
 Evaluator = Callable[[Path], dict[str, float]]
 KINDS = ("zoo", "lm-eval", "python", "tasks")
@@ -135,7 +135,7 @@ def _import(name: str, search_path: Sequence[str]) -> Any:
 def _zoo(folder: Path, split: str, threads: int, options: dict[str, Any]) -> dict[str, float]:
     import torch
 
-    from agentmerge.zoo.evaluate import DEFAULT_N, agentic_average, evaluate_cached
+    from agentmerge_zoo.evaluate import DEFAULT_N, agentic_average, evaluate_cached
 
     torch.set_num_threads(threads)
     cache = options.get("cache")
@@ -152,7 +152,7 @@ def _zoo(folder: Path, split: str, threads: int, options: dict[str, Any]) -> dic
 
 
 def _lm_eval(folder: Path, tasks: list[str]) -> dict[str, float]:
-    from agentmerge.lmeval import run_lm_eval
+    from agentmerge.evaluation.lmeval import run_lm_eval
 
     results: dict[str, Any] = run_lm_eval(folder, tasks).get("results", {})
     out = {}
@@ -165,7 +165,7 @@ def _lm_eval(folder: Path, tasks: list[str]) -> dict[str, float]:
 
 def _own_tasks(file: str, search_path: Sequence[str], threads: int) -> Evaluator:
     """Score on the user's task file (read and checked now, so a mistake stops the sweep before any trial)."""
-    from agentmerge.taskfile import load_tasks
+    from agentmerge.evaluation.taskfile import load_tasks
 
     path = next((p for f in search_path if (p := Path(f) / file).is_file()), Path(file))
     examples = load_tasks(path)
@@ -173,7 +173,7 @@ def _own_tasks(file: str, search_path: Sequence[str], threads: int) -> Evaluator
     def run(folder: Path) -> dict[str, float]:
         import torch
 
-        from agentmerge.evaluation import evaluate
+        from agentmerge.evaluation.scoring import evaluate
 
         torch.set_num_threads(threads)
         scores = evaluate([folder], examples, quiet=True).checkpoints[0]

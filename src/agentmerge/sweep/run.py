@@ -25,8 +25,8 @@ from typing import Any
 from tqdm import tqdm
 
 from agentmerge.errors import AgentMergeError, ConfigError
-from agentmerge.registry import METHODS
-from agentmerge.spec import MASK_PARAMS
+from agentmerge.methods.registry import METHODS
+from agentmerge.methods.spec import MASK_PARAMS
 from agentmerge.sweep import evaluators
 from agentmerge.sweep.spec import SweepConfig, Trial, choose, merge_config, trials
 
@@ -76,7 +76,7 @@ def trial_folder(root: Path, record: dict[str, Any]) -> Path:
 
 def run_trial(cfg_data: dict[str, Any], trial: Trial, folder: str, search_path: list[str]) -> dict[str, Any]:
     """Merge and evaluate one trial; always returns its record (``status`` ok or failed with the error's line)."""
-    from agentmerge.merge import merge
+    from agentmerge.engine.merge import merge
     from agentmerge.sweep.spec import SweepConfig
 
     cfg = SweepConfig.model_validate(cfg_data)
@@ -197,7 +197,7 @@ def _count_overlaps_once(cfg: SweepConfig, done: set[str], quiet: bool) -> None:
     trial reads them instead of its inputs, even when many start at once.
     A set whose inputs fail to open is left to its trials, which record the error.
     """
-    from agentmerge.merge import count_overlaps
+    from agentmerge.engine.merge import count_overlaps
 
     if cfg.search.kind == "optuna":
         return

@@ -46,12 +46,12 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
-from agentmerge.config import MergeConfig, config_from_dict
+from agentmerge.config.schema import MergeConfig, config_from_dict
+from agentmerge.config.userinput import did_you_mean, read_yaml
 from agentmerge.errors import ConfigError
-from agentmerge.registry import METHODS
-from agentmerge.spec import ParamValue
+from agentmerge.methods.registry import METHODS
+from agentmerge.methods.spec import ParamValue
 from agentmerge.sweep import evaluators
-from agentmerge.userinput import did_you_mean, read_yaml
 
 
 class _Frozen(BaseModel):

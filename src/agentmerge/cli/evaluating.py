@@ -1,0 +1,219 @@
+"""The evaluation commands: fisher, lm-eval, eval, sweep."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+from typing import Any
+
+from agentmerge.cli.common import check_fisher_args, heavy_imports
+from agentmerge.errors import ConfigError
+from agentmerge.io.safety import (
+    write_report,
+)
+
+# --------------------------------------------------------------------------- fisher
+
+
+def _fisher_parser(sub: Any) -> None:
+    p = sub.add_parser("fisher", help="estimate a model's diagonal Fisher (input of method fisher)")
+    p.add_argument("model", help="model folder (transformers causal LM)")
+    p.add_argument("--texts", help="text file, one sample per line (default: sample from the model itself)")
+    p.add_argument("--samples", type=int, help="number of samples (default: every text, or 64 sampled)")
+    p.add_argument("--max-tokens", type=int, default=64, help="tokens per sample (default 64)")
+    p.add_argument("--tokenizer", help="tokenizer folder for --texts (default: the model's)")
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--dtype", default="float32", choices=("float32", "bfloat16"), help="stored dtype")
+    p.add_argument("--out", required=True, help="output folder (must hold no safetensors yet)")
+    p.set_defaults(func=cmd_fisher)
+
+
+def cmd_fisher(args: argparse.Namespace) -> int:
+    from agentmerge.evaluation.fisher import estimate_fisher
+
+    check_fisher_args(args)
+    texts = None
+    if args.texts:
+        try:
+            texts = [line for line in Path(args.texts).read_text().splitlines() if line.strip()]
+        except OSError as e:
+            raise ConfigError(f"{args.texts}: cannot read ({e.strerror})") from None
+    out = estimate_fisher(
+        args.model,
+        args.out,
+        texts=texts,
+        samples=args.samples,
+        max_tokens=args.max_tokens,
+        seed=args.seed,
+        dtype=args.dtype,
+        tokenizer=args.tokenizer,
+    )
+    print(f"wrote the diagonal Fisher of {args.model} to {out}", file=sys.stderr)
+    return 0
+
+
+# --------------------------------------------------------------------------- lm-evaluation-harness
+
+
+def _lm_eval_parser(sub: Any) -> None:
+    p = sub.add_parser("lm-eval", help="evaluate a checkpoint with lm-evaluation-harness (optional extra 'eval')")
+    p.add_argument("checkpoint", help="model folder (e.g. a merge output)")
+    p.add_argument("--tasks", required=True, help="comma-separated lm-eval task names")
+    p.add_argument("--limit", type=float, help="examples per task (an int), or a fraction below 1")
+    p.add_argument("--include-path", help="folder of extra task YAML files")
+    p.add_argument("--num-fewshot", type=int)
+    p.add_argument("--chat-template", action="store_true", help="wrap requests in the checkpoint's chat template")
+    p.add_argument("--system", help="system instruction (the chat template's system turn)")
+    p.add_argument("--fewshot-as-multiturn", action="store_true", help="few-shot examples as chat turns")
+    p.add_argument("--gen-kwargs", help="generation settings, e.g. max_gen_toks=256,temperature=0")
+    p.add_argument("--log-samples", metavar="DIR", help="write every prompt, response and score to DIR")
+    p.add_argument("--backend", default="hf", choices=("hf", "vllm"), help="hf (default) or vllm (when installed)")
+    p.add_argument("--batch-size", type=int, default=1)
+    p.add_argument("--device", default="cpu")
+    p.add_argument("--dtype", help="load dtype, e.g. bfloat16 (default: the checkpoint's)")
+    p.add_argument("--json", dest="json_out", help="write the results as JSON here")
+    p.set_defaults(func=cmd_lm_eval)
+
+
+def cmd_lm_eval(args: argparse.Namespace) -> int:
+    from agentmerge.evaluation.lmeval import LmEvalOptions, has_chat_template, results_table, run_lm_eval
+
+    options = LmEvalOptions(
+        limit=None if args.limit is None else (int(args.limit) if args.limit >= 1 else args.limit),
+        include_path=args.include_path,
+        num_fewshot=args.num_fewshot,
+        batch_size=args.batch_size,
+        device=args.device,
+        dtype=args.dtype,
+        chat_template=args.chat_template,
+        system=args.system,
+        fewshot_as_multiturn=args.fewshot_as_multiturn,
+        gen_kwargs=args.gen_kwargs,
+        backend=args.backend,
+        log_samples=args.log_samples,
+    )
+    if not args.chat_template and has_chat_template(args.checkpoint):
+        print(
+            f"agentmerge: note: {args.checkpoint} has a chat template, not used; pass --chat-template "
+            "(instruct models usually need it for generative tasks)",
+            file=sys.stderr,
+        )
+    results = run_lm_eval(args.checkpoint, [t.strip() for t in args.tasks.split(",") if t.strip()], options)
+    print(results_table(results))
+    for path in results.get("samples_files", []):
+        print(f"samples: {path}")
+    if args.json_out:
+        write_report(args.json_out, json.dumps(results, indent=2) + "\n", "--json")
+    return 0
+
+
+# --------------------------------------------------------------------------- eval on the user's own tasks
+
+
+def _eval_parser(sub: Any) -> None:
+    p = sub.add_parser("eval", help="score checkpoints on your own tasks (JSONL) or the zoo suite; greedy, batched")
+    p.add_argument("checkpoints", nargs="+", help="model folders: BASE, then specialists and merges (merge.json)")
+    p.add_argument("--tasks", help="FILE.jsonl of prompts and references (docs/evaluate.md); with --suite zoo: names")
+    p.add_argument("--suite", choices=("zoo",), help="the zoo's held-out suite instead of a task file (zoo models)")
+    p.add_argument("--no-chat-template", action="store_true", help="use prompts as written, not in the chat template")
+    p.add_argument("--system", help="system prompt (overrides the task file's)")
+    p.add_argument("--samples", type=int, default=0, metavar="N", help="show N prompts with output per task")
+    p.add_argument("--limit", type=int, help="first N examples of each task")
+    p.add_argument("--max-new-tokens", type=int, help="override every example's max_new_tokens")
+    p.add_argument("--batch-size", type=int, default=None, help="prompts per generate call (default 16; zoo 250)")
+    p.add_argument("--device", default="cpu", help="torch device, e.g. cuda (default cpu)")
+    p.add_argument("--dtype", default="float32", choices=("float32", "bfloat16", "float16"), help="compute dtype")
+    p.add_argument("--json", dest="json_out", metavar="PATH", help="write the scores as JSON here ('-': stdout)")
+    p.add_argument("--markdown", metavar="PATH", help="write the markdown table here")
+    p.add_argument("--split", default="test", choices=("val", "test"), help="zoo suite: split")
+    p.add_argument("--n", type=int, default=None, help="zoo suite: prompts per task (default 1000 test, 300 val)")
+    p.add_argument("--threads", type=int, default=None, help="torch threads (default: all cores)")
+    p.add_argument("--quiet", action="store_true", help="no progress bar")
+    p.set_defaults(func=cmd_eval)
+
+
+def cmd_eval(args: argparse.Namespace) -> int:
+    if args.suite == "zoo":
+        with heavy_imports():
+            from agentmerge_zoo.cli import cmd_eval as zoo_eval
+            from agentmerge_zoo.evaluate import evaluate as _  # noqa: F401  (torch, transformers)
+
+        args.batch_size = args.batch_size or 250
+        return zoo_eval(args)
+    if not args.tasks:
+        raise ConfigError("eval: pass --tasks FILE.jsonl (your prompts and references) or --suite zoo")
+    from agentmerge.evaluation.taskfile import load_tasks
+
+    examples = load_tasks(args.tasks)  # a mistake in the file is refused before any model loads
+    with heavy_imports():
+        import torch
+
+        from agentmerge.evaluation.report import eval_markdown
+        from agentmerge.evaluation.scoring import evaluate
+    if args.threads:
+        torch.set_num_threads(args.threads)
+    run = evaluate(
+        args.checkpoints,
+        examples,
+        chat_template=not args.no_chat_template,
+        system=args.system,
+        batch_size=args.batch_size or 16,
+        samples=args.samples,
+        limit=args.limit,
+        max_new_tokens=args.max_new_tokens,
+        device=args.device,
+        dtype=args.dtype,
+        quiet=args.quiet,
+    )
+    run.task_file = str(args.tasks)
+    text = eval_markdown(run)
+    if args.json_out == "-":
+        print(json.dumps(run.to_dict(), indent=2))
+    else:
+        print(text, end="")
+        if args.json_out:
+            Path(args.json_out).write_text(json.dumps(run.to_dict(), indent=2) + "\n")
+    if args.markdown:
+        Path(args.markdown).write_text(text)
+    return 0
+
+
+# --------------------------------------------------------------------------- sweeps
+
+
+def _sweep_parser(sub: Any) -> None:
+    p = sub.add_parser("sweep", help="merge-and-evaluate sweep on Ray (pip install 'agentmerge[sweep]')")
+    p.add_argument("config", help="sweep YAML file (base, models, methods, evaluate, ...)")
+    p.add_argument("--out", required=True, help="folder for results.jsonl, results.md and kept merges")
+    p.add_argument("--address", help="join this Ray cluster (default: start Ray on this machine)")
+    p.add_argument("--max-concurrent", type=int, help="trials in flight at most (default: CPUs / cpus per trial)")
+    p.add_argument(
+        "--resume", action=argparse.BooleanOptionalAction, default=True, help="skip recorded trials (default)"
+    )
+    p.add_argument("--quiet", action="store_true", help="no progress on stderr")
+    p.set_defaults(func=cmd_sweep)
+
+
+def cmd_sweep(args: argparse.Namespace) -> int:
+    from agentmerge.sweep.run import run_sweep
+    from agentmerge.sweep.spec import load_sweep
+
+    if args.max_concurrent is not None and args.max_concurrent < 1:
+        raise ConfigError(f"--max-concurrent must be at least 1 (got {args.max_concurrent})")
+    cfg = load_sweep(args.config)
+    outcome = run_sweep(
+        cfg, args.out, source=args.config, address=args.address, max_concurrent=args.max_concurrent,
+        resume=args.resume, quiet=args.quiet,
+    )  # fmt: skip
+    best = outcome.best
+    summary = (
+        f"sweep: {len(outcome.records)} trials recorded ({outcome.ran} run now, {outcome.skipped} already done, "
+        f"{outcome.failed} failed now) in {outcome.seconds:.1f} s; results in {Path(args.out) / 'results.md'}"
+    )
+    if best is not None:
+        value = best["metrics"].get(outcome.objective or "")
+        summary += f"\nbest: {best['method']} {best['params']} on {best['models']}: {outcome.objective} = {value}"
+    print(summary, file=sys.stderr)
+    return 0

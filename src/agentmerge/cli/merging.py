@@ -1,0 +1,336 @@
+"""The merge commands: merge, probe, methods, convert-config, convert."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+from typing import Any
+
+from agentmerge.cli.common import heavy_imports, parse_params, parse_weights
+from agentmerge.errors import CheckpointError, ConfigError
+from agentmerge.io.digests import HASH_MODES
+from agentmerge.io.safety import (
+    check_report_path,
+    refuse_report_inside_inputs,
+    write_report,
+    write_report_with,
+)
+from agentmerge.methods.registry import METHODS
+from agentmerge.methods.spec import EPSILON_DEFAULT, ParamValue, check_mask
+
+# --------------------------------------------------------------------------- merge
+
+
+def _merge_parser(sub: Any) -> None:
+    p = sub.add_parser("merge", help="merge models (from a YAML config and/or flags)")
+    p.add_argument("config", nargs="?", help="YAML config file")
+    p.add_argument("out", nargs="?", help="output folder (or -o)")
+    p.add_argument("-o", "--output", dest="output", help="output folder")
+    p.add_argument("--method", help="merge method (see `agentmerge methods`)")
+    p.add_argument("--base", help="base model folder or hub id (org/name, org/name@revision)")
+    p.add_argument(
+        "--model", action="append", default=[], help="a model to merge: folder or org/name[@revision] (repeat)"
+    )
+    p.add_argument("--weights", help="comma-separated weights, one per --model")
+    p.add_argument("--fisher", action="append", default=[], help="Fisher of each --model, in order (fisher methods)")
+    p.add_argument("--param", action="append", default=[], metavar="NAME=VALUE", help="method parameter (repeat)")
+    p.add_argument("--dtype", help="output dtype for floating tensors (default: the base's)")
+    p.add_argument("--max-shard-size", help="largest output file, e.g. 2GB (default 5GB)")
+    p.add_argument("--seed", type=int, help="seed for random methods (default 0)")
+    p.add_argument("--include", action="append", help="merge only tensors matching this glob (repeat)")
+    p.add_argument("--exclude", action="append", help="copy tensors matching this glob from the base (repeat)")
+    p.add_argument("--tokenizer-source", help="folder whose tokenizer files are copied (default: the base)")
+    p.add_argument("--threads", type=int, help="worker threads (default: all cores)")
+    p.add_argument("--max-memory", help="memory budget for chunks in flight, e.g. 1GB (default)")
+    p.add_argument("--chunk-size", type=int, help="elements per chunk (default: from --max-memory)")
+    p.add_argument(
+        "--force",
+        action="store_true",
+        help="replace an earlier agentmerge output (a folder with merge.json and only the files a merge writes)",
+    )
+    p.add_argument(
+        "--force-any",
+        action="store_true",
+        help="replace whatever is at the output path (never an input, a parent of one, or the current folder)",
+    )
+    p.add_argument(
+        "--hash",
+        choices=HASH_MODES,
+        help="digests of the inputs in merge.json: fast (sha256 when free, else xxh3_128; default), sha256, none",
+    )
+    p.add_argument("--quiet", action="store_true", help="no progress bars")
+    p.add_argument("--json", action="store_true", help="print the result as JSON")
+    p.add_argument("--dry-run", action="store_true", help="check inputs and print the plan; write nothing")
+    p.set_defaults(func=cmd_merge)
+
+
+_FLAG_KEYS = {
+    "method": "method",
+    "base": "base",
+    "dtype": "dtype",
+    "max_shard_size": "max_shard_size",
+    "seed": "seed",
+    "include": "include",
+    "exclude": "exclude",
+    "tokenizer_source": "tokenizer_source",
+    "threads": "threads",
+    "max_memory": "max_memory",
+    "chunk_size": "chunk_size",
+}
+
+
+def merge_config_data(args: argparse.Namespace) -> tuple[dict[str, Any], str]:
+    """The config dict (file, then flags on top) and the output folder."""
+    config, out = args.config, args.out or args.output
+    if config and not out and not config.endswith((".yaml", ".yml")) and not Path(config).is_file():
+        config, out = None, config  # `agentmerge merge OUTDIR --method ...`
+    data = _read_config_file(config) if config else {}
+    for attr, key in _FLAG_KEYS.items():
+        value = getattr(args, attr)
+        if value is not None:
+            data[key] = value
+    if args.model:
+        data["models"] = [{"path": m} for m in args.model]
+    if args.weights:
+        weights = parse_weights(args.weights)
+        if len(weights) != len(data.get("models", [])):
+            raise ConfigError(f"--weights has {len(weights)} values for {len(data.get('models', []))} models")
+        data["models"] = [{**m, "weight": w} for m, w in zip(data["models"], weights, strict=True)]
+    if args.fisher:
+        if len(args.fisher) != len(data.get("models", [])):
+            raise ConfigError(f"--fisher given {len(args.fisher)} times for {len(data.get('models', []))} models")
+        data["models"] = [{**m, "fisher": f} for m, f in zip(data["models"], args.fisher, strict=True)]
+    if args.param:
+        data["params"] = {**data.get("params", {}), **parse_params(args.param)}
+    if not out:
+        raise ConfigError("no output folder: pass OUTDIR after the config, or -o OUTDIR")
+    return data, out
+
+
+def _read_config_file(path: str) -> dict[str, Any]:
+    """A config file (native, or mergekit translated); the translation's notes go to stderr."""
+    from agentmerge.config.schema import read_config
+
+    data, notes = read_config(path)
+    for note in notes:
+        print(f"agentmerge: mergekit config: {note}", file=sys.stderr)
+    return data
+
+
+def cmd_merge(args: argparse.Namespace) -> int:
+    from agentmerge.config.schema import config_from_dict, input_refs
+    from agentmerge.io.localpath import missing_local_inputs
+
+    data, out = merge_config_data(args)
+    cfg = config_from_dict(data, args.config or "flags")
+    missing = missing_local_inputs(input_refs(cfg))
+    if missing:  # before the engine (torch) is imported
+        raise CheckpointError("; ".join(missing))
+    with heavy_imports():
+        from agentmerge.engine.dryrun import plan_merge
+        from agentmerge.engine.merge import merge
+
+        if cfg.spec.compiled_at is not None:
+            cfg.spec.compiled_at.get()  # its compiled kernels (numba), loaded with the collector paused too
+    if args.dry_run:
+        plan = plan_merge(cfg, out, force=args.force, force_any=args.force_any)
+        print(json.dumps(plan.to_dict(), indent=2) if args.json else plan.text())
+        return 0
+    result = merge(cfg, out, force=args.force, quiet=args.quiet, force_any=args.force_any, hashing=args.hash)
+    if args.json:
+        print(json.dumps(result.to_dict(), indent=2))
+    elif not args.quiet:
+        from agentmerge.engine.provenance import input_warnings
+        from agentmerge.engine.report import merge_summary
+
+        record = json.loads((result.out_dir / "merge.json").read_text())
+        print(merge_summary(cfg, result, input_warnings(cfg, record)), file=sys.stderr)
+    return 0
+
+
+# --------------------------------------------------------------------------- probe
+
+
+def _probe_parser(sub: Any) -> None:
+    p = sub.add_parser("probe", help="density and overlap of task vectors")
+    p.add_argument("models", nargs="+", help="fine-tuned model folders")
+    p.add_argument("--base", required=True, help="base model folder")
+    p.add_argument(
+        "--epsilon", type=float, default=EPSILON_DEFAULT, help=f"update threshold (default {EPSILON_DEFAULT:g})"
+    )
+    p.add_argument(
+        "--mask-dtype", default="none", help="grid of the update test: none, base, float32, bfloat16, float16"
+    )
+    p.add_argument(
+        "--mask-ulps", type=int, default=1, help="grid rule: an update moves theta_0 by >= k ulps (default 1)"
+    )
+    p.add_argument(
+        "--epsilon-rule", default="fixed", help="fixed (--epsilon), percentile or valley, per agent and tensor"
+    )
+    p.add_argument("--epsilon-q", type=float, default=50.0, help="percentile rule: percent counted as no update")
+    p.add_argument("--seed", type=int, default=0, help="valley rule: seed of the subsample of large tensors")
+    p.add_argument("--r", type=float, default=0.1, help="RAM+ r for the reported lambda (default 0.1)")
+    p.add_argument("--alpha", type=float, default=2.0, help="RAM+ alpha for the reported lambda (default 2)")
+    p.add_argument("--json", dest="json_out", help="write the full result as JSON here")
+    p.add_argument("--markdown", help="write the markdown report here")
+    p.add_argument("--plot", help="write the figure (PNG) here; needs matplotlib")
+    p.add_argument("--threads", type=int)
+    p.add_argument("--quiet", action="store_true")
+    p.set_defaults(func=cmd_probe)
+
+
+def cmd_probe(args: argparse.Namespace) -> int:
+    with heavy_imports():
+        from agentmerge.engine.probe import probe
+        from agentmerge.engine.report import agents_table, plot_probe, probe_markdown, probe_rule_text
+
+    mask = check_probe_args(args)
+    result = probe(
+        args.base,
+        args.models,
+        epsilon=args.epsilon,
+        r=args.r,
+        alpha=args.alpha,
+        threads=args.threads,
+        quiet=args.quiet,
+        mask=mask,
+        seed=args.seed,
+    )
+    print(probe_rule_text(result))
+    print(agents_table(result.agents, result.independent))
+    if args.json_out:
+        write_report(args.json_out, json.dumps(result.to_dict(), indent=2) + "\n", "--json")
+    if args.markdown:
+        write_report(args.markdown, probe_markdown(result), "--markdown")
+    if args.plot:
+        write_report_with(args.plot, "--plot", lambda tmp: plot_probe(result, tmp))
+    return 0
+
+
+def check_probe_args(args: argparse.Namespace) -> dict[str, ParamValue]:
+    """probe's parameters are checked as merge checks them (ram_plus's ranges), and no report lands in an input.
+
+    Returns the mask parameters, checked.
+    """
+    spec = METHODS["ram_plus"]
+    mask: dict[str, ParamValue] = {}
+    for name in ("epsilon", "mask_dtype", "mask_ulps", "epsilon_rule", "epsilon_q", "r", "alpha"):
+        param = spec.param(name)
+        assert param is not None
+        try:
+            mask[name] = param.check(getattr(args, name), "probe")
+        except ValueError as e:
+            raise ConfigError(f"--{name.replace('_', '-')}: {e}") from None
+    try:
+        check_mask(mask)
+    except ValueError as e:
+        raise ConfigError(f"probe: {e}") from None
+    if args.threads is not None and args.threads < 1:
+        raise ConfigError(f"--threads must be at least 1 (got {args.threads})")
+    for flag, path in (("--json", args.json_out), ("--markdown", args.markdown), ("--plot", args.plot)):
+        if path:
+            refuse_report_inside_inputs(Path(path), [args.base, *args.models], flag)
+            check_report_path(Path(path), flag)
+    return {k: mask[k] for k in ("mask_dtype", "mask_ulps", "epsilon_rule", "epsilon_q")}
+
+
+# --------------------------------------------------------------------------- methods
+
+
+def _methods_parser(sub: Any) -> None:
+    p = sub.add_parser("methods", help="list merge methods with their parameters and defaults")
+    p.add_argument("--json", action="store_true")
+    p.set_defaults(func=cmd_methods)
+
+
+def cmd_methods(args: argparse.Namespace) -> int:
+    if args.json:
+        table = {
+            m.name: {"summary": m.summary, "params": {p.name: {"default": p.default, "help": p.help} for p in m.params}}
+            for m in METHODS.values()
+        }
+        print(json.dumps(table, indent=2))
+        return 0
+    for m in sorted(METHODS.values(), key=lambda m: m.name):
+        notes = [] if m.needs_base else ["base optional"]
+        notes += ["uses weights"] if m.uses_weights else []
+        notes += [f"exactly {m.min_models} models"] if m.max_models == m.min_models else []
+        print(f"{m.name}: {m.summary}" + (f" [{', '.join(notes)}]" if notes else ""))
+        for p in m.params:
+            allowed = f" one of {'/'.join(p.choices)}" if p.choices else ""
+            print(f"    {p.name} = {p.default}{allowed}  — {p.help}")
+    return 0
+
+
+# --------------------------------------------------------------------------- mergekit configs
+
+
+def _convert_parser(sub: Any) -> None:
+    p = sub.add_parser(
+        "convert-config", help="translate a mergekit config into the native YAML, or (--to mergekit) the reverse"
+    )
+    p.add_argument("config", help="mergekit YAML file (with merge_method); with --to mergekit, a native config")
+    p.add_argument(
+        "--to", choices=("native", "mergekit"), default="native", help="the format to write (default: native)"
+    )
+    p.add_argument("-o", "--output", help="write the YAML to this file instead of stdout")
+    p.set_defaults(func=cmd_convert)
+
+
+def cmd_convert(args: argparse.Namespace) -> int:
+    from agentmerge.config.mergekit import load_mergekit
+    from agentmerge.config.schema import config_from_dict, read_config
+
+    if args.to == "mergekit":
+        from agentmerge.config.mergekit_export import to_mergekit
+
+        data, notes = read_config(args.config)  # a mergekit file is read too: its import notes come first
+        exported = to_mergekit(config_from_dict(data, args.config), args.config)
+        exported.notes[:0] = notes
+        text, notes = exported.to_yaml(), exported.notes
+    else:
+        conv = load_mergekit(args.config)
+        config_from_dict(conv.config, args.config)  # refuse what would not merge
+        text, notes = conv.to_yaml(), conv.notes
+    if not args.output:
+        print(text, end="")
+        return 0
+    if Path(args.output).expanduser().resolve() == Path(args.config).expanduser().resolve():
+        raise ConfigError(f"{args.output}: -o names the config being converted; give another file name")
+    write_report(args.output, text, "-o")
+    for note in notes:
+        print(f"agentmerge: note: {note}", file=sys.stderr)
+    return 0
+
+
+# --------------------------------------------------------------------------- weights conversion
+
+
+def _convert_weights_parser(sub: Any) -> None:
+    p = sub.add_parser(
+        "convert", help="write any readable input (verl, DCP, MODEL+ADAPTER, .bin) as a safetensors model folder"
+    )
+    p.add_argument("src", help="verl actor folder (or the step folder holding actor/), DCP folder, model folder")
+    p.add_argument("dst", help="new output folder")
+    p.add_argument("--dtype", default="keep", choices=("keep", "bf16", "fp16", "fp32"), help="floating tensors' dtype")
+    p.add_argument("--max-shard-size", default="5GB", help="largest output file (default 5GB)")
+    p.add_argument("--model-files", help="folder with config.json and the tokenizer (default: found beside SRC)")
+    p.set_defaults(func=cmd_convert_weights)
+
+
+def cmd_convert_weights(args: argparse.Namespace) -> int:
+    from agentmerge.io.units import parse_size
+
+    try:
+        parse_size(args.max_shard_size)
+    except ValueError as e:
+        raise ConfigError(f"--max-shard-size: {e}") from None
+    with heavy_imports():
+        from agentmerge.engine.convert import convert
+
+    shard = args.max_shard_size
+    out = convert(args.src, args.dst, dtype=args.dtype, max_shard_size=shard, model_files=args.model_files)
+    print(f"wrote {args.src} as a safetensors model folder: {out}", file=sys.stderr)
+    return 0

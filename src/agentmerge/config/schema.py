@@ -1,0 +1,305 @@
+"""The merge configuration: frozen pydantic models of the YAML file, validated before any heavy work.
+
+```yaml
+method: ram_plus
+base: ./qwen-base
+models:
+  - path: ./agent-code
+  - path: ./agent-tool
+    weight: 1.0            # used by methods that weight models
+params: {r: 0.1, alpha: 2.0}
+overrides:               # per-tensor-pattern parameters (fnmatch globs on tensor names)
+  - pattern: "*mlp*"
+    params: {epsilon: 1e-6}
+dtype: bfloat16          # default: each tensor keeps the base's dtype
+max_shard_size: 5GB
+include: []              # globs; empty means every tensor
+exclude: ["*norm*"]      # excluded tensors are copied from the base unchanged
+seed: 0
+```
+
+Unknown keys, methods and parameters are refused with the closest valid name suggested.
+"""
+
+from __future__ import annotations
+
+import fnmatch
+import functools
+import math
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+
+from agentmerge.config.limits import PatternSet
+from agentmerge.config.mergekit import from_mergekit, is_mergekit
+from agentmerge.config.userinput import did_you_mean, read_yaml
+from agentmerge.errors import ConfigError
+from agentmerge.io.units import FLOAT_DTYPE_NAMES, check_dtype_name, parse_size
+from agentmerge.methods.registry import METHODS
+from agentmerge.methods.spec import Method, ParamValue
+
+MAX_WEIGHT = 1e6  # |weight| above this is a typo or an attack, not a merge
+NEAR_ZERO_SUM = 1e-6  # |sum of weights| below this fraction of sum |weights| is refused
+
+
+def check_weight(v: float) -> float:
+    """A model weight must be finite and at most ``MAX_WEIGHT`` in size."""
+    if not math.isfinite(v):
+        raise ValueError(f"model weight must be a finite number (got {v})")
+    if abs(v) > MAX_WEIGHT:
+        raise ValueError(f"model weight {v:g} is out of range [-{MAX_WEIGHT:g}, {MAX_WEIGHT:g}]")
+    return v
+
+
+class _Frozen(BaseModel):
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+
+class ModelSpec(_Frozen):
+    """One input model: a local folder (or hub id), an optional weight and per-model parameters."""
+
+    path: str
+    weight: float = 1.0
+    name: str | None = None
+    params: dict[str, ParamValue] = Field(default_factory=dict)
+    fisher: str | None = None  # folder or file of this model's diagonal Fisher (for method: fisher)
+
+    @field_validator("weight")
+    @classmethod
+    def _sane_weight(cls, v: float) -> float:
+        return check_weight(v)
+
+    @property
+    def label(self) -> str:
+        return self.name or Path(self.path).name or self.path
+
+
+def join_lists(params: Any) -> Any:
+    """A parameter given as a YAML list of strings (``groups``) -> one whitespace-separated string."""
+    if not isinstance(params, Mapping):
+        return params
+    texts = {k: v for k, v in params.items() if isinstance(v, list) and all(isinstance(x, str) for x in v)}
+    return {**params, **{k: " ".join(v) for k, v in texts.items()}}
+
+
+class Override(_Frozen):
+    """Parameters for the tensors whose names match ``pattern`` (fnmatch glob)."""
+
+    pattern: str
+    params: dict[str, ParamValue]
+
+    _lists = field_validator("params", mode="before")(classmethod(lambda cls, v: join_lists(v)))
+
+
+class MergeConfig(_Frozen):
+    method: str
+    base: str | None = None
+    models: list[ModelSpec] = Field(min_length=1)
+    params: dict[str, ParamValue] = Field(default_factory=dict)
+    overrides: list[Override] = Field(default_factory=list)
+    dtype: str | None = None
+    max_shard_size: str | int = "5GB"
+    include: list[str] = Field(default_factory=list)
+    exclude: list[str] = Field(default_factory=list)
+    seed: int = 0
+    tokenizer_source: str | None = None
+    threads: int | None = Field(default=None, ge=1)
+    max_memory: str | int = "1GB"
+    chunk_size: int | None = Field(default=None, ge=1)  # elements per chunk; derived from max_memory if unset
+    allow_dtype_mismatch: bool = True  # no longer needed: floating dtypes may always differ from the base's
+
+    _lists = field_validator("params", mode="before")(classmethod(lambda cls, v: join_lists(v)))
+
+    @field_validator("method")
+    @classmethod
+    def _known_method(cls, v: str) -> str:
+        if v not in METHODS:
+            raise ValueError(f"unknown method {v!r}{did_you_mean(v, tuple(METHODS))}; see `agentmerge methods`")
+        return v
+
+    @field_validator("dtype")
+    @classmethod
+    def _known_dtype(cls, v: str | None) -> str | None:
+        if v is not None:
+            check_dtype_name(v)
+            if v.lower().removeprefix("torch.") not in FLOAT_DTYPE_NAMES:  # no bool, int or fp8 output
+                raise ValueError(f"output dtype {v!r} is not a floating type; use bfloat16, float16 or float32")
+        return v
+
+    @field_validator("max_shard_size", "max_memory")
+    @classmethod
+    def _size(cls, v: str | int) -> str | int:
+        if parse_size(v) <= 0:
+            raise ValueError("must be positive")
+        return v
+
+    @model_validator(mode="after")
+    def _consistent(self) -> MergeConfig:
+        m = self.spec
+        if m.needs_base and self.base is None:
+            raise ValueError(f"method {m.name!r} needs a base model (base: PATH)")
+        n = len(self.models)
+        if n < m.min_models or (m.max_models is not None and n > m.max_models):
+            most = "any number of" if m.max_models is None else f"at most {m.max_models}"
+            raise ValueError(f"method {m.name!r} takes at least {m.min_models} and {most} models, got {n}")
+        self._check_weights(m)
+        resolve_params(m, self.params, n)
+        for o in self.overrides:
+            resolve_params(m, {**self.params, **o.params}, n)
+        for i, spec in enumerate(self.models):
+            _check_model_spec(m, spec, i)
+            resolve_params(m, {**self.params, **spec.params}, n)
+        return self
+
+    def _check_weights(self, m: Method) -> None:
+        weights = [s.weight for s in self.models]
+        if not m.uses_weights and any(w != 1.0 for w in weights):
+            raise ValueError(f"method {m.name!r} does not use model weights; remove 'weight' from models")
+        if m.uses_weights and sum(weights) == 0:
+            raise ValueError("model weights sum to zero")
+        if m.uses_weights and abs(sum(weights)) < NEAR_ZERO_SUM * sum(abs(w) for w in weights):
+            raise ValueError(
+                f"model weights sum to {sum(weights):.3g}, nearly zero next to their sizes; dividing by it "
+                "would blow the merge up; choose weights that do not cancel out"
+            )
+
+    @property
+    def spec(self) -> Method:
+        return METHODS[self.method]
+
+    @property
+    def shard_bytes(self) -> int:
+        return parse_size(self.max_shard_size)
+
+    @property
+    def memory_bytes(self) -> int:
+        return parse_size(self.max_memory)
+
+    def tensor_params(self, tensor: str) -> dict[str, ParamValue]:
+        """Method parameters for ``tensor``: defaults, then ``params``, then matching overrides in order."""
+        merged = dict(self.params)
+        for o in self.overrides:
+            if fnmatch.fnmatchcase(tensor, o.pattern):
+                merged.update(o.params)
+        return resolve_params(self.spec, merged, len(self.models))
+
+    def model_params(self, tensor: str) -> tuple[dict[str, ParamValue], ...]:
+        """Per-model parameters for ``tensor``: its params, then the model's own on top; () when no model sets any."""
+        if not any(m.params for m in self.models):
+            return ()
+        shared = self.tensor_params(tensor)
+        return tuple(resolve_params(self.spec, {**shared, **m.params}, len(self.models)) for m in self.models)
+
+    def selected(self, tensor: str) -> bool:
+        """Whether ``tensor`` is merged (True) or copied from the base (False) by include/exclude."""
+        inc = self._include.empty or self._include.matches(tensor)
+        return inc and not self._exclude.matches(tensor)
+
+    @functools.cached_property
+    def _include(self) -> PatternSet:
+        return PatternSet(self.include)
+
+    @functools.cached_property
+    def _exclude(self) -> PatternSet:
+        return PatternSet(self.exclude)
+
+
+def resolve_params(method: Method, given: Mapping[str, Any], n_models: int) -> dict[str, ParamValue]:
+    """Defaults overlaid with ``given``, each checked; unknown names get a suggestion."""
+    names = tuple(p.name for p in method.params)
+    out = method.defaults()
+    for key, value in given.items():
+        p = method.param(key)
+        if p is None:
+            known = ", ".join(names) or "none"
+            raise ValueError(
+                f"method {method.name!r} has no parameter {key!r}{did_you_mean(key, names)}; it takes: {known}"
+            )
+        out[key] = p.check(value, method.name)
+    if "agent" in out and int(out["agent"]) >= n_models:
+        raise ValueError(f"parameter 'agent' = {out['agent']} but there are only {n_models} models (0-based)")
+    if method.validate is not None:
+        method.validate(out)
+    return out
+
+
+def _check_model_spec(method: Method, spec: ModelSpec, index: int) -> None:
+    """Per-model params must be ones the method reads per model; Fisher merging needs each model's Fisher."""
+    for key in spec.params:
+        p = method.param(key)
+        if p is not None and not p.per_model:
+            per_model = [q.name for q in method.params if q.per_model]
+            raise ValueError(
+                f"models[{index}].params: {key!r} cannot be set per model for {method.name!r} "
+                f"(per-model parameters: {', '.join(per_model) or 'none'}); set it in params or overrides"
+            )
+    if "fisher" in method.model_inputs and spec.fisher is None:
+        raise ValueError(
+            f"models[{index}]: method {method.name!r} needs this model's Fisher (fisher: PATH; "
+            f"make it with `agentmerge fisher {spec.path} --out DIR`)"
+        )
+
+
+def config_from_dict(data: Mapping[str, Any], source: str = "config") -> MergeConfig:
+    """Build a ``MergeConfig``, turning pydantic's errors into one readable ``ConfigError``."""
+    _check_keys(data, MergeConfig, source)
+    if not isinstance(data.get("models") or [], list):
+        raise ConfigError(f"{source}: 'models' must be a list of {{path: PATH}} entries")
+    for i, m in enumerate(data.get("models") or []):
+        if isinstance(m, Mapping):
+            _check_keys(m, ModelSpec, f"{source}: models[{i}]")
+    try:
+        return MergeConfig.model_validate(dict(data))
+    except ValidationError as e:
+        raise ConfigError(f"{source}: {_explain(e)}") from None
+
+
+def read_config(path: str | Path) -> tuple[dict[str, Any], list[str]]:
+    """A YAML config file as a plain dict (validated later, after flags are applied), and notes for the user.
+
+    A mergekit config (it has ``merge_method``) is translated here, the one place that tells the two
+    apart; its notes say what was translated approximately. Native configs have no notes.
+    """
+    p = Path(path)
+    data = read_yaml(p)
+    if is_mergekit(data):
+        conv = from_mergekit(data, str(p))
+        return conv.config, conv.notes  # models are already {path: ...} mappings
+    if not isinstance(data, dict):
+        raise ConfigError(f"{p}: expected a mapping with keys such as method, base, models")
+    if isinstance(data.get("models"), list):
+        data["models"] = [{"path": m} if isinstance(m, str) else m for m in data["models"]]
+    return data, []
+
+
+def load_config(path: str | Path) -> dict[str, Any]:
+    """Read a YAML config file (native or mergekit) into a plain dict; see ``read_config``."""
+    return read_config(path)[0]
+
+
+def _check_keys(data: Mapping[str, Any], model: type[BaseModel], source: str) -> None:
+    known = tuple(model.model_fields)
+    for key in data:
+        if key not in known:
+            raise ConfigError(f"{source}: unknown key {key!r}{did_you_mean(str(key), known)}")
+
+
+def _explain(e: ValidationError) -> str:
+    parts = []
+    for err in e.errors():
+        loc = ".".join(str(x) for x in err["loc"])
+        msg = str(err["msg"]).removeprefix("Value error, ")
+        parts.append(f"{loc}: {msg}" if loc else msg)
+    return "; ".join(parts)
+
+
+def input_refs(cfg: MergeConfig) -> list[str]:
+    """Every path the merge reads: base, models, their Fisher files and the tokenizer source."""
+    refs = [cfg.base] if cfg.base else []
+    refs += [m.path for m in cfg.models]
+    refs += [m.fisher for m in cfg.models if m.fisher]
+    if cfg.tokenizer_source:
+        refs.append(cfg.tokenizer_source)
+    return refs

@@ -1,0 +1,156 @@
+"""``agentmerge merge --dry-run``: validate everything and print the plan, writing nothing.
+
+The plan says which tensors are merged or copied, the output shards and their sizes, the memory
+budget and chunk size, the bytes the merge will read and write, the free disk space, and an
+estimated time from a short read-speed probe of the inputs (at most ``PROBE_BYTES`` read).
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from agentmerge.config.schema import MergeConfig, input_refs
+from agentmerge.engine.plan import make_plan, planned_tensors
+from agentmerge.engine.report import input_lines
+from agentmerge.engine.sources import output_sources
+from agentmerge.engine.stream import Inputs
+from agentmerge.io.checkpoint import Readable, plan_shards
+from agentmerge.io.safety import check_output_target, check_writable_parent
+from agentmerge.io.validate import check_tokenizer_source
+
+PROBE_BYTES = 64 * 1024 * 1024
+_PROBE_BLOCK = 4 * 1024 * 1024
+
+
+@dataclass(frozen=True)
+class DryRunPlan:
+    """Everything a merge would do, computed without writing anything."""
+
+    method: str
+    out_dir: str
+    models: int
+    tensors_merged: int
+    tensors_copied: int
+    shards: list[tuple[str, int]]  # (file name, bytes)
+    threads: int
+    kernels: str  # "compiled" (numba) or "reference" (torch)
+    memory_budget: int
+    chunk_elements: int
+    passes: int  # reads of every merged tensor: 1, or 2 with the statistics pass
+    bytes_read: int
+    bytes_written: int
+    disk_free: int | None
+    read_speed: float | None  # bytes/s measured on the inputs
+    est_seconds: float | None  # reading time only: a lower bound on the merge time
+    inputs: list[str] = field(default_factory=list)  # added vocabulary rows, tokenizer source, its warnings
+
+    def to_dict(self) -> dict[str, Any]:
+        return dict(self.__dict__)
+
+    def text(self) -> str:
+        """The plan as a few human-readable lines."""
+        lines = [
+            f"plan: {self.method} of {self.models} models into {self.out_dir} (dry run: nothing written)",
+            f"tensors: {self.tensors_merged} merged, {self.tensors_copied} copied from the base",
+            f"output: {len(self.shards)} shard(s), {_gb(self.bytes_written)} in all",
+            *[f"  {name}  {_gb(size)}" for name, size in self.shards],
+            f"memory: budget {_gb(self.memory_budget)}, {self.chunk_elements} elements per chunk, "
+            f"{self.threads} thread(s), {self.kernels} kernels",
+            f"reads: {_gb(self.bytes_read)} in {self.passes} pass(es) over the merged tensors",
+        ]
+        if self.disk_free is not None:
+            ok = "enough" if self.disk_free >= self.bytes_written else "NOT ENOUGH"
+            lines.append(f"disk: {_gb(self.disk_free)} free at the output location ({ok})")
+        if self.read_speed is not None and self.est_seconds is not None:
+            lines.append(
+                f"estimate: at least ~{self.est_seconds:.1f} s to read the inputs at the measured "
+                f"{self.read_speed / 1e6:.0f} MB/s; the method's CPU time and cold caches come on top"
+            )
+        return "\n".join(lines + self.inputs)
+
+
+def _gb(n: int) -> str:
+    return f"{n / 1e9:.3f} GB" if n >= 10**8 else f"{n / 1e6:.2f} MB"
+
+
+def plan_merge(
+    cfg: MergeConfig, out_dir: str | Path, *, force: bool = False, probe: bool = True, force_any: bool = False
+) -> DryRunPlan:
+    """Open and check the inputs and plan the merge exactly as ``merge`` would, without writing."""
+    out = Path(out_dir)
+    check_output_target(out, input_refs(cfg), force=force, force_any=force_any)
+    check_writable_parent(out)
+    if cfg.tokenizer_source:
+        check_tokenizer_source(cfg.tokenizer_source)
+    inputs = Inputs.for_merge(cfg)
+    try:
+        n = len(inputs.models)
+        sources = output_sources(cfg, inputs.reference, inputs.models, inputs.vocab)  # refusals as in a merge
+        notes = input_lines(inputs.vocab.record([m.label for m in cfg.models]), sources.record())
+        plan = make_plan(cfg, inputs.reference, n, cfg.threads or os.cpu_count() or 1, inputs.vocab)
+        shards = plan_shards(planned_tensors(plan.jobs), cfg.shard_bytes)
+        sizes = {name: info.nbytes for name, info in inputs.reference.tensors.items()}
+        fisher_pass = cfg.spec.model_pass is not None and any(float(j.params.get("r", 0)) > 0 for j in plan.merged)
+        passes = 2 if cfg.spec.needs_model_stats or cfg.spec.prepare is not None or fisher_pass else 1
+        merged = sum(sizes[j.name] for j in plan.merged)
+        copied = sum(sizes[j.name] for j in plan.jobs if not j.merged)
+        bytes_read = passes * merged * (n + 1) + copied
+        speed = _read_speed(inputs.models[0]) if probe else None
+    finally:
+        inputs.close()
+    written = sum(s.size for s in shards)
+    est = bytes_read / speed if speed else None
+    return DryRunPlan(
+        cfg.method,
+        str(out.resolve()),
+        n,
+        len(plan.merged),
+        len(plan.jobs) - len(plan.merged),
+        [(s.file_name, s.size) for s in shards],
+        plan.threads,
+        plan.kernels,
+        cfg.memory_bytes,
+        plan.chunk,
+        passes,
+        bytes_read,
+        written,
+        _disk_free(out),
+        speed,
+        est,
+        notes,
+    )
+
+
+def _read_speed(ckpt: Readable) -> float | None:
+    """Bytes per second reading (up to ``PROBE_BYTES`` of) the checkpoint's weight files."""
+    done, t0 = 0, time.perf_counter()
+    for f in ckpt.weight_files:
+        fd, pos = os.open(f, os.O_RDONLY), 0
+        try:
+            while done < PROBE_BYTES:
+                got = len(os.pread(fd, _PROBE_BLOCK, pos))
+                if not got:
+                    break
+                done, pos = done + got, pos + got
+        finally:
+            os.close(fd)
+        if done >= PROBE_BYTES:
+            break
+    elapsed = time.perf_counter() - t0
+    return done / elapsed if done and elapsed > 0 else None
+
+
+def _disk_free(out: Path) -> int | None:
+    """Free bytes on the file system the output will be written to (its nearest existing ancestor)."""
+    p = out.resolve()
+    while not p.exists() and p != p.parent:
+        p = p.parent
+    try:
+        return shutil.disk_usage(p).free
+    except OSError:
+        return None

@@ -1,0 +1,185 @@
+"""The merge plan: which tensors are merged or copied, their chunks and parameters; pure, nothing is read.
+
+Every tensor is treated as a flat array and cut into element ranges ("chunks") small enough that
+``threads`` chunks in flight fit the memory budget. The plan is frozen before any weight is read; the
+driver (``merge.py``) and the dry run (``dryrun.py``) both work from it.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+
+import torch
+
+from agentmerge.config.schema import MergeConfig
+from agentmerge.io.checkpoint import PlannedTensor, Readable, dtype_from_name
+from agentmerge.io.vocab import ResizedTensor, VocabPlan
+from agentmerge.methods.deltas import RNG_BLOCK
+from agentmerge.methods.fused.jit import available
+from agentmerge.methods.groups import GROUPED_SCOPES, group_of
+from agentmerge.methods.masks import grid_of
+from agentmerge.methods.spec import ChunkSpec, MaskRule, Method, Params, TensorStats, mask_rule, update_threshold
+
+MAX_CHUNK = RNG_BLOCK  # elements per chunk at most (see chunk_elements)
+
+
+@dataclass(frozen=True)
+class TensorJob:
+    """One output tensor: how it is produced, its element ranges and (when merged) its parameters.
+
+    ``shape``, ``numel`` and ``chunks`` are the base's tensor (for a vocabulary tensor with added rows, its
+    first ``V_base`` rows); ``resized`` then names the rows past them, which come from the adding agents.
+    """
+
+    name: str
+    out_dtype: torch.dtype
+    shape: tuple[int, ...]
+    numel: int
+    merged: bool  # False: copied from the reference unchanged
+    chunks: tuple[tuple[int, int], ...]
+    params: Params = field(default_factory=dict)  # the method's parameters for this tensor (after overrides)
+    model_params: tuple[Params, ...] = ()  # per model, when any model sets params
+    resized: ResizedTensor | None = None  # the vocabulary rows the agents added (vocab.py), else None
+    rule: MaskRule = field(default_factory=MaskRule)  # what its masks and overlap statistics count as an update
+
+    @property
+    def out_shape(self) -> tuple[int, ...]:
+        """The written tensor's shape: the base's, with the added vocabulary rows."""
+        return self.resized.out_shape if self.resized is not None else self.shape
+
+    def added_chunks(self, chunk: int) -> tuple[tuple[int, int], ...]:
+        """Element ranges of the added rows (whole rows, about ``chunk`` elements each); () when none."""
+        return self.resized.extra_chunks(chunk) if self.resized is not None else ()
+
+    @property
+    def eps(self) -> float:
+        """The tensor's update threshold: what its masks and overlap statistics count as an update."""
+        return update_threshold(self.params)
+
+    @property
+    def chunked(self) -> bool:
+        """Whether the tensor spans several chunks (its whole-tensor statistics then need a pass of their own)."""
+        return len(self.chunks) > 1
+
+
+@dataclass(frozen=True)
+class MergePlan:
+    """Everything a merge will do, decided before any weight is read."""
+
+    method: Method
+    jobs: tuple[TensorJob, ...]
+    chunk: int  # elements per chunk
+    threads: int
+    weights: torch.Tensor  # [N] float32 model weights
+    seed: int
+    shard_bytes: int
+    compiled: bool  # the method's compiled kernel runs (numba present, at most 16 agents, plain mask rules)
+
+    @property
+    def merged(self) -> list[TensorJob]:
+        return [j for j in self.jobs if j.merged]
+
+    def added_tasks(self) -> list[tuple[TensorJob, int, int]]:
+        """``(job, start, stop)`` of every chunk of added vocabulary rows."""
+        return [(j, s, e) for j in self.jobs for s, e in j.added_chunks(self.chunk)]
+
+    @property
+    def kernels(self) -> str:
+        """Which kernels merge: ``compiled`` (numba) or ``reference`` (torch)."""
+        return "compiled" if self.compiled else "reference"
+
+    def rules(self) -> dict[str, MaskRule]:
+        """Each merged tensor's mask rule (the overlap statistics pass counts with these)."""
+        return {j.name: j.rule for j in self.merged}
+
+    def groups(self) -> dict[str, str]:
+        """The rescaling group (``groups.group_of``) of each merged tensor whose ``scope`` groups tensors."""
+        return {j.name: group_of(j.name, j.params) for j in self.merged if j.params.get("scope") in GROUPED_SCOPES}
+
+    def spec(self, job: TensorJob, start: int, stop: int, stats: TensorStats | None = None) -> ChunkSpec:
+        """The ``ChunkSpec`` of elements ``start:stop`` of ``job``'s tensor."""
+        return ChunkSpec(
+            name=job.name,
+            start=start,
+            stop=stop,
+            params=job.params,
+            weights=self.weights,
+            stats=stats or TensorStats(),
+            seed=self.seed,
+            shape=job.shape,
+            model_params=job.model_params,
+        )
+
+
+def make_plan(
+    cfg: MergeConfig, ref: Readable, n_models: int, threads: int, vocab: VocabPlan | None = None
+) -> MergePlan:
+    """Plan the merge of ``n_models`` models against the reference checkpoint ``ref`` (and added ``vocab`` rows)."""
+    chunk = chunk_elements(cfg, n_models, threads)
+    method = cfg.spec
+    jobs = tuple(plan_jobs(cfg, ref, chunk, vocab or VocabPlan()))
+    # other mask rules, and parameters the compiled kernels do not implement (``Param.reference_only``), run
+    # on the reference kernels
+    plain = all(j.rule.plain and not method.needs_reference(j.params) for j in jobs if j.merged)
+    return MergePlan(
+        method=method,
+        jobs=jobs,
+        chunk=chunk,
+        threads=threads,
+        weights=torch.tensor([m.weight for m in cfg.models], dtype=torch.float32),
+        seed=cfg.seed,
+        shard_bytes=cfg.shard_bytes,
+        compiled=plain and method.compiled is not None and available(n_models),
+    )
+
+
+def chunk_elements(cfg: MergeConfig, n_models: int, threads: int) -> int:
+    """Elements per chunk so ``threads`` chunks in flight stay within ``max_memory``.
+
+    Per element in flight: raw reads (<= 8 B x (N+1)), float32 stack (4 B x (N+1)), kernel temporaries
+    (about 4 B x (2N+6)) and the cast output: budget ~ (16 N + 40) bytes. Rounded to the RNG block, and
+    at most ``MAX_CHUNK``: larger chunks are no faster, and their temporaries (over glibc's 32 MB mmap
+    threshold) would be mapped and zero-filled afresh for every chunk (measured: 3x the system time).
+    """
+    if cfg.chunk_size is not None:
+        return cfg.chunk_size
+    per_element = 16 * n_models + 40
+    n = cfg.memory_bytes // (per_element * threads)
+    return min(MAX_CHUNK, max(RNG_BLOCK // 16, (n // RNG_BLOCK) * RNG_BLOCK or n))
+
+
+def plan_jobs(cfg: MergeConfig, ref: Readable, chunk: int, vocab: VocabPlan | None = None) -> list[TensorJob]:
+    """Decide, per tensor of the reference, its output dtype, whether it is merged, its chunks and parameters."""
+    out_dtype = dtype_from_name(cfg.dtype) if cfg.dtype else None
+    multiple = cfg.spec.chunk_multiple
+    jobs = []
+    for name, info in ref.tensors.items():
+        floating = info.dtype.is_floating_point
+        merged = floating and cfg.selected(name)
+        dtype = out_dtype if (out_dtype is not None and floating) else info.dtype
+        step = chunk
+        if multiple is not None and merged:  # round up to the method's unit
+            unit = multiple(info.shape)
+            step = -(-chunk // unit) * unit
+        ranges = tuple((s, min(s + step, info.numel)) for s in range(0, info.numel, step)) or ((0, 0),)
+        params = resolve_mask(cfg.tensor_params(name), info.dtype) if merged else {}
+        model_params = tuple(resolve_mask(p, info.dtype) for p in cfg.model_params(name)) if merged else ()
+        rule = mask_rule(params, cfg.seed) if merged else MaskRule()
+        resized = vocab.tensors.get(name) if vocab is not None else None
+        job = TensorJob(
+            name, dtype, info.shape, info.numel, merged, ranges, params, model_params, resized=resized, rule=rule
+        )
+        jobs.append(job)
+    return jobs
+
+
+def resolve_mask(params: Params, base_dtype: torch.dtype) -> Params:
+    """``mask_dtype: base`` made the base tensor's grid (``masks.grid_of``); other parameters unchanged."""
+    if params.get("mask_dtype") != "base":
+        return params
+    return {**params, "mask_dtype": grid_of(base_dtype)}
+
+
+def planned_tensors(jobs: Sequence[TensorJob]) -> list[PlannedTensor]:
+    return [PlannedTensor(j.name, j.out_dtype, j.out_shape) for j in jobs]

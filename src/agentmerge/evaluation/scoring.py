@@ -1,0 +1,328 @@
+"""Score checkpoints on the user's own tasks (``taskfile``): greedy, batched generation with transformers.
+
+    run = evaluate(["base", "agent-a", "agent-b", "merged"], "tasks.jsonl")
+    print(agentmerge.evaluation.report.eval_markdown(run))     # or run.to_dict()
+
+Each prompt goes through the checkpoint's chat template (a system prompt first when one is given) unless
+``chat_template=False`` or the tokenizer has none; without the template a system prompt is put on its
+own line before the prompt. Outputs are cut at the first end token and scored by the example's rule.
+
+With several checkpoints, the first is the *base*, folders with a ``merge.json`` are *merges* and the
+others *specialists*. A specialist's tasks are those where its gain over the base is positive and the
+largest among the specialists. The share of gain a merge M keeps of specialist A is
+
+    (mean over A's tasks of M  -  the same mean of the base) / (the same mean of A  -  the same mean of the base)
+
+(1 = all of A's gain, 0 = none, negative = worse than the base); it is left out where A has no tasks.
+"""
+
+from __future__ import annotations
+
+import math
+import sys
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from agentmerge.errors import CheckpointError, ConfigError
+from agentmerge.evaluation.taskfile import Example, load_tasks
+
+
+@dataclass(frozen=True)
+class Sample:
+    task: str
+    prompt: str
+    output: str
+    reference: Any
+    correct: bool
+
+
+@dataclass
+class Scores:
+    """One checkpoint: per task the share of correct outputs, its standard error and count."""
+
+    label: str
+    path: str
+    role: str  # base, specialist, merge (or "model" when evaluated alone)
+    chat_template: bool
+    mean: dict[str, float] = field(default_factory=dict)
+    se: dict[str, float] = field(default_factory=dict)
+    count: dict[str, int] = field(default_factory=dict)
+    samples: list[Sample] = field(default_factory=list)
+    seconds: float = 0.0
+
+
+@dataclass
+class EvalRun:
+    """Every checkpoint's scores on the same tasks, and the share of gain each merge keeps."""
+
+    tasks: list[str]
+    checkpoints: list[Scores]
+    task_file: str = ""
+
+    def shares(self) -> list[dict[str, Any]]:
+        """Per merge and specialist: the specialist's tasks and the share of its gain the merge keeps."""
+        base = next((c for c in self.checkpoints if c.role == "base"), None)
+        specialists = [c for c in self.checkpoints if c.role == "specialist"]
+        merges = [c for c in self.checkpoints if c.role == "merge"]
+        out: list[dict[str, Any]] = []
+        if base is None:
+            return out
+        for spec in specialists:
+            own = specialist_tasks(base, specialists, spec, self.tasks)
+            if not own:
+                continue
+            b, a = _macro(base, own), _macro(spec, own)
+            for merge in merges:
+                share = (_macro(merge, own) - b) / (a - b)
+                out.append({"merge": merge.label, "specialist": spec.label, "tasks": own, "share": share})
+        return out
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "task_file": self.task_file,
+            "tasks": self.tasks,
+            "checkpoints": [
+                {
+                    "label": c.label,
+                    "path": c.path,
+                    "role": c.role,
+                    "chat_template": c.chat_template,
+                    "accuracy": c.mean,
+                    "stderr": c.se,
+                    "count": c.count,
+                    "seconds": round(c.seconds, 2),
+                    "samples": [s.__dict__ for s in c.samples],
+                }
+                for c in self.checkpoints
+            ],
+            "share_of_gain_kept": self.shares(),
+        }
+
+
+def specialist_tasks(base: Scores, specialists: Sequence[Scores], spec: Scores, tasks: Sequence[str]) -> list[str]:
+    """The tasks where ``spec`` gains over the base, more than any other specialist does."""
+    own = []
+    for t in tasks:
+        gain = spec.mean[t] - base.mean[t]
+        if gain > 0 and all(gain >= s.mean[t] - base.mean[t] for s in specialists):
+            own.append(t)
+    return own
+
+
+def _macro(scores: Scores, tasks: Sequence[str]) -> float:
+    return sum(scores.mean[t] for t in tasks) / len(tasks)
+
+
+def mean_se(values: Sequence[bool]) -> tuple[float, float]:
+    """Share of True and its standard error (sample standard deviation / sqrt(n); 0 for one value)."""
+    n = len(values)
+    mean = sum(values) / n
+    if n < 2:
+        return mean, 0.0
+    return mean, math.sqrt(sum((v - mean) ** 2 for v in values) / (n - 1) / n)
+
+
+def roles(paths: Sequence[str]) -> list[str]:
+    """First: base; a folder with merge.json: merge; others: specialist (one checkpoint alone: model)."""
+    if len(paths) == 1:
+        return ["model"]
+    return ["base"] + ["merge" if (Path(p) / "merge.json").is_file() else "specialist" for p in paths[1:]]
+
+
+def labels(paths: Sequence[str]) -> list[str]:
+    """Folder names, or the paths as given when two folders share a name."""
+    names = [Path(p).name or p for p in paths]
+    return names if len(set(names)) == len(names) else list(paths)
+
+
+def evaluate(
+    checkpoints: Sequence[str | Path],
+    tasks: str | Path | Sequence[Example],
+    *,
+    chat_template: bool = True,
+    system: str | None = None,
+    batch_size: int = 16,
+    samples: int = 0,
+    limit: int | None = None,
+    max_new_tokens: int | None = None,
+    device: str = "cpu",
+    dtype: str = "float32",
+    quiet: bool = False,
+) -> EvalRun:
+    """Score every checkpoint on every example; see the module docstring for roles and shares."""
+    examples = list(load_tasks(tasks) if isinstance(tasks, str | Path) else tasks)
+    examples = _limited(examples, limit)
+    if max_new_tokens is not None:
+        examples = [_with(ex, max_new_tokens=max_new_tokens) for ex in examples]
+    if system is not None:
+        examples = [_with(ex, system=system) for ex in examples]
+    paths = [str(c) for c in checkpoints]
+    for p in paths:
+        if not (Path(p).expanduser() / "config.json").is_file():
+            raise CheckpointError(f"{p}: not a model folder (no config.json)")
+    names = labels(paths)
+    run = EvalRun(
+        list(dict.fromkeys(ex.task for ex in examples)), [], "" if not isinstance(tasks, str | Path) else str(tasks)
+    )
+    for path, label, role in zip(paths, names, roles(paths), strict=True):
+        run.checkpoints.append(
+            _score_one(path, label, role, examples, chat_template, batch_size, samples, device, dtype, quiet)
+        )
+    return run
+
+
+def _with(ex: Example, **changes: Any) -> Example:
+    from dataclasses import replace
+
+    return replace(ex, **changes)
+
+
+def _limited(examples: list[Example], limit: int | None) -> list[Example]:
+    if limit is None:
+        return examples
+    seen: dict[str, int] = {}
+    kept = []
+    for ex in examples:
+        seen[ex.task] = seen.get(ex.task, 0) + 1
+        if seen[ex.task] <= limit:
+            kept.append(ex)
+    return kept
+
+
+def _score_one(
+    path: str,
+    label: str,
+    role: str,
+    examples: Sequence[Example],
+    chat: bool,
+    batch_size: int,
+    samples: int,
+    device: str,
+    dtype: str,
+    quiet: bool,
+) -> Scores:
+    started = time.perf_counter()
+    gen = Generator.load(path, device, dtype, chat)
+    gen.check_alphabet(examples)
+    outputs = gen.complete(examples, batch_size, f"eval {label}", quiet)
+    scores = Scores(label, path, role, gen.chat)
+    shown: dict[str, int] = {}
+    for task in dict.fromkeys(ex.task for ex in examples):
+        marks = [ex.score(out) for ex, out in zip(examples, outputs, strict=True) if ex.task == task]
+        scores.mean[task], scores.se[task] = mean_se(marks)
+        scores.count[task] = len(marks)
+    for ex, out in zip(examples, outputs, strict=True):
+        if shown.get(ex.task, 0) < samples:
+            shown[ex.task] = shown.get(ex.task, 0) + 1
+            scores.samples.append(Sample(ex.task, ex.prompt, out, ex.reference, ex.score(out)))
+    scores.seconds = time.perf_counter() - started
+    return scores
+
+
+class Generator:
+    """One checkpoint's model and tokenizer, and greedy batched completion of examples."""
+
+    def __init__(self, model: Any, tokenizer: Any, chat: bool, device: str) -> None:
+        self.model, self.tokenizer, self.chat, self.device = model, tokenizer, chat, device
+        config_eos = getattr(model.generation_config, "eos_token_id", None)
+        eos = [tokenizer.eos_token_id, *(config_eos if isinstance(config_eos, list) else [config_eos])]
+        self.eos = sorted({e for e in eos if e is not None})
+        if tokenizer.pad_token_id is None:
+            tokenizer.pad_token = tokenizer.eos_token
+        tokenizer.padding_side = "left"
+
+    @classmethod
+    def load(cls, path: str, device: str, dtype: str, chat: bool) -> Generator:
+        import torch
+        import transformers
+
+        quiet_transformers()
+        auto_model: Any = transformers.AutoModelForCausalLM
+        try:
+            tokenizer = transformers.AutoTokenizer.from_pretrained(path)
+            model = auto_model.from_pretrained(path, dtype=getattr(torch, dtype))
+        except (OSError, ValueError) as e:
+            raise CheckpointError(f"{path}: transformers cannot load this checkpoint ({e})") from None
+        model.to(device).eval()
+        return cls(model, tokenizer, chat and bool(getattr(tokenizer, "chat_template", None)), device)
+
+    def check_alphabet(self, examples: Sequence[Example]) -> None:
+        """Refuse prompts with characters the tokenizer can only read as its unknown token (e.g. a character
+        vocabulary that lacks capitals): the model would be scored on text it never sees."""
+        unk = getattr(self.tokenizer, "unk_token_id", None)
+        if unk is None:
+            return
+        for ex in examples:
+            text = ex.prompt + (ex.system or "")
+            if unk not in self.tokenizer.encode(text, add_special_tokens=False):
+                continue
+            bad = [c for c in sorted(set(text)) if unk in self.tokenizer.encode(c, add_special_tokens=False)]
+            if bad:
+                raise ConfigError(
+                    f"line {ex.line}: this checkpoint's tokenizer reads {''.join(bad[:8])!r} as its unknown token "
+                    f"{self.tokenizer.unk_token!r}; write the prompt in characters it knows (a zoo checkpoint: "
+                    "score it with --suite zoo)"
+                )
+
+    def text(self, ex: Example) -> str:
+        if not self.chat:
+            return ex.prompt if ex.system is None else f"{ex.system}\n{ex.prompt}"
+        messages = ([{"role": "system", "content": ex.system}] if ex.system else []) + [
+            {"role": "user", "content": ex.prompt}
+        ]
+        return str(self.tokenizer.apply_chat_template(messages, tokenize=False, add_generation_prompt=True))
+
+    def complete(self, examples: Sequence[Example], batch_size: int, desc: str, quiet: bool) -> list[str]:
+        """Greedy completions in input order; batches of one max_new_tokens, sorted by prompt length."""
+        from tqdm import tqdm
+
+        texts = [self.text(ex) for ex in examples]
+        order = sorted(range(len(examples)), key=lambda i: (examples[i].max_new_tokens, len(texts[i])))
+        batches = [order[s : s + batch_size] for s in range(0, len(order), batch_size)]
+        batches = [b for whole in batches for b in _split_by(whole, lambda i: examples[i].max_new_tokens)]
+        outputs = [""] * len(examples)
+        with tqdm(total=len(examples), desc=desc, unit="prompt", disable=quiet, leave=False, file=sys.stderr) as bar:
+            for batch in batches:
+                done = self._generate([texts[i] for i in batch], examples[batch[0]].max_new_tokens)
+                for i, out in zip(batch, done, strict=True):
+                    outputs[i] = out
+                bar.update(len(batch))
+        return outputs
+
+    def _generate(self, texts: list[str], max_new_tokens: int) -> list[str]:
+        import torch
+
+        enc = self.tokenizer(texts, return_tensors="pt", padding=True, add_special_tokens=not self.chat)
+        enc = {k: v.to(self.device) for k, v in enc.items() if k in ("input_ids", "attention_mask")}
+        with torch.no_grad():
+            out = self.model.generate(
+                **enc,
+                max_new_tokens=max_new_tokens,
+                do_sample=False,
+                eos_token_id=self.eos or None,
+                pad_token_id=self.tokenizer.pad_token_id,
+            )
+        done = []
+        for row in out[:, enc["input_ids"].shape[1] :].tolist():
+            cut = next((k for k, tok in enumerate(row) if tok in self.eos), len(row))
+            done.append(str(self.tokenizer.decode(row[:cut], skip_special_tokens=True)))
+        return done
+
+
+def _split_by(items: list[int], key: Any) -> list[list[int]]:
+    groups: dict[Any, list[int]] = {}
+    for i in items:
+        groups.setdefault(key(i), []).append(i)
+    return list(groups.values())
+
+
+def quiet_transformers() -> None:
+    """Only errors from transformers; no weight-loading or shard-writing progress bars (ours report progress)."""
+    from transformers.utils import logging as hf_logging
+
+    logs: Any = hf_logging  # untyped module
+    logs.set_verbosity_error()
+    logs.disable_progress_bar()

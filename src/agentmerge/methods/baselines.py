@@ -1,0 +1,352 @@
+"""Baseline merge methods as chunk kernels (the reference path: readable torch, bit-exact).
+
+Every kernel gets one ``Chunk`` (elements ``start:stop`` of one tensor, the ``[N, E]`` stack of task
+vectors ``tau_i``) and returns the merged task vector ``tau*`` for those elements. Notation: ``w_i``
+model weights, ``lambda`` the scaling coefficient, ``d`` a tensor's element count, ``sgn`` the sign.
+
+TIES (trim, elect, disjoint merge), per tensor and agent, with ``k_i = floor(density_i * d)``:
+
+    t_i      = k_i-th largest |tau_i| over the whole tensor            (+inf when k_i = 0)
+    trim_i   = tau_i * [|tau_i| >= t_i]                                (ties at t_i are all kept)
+    s[p]     = sgn(sum_i w_i trim_i[p])                                 (elected sign: total mass)
+    A_i[p]   = [trim_i[p] != 0 and sgn(trim_i[p]) = s[p]]
+    tau*[p]  = lambda * sum_i A_i w_i trim_i[p] / sum_i A_i w_i         (0 where no agent agrees)
+
+DARE: ``tau_i' = tau_i * [u_i >= p_i] / (1 - p_i)`` with ``u_i[p]`` seeded uniform draws
+(``deltas.seeded_uniform``, independent of chunking); then task arithmetic (``dare_linear``:
+``lambda * sum_i w_i tau_i'``) or TIES (``dare_ties``, trimming ``tau'`` with ``density``, default 1).
+
+Breadcrumbs: per tensor and agent drop the ``g_i = floor(gamma_i d)`` largest and keep the next
+``k_i = floor(density_i d)`` magnitudes: ``lo_i <= |tau_i| <= hi_i`` with ``hi_i`` the ``(d - g_i)``-th
+and ``lo_i`` the ``(d - g_i - k_i + 1)``-th smallest magnitude (ties at either bound are kept); then
+task arithmetic.
+
+DELLA (MAGPRUNE): in each row (last dimension, length L; 1-D tensors are one row) rank magnitudes
+``r = 0 .. L-1`` (smallest first, ties by position); drop element p with probability
+``p_i(r) = p + eps/2 - eps * r / (L - 1)`` (smallest magnitudes most likely dropped), rescale survivors
+by ``1 / (1 - p_i(r))``; then TIES sign election and disjoint mean, times ``lambda``.
+
+Model Stock: ``cos`` = mean over pairs i < j of cos(tau_i, tau_j) over the whole tensor (a pair with a
+zero vector counts 0; negative means clamp to 0), ``t = N cos / (1 + (N - 1) cos)`` (t = 1 for one
+model), ``tau* = t * mean_i tau_i`` i.e. ``theta = t * mean_i theta_i + (1 - t) * theta_0``.
+
+SLERP (two models A, B): ``omega = arccos(<A, B> / (|A| |B|))`` over the whole tensor's weights;
+``theta = sin((1-t) omega)/sin(omega) A + sin(t omega)/sin(omega) B``, and ``(1 - t) A + t B`` when
+``|cos omega| > colinear`` or a norm is 0. ``t = 0`` / ``t = 1`` return A / B exactly.
+
+RAM-TIES (the RAM authors' "arm-ties"): RAM's regions by ``m_i = |tau_i| > eps`` (or the tensor's mask
+rule), ``c = sum_i m_i``;
+unique elements (c = 1) keep the agent's delta whole, untouched ones (c = 0) stay 0; on the shared
+elements (c >= 2, D of them in the tensor) TIES without weights or lambda: with
+``r_i = floor(D * (1 - keep_i))``, keep ``m_i tau_i`` where ``|m_i tau_i| >= `` its ``r_i``-th smallest
+value over the shared elements (all when r_i = 0), then sign election and disjoint mean.
+
+Fisher: ``tau* = sum_i w_i F_i tau_i / sum_i w_i F_i`` with ``F_i = max(fisher_i, floor)`` (so an
+all-zero Fisher gives the weighted average), i.e. ``theta = sum_i w_i F_i theta_i / sum_i w_i F_i``.
+
+Sums over agents use ``deltas.sum_agents`` (agents added in order), never ``x.sum(0)``, whose order
+depends on an element's position in the chunk for five or more agents.
+
+Whole-tensor statistics (exact k-th magnitudes, dot products) come from ``agentmerge.methods.stats``: the
+driver runs a method's ``prepare`` over a multi-chunk tensor first; a one-chunk tensor's kernel computes
+them from the chunk itself. The registry (``agentmerge.methods.registry``) lists these kernels with their
+parameters.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Sequence
+
+import torch
+
+from agentmerge.methods.deltas import disjoint_merge, overlap_count, seeded_uniform, sum_agents
+from agentmerge.methods.deltas import zero_unless as _zero_unless
+from agentmerge.methods.masks import chunk_mask
+from agentmerge.methods.spec import Chunk, Params, TensorSource
+from agentmerge.methods.stats import RankFn, gram_prepare, magnitude_thresholds, tensor_gram, tensor_thresholds
+
+# --------------------------------------------------------------------------- per-agent parameters
+
+
+def agent_values(params: Params, model_params: Sequence[Params], name: str, n: int) -> torch.Tensor:
+    """``[N]`` float64: parameter ``name`` per agent (per-model params when given, else the tensor's)."""
+    if model_params:
+        return torch.tensor([float(mp[name]) for mp in model_params], dtype=torch.float64)
+    return torch.full((n,), float(params[name]), dtype=torch.float64)
+
+
+def chunk_values(c: Chunk, name: str) -> torch.Tensor:
+    """``[N]`` float64 per-agent values of ``name`` for this chunk."""
+    return agent_values(c.params, c.model_params, name, c.tau.shape[0])
+
+
+# --------------------------------------------------------------------------- shared pieces
+
+
+SLICE = 1 << 18  # elements per slice of the float64 temporaries of DARE and DELLA (bounds their memory)
+
+
+def dare_drop(c: Chunk) -> torch.Tensor:
+    """``[N, E]``: each tau_i element kept with probability 1 - p_i (seeded), survivors divided by 1 - p_i."""
+    u = seeded_uniform(c.seed, c.name, c.start, c.stop, c.tau.shape[0])
+    out = torch.empty_like(c.tau)
+    for i, p in enumerate(chunk_values(c, "p").tolist()):
+        _rescale(c.tau[i], 1.0 - p, out[i])
+        _zero_unless(out[i], u[i] >= f32_at_least(p))  # kept where u_i >= p_i
+    return out
+
+
+def _rescale(tau: torch.Tensor, q: float, out: torch.Tensor) -> None:
+    """``[E]`` float32 -> ``out = float32(tau / q)``, the quotient taken in float64 and rounded once.
+
+    When ``q`` is a power of two (p = 0, 0.5, 0.75, ...) the quotient is exact, so a float32 multiply by
+    ``1 / q`` gives the same bits (overflow to inf included); otherwise float64 slices of SLICE elements.
+    """
+    if math.frexp(q)[0] == 0.5 and q >= 2.0**-100:
+        torch.mul(tau, 1.0 / q, out=out)
+        return
+    for s in range(0, tau.numel(), SLICE):
+        out[s : s + SLICE] = tau[s : s + SLICE].double().div_(q)
+
+
+def f32_at_least(p: float) -> torch.Tensor:
+    """The smallest float32 ``>= p`` (0-d): for float32 draws ``u``, ``u >= p`` iff ``u >= f32_at_least(p)``."""
+    f = torch.tensor(p, dtype=torch.float32)
+    if float(f) < p:
+        f = torch.nextafter(f, torch.tensor(math.inf))
+    return f
+
+
+def top_ranks(params: Params, model_params: Sequence[Params]) -> RankFn:
+    """Ranks of the TIES threshold: the ``floor(density_i d)``-th largest = ``(d - k_i + 1)``-th smallest."""
+
+    def ranks(d: int, n: int) -> torch.Tensor:
+        density = agent_values(params, model_params, "density", n).tolist()
+        k = torch.tensor([int(x * d) for x in density], dtype=torch.int64)
+        return torch.where(k > 0, d - k + 1, d + 1)[:, None]
+
+    return ranks
+
+
+def _trim(tau: torch.Tensor, thresholds: torch.Tensor, magnitudes: torch.Tensor | None = None) -> torch.Tensor:
+    """``[N, E]``, ``[N, 1]`` -> tau where ``|tau| >= threshold``, else 0 (NaN magnitudes are dropped too).
+
+    ``magnitudes`` is ``tau.abs()`` when the caller has it already.
+    """
+    magnitudes = tau.abs() if magnitudes is None else magnitudes
+    return _zero_unless(tau.clone(), magnitudes >= thresholds)
+
+
+def all_dense(params: Params, model_params: Sequence[Params]) -> bool:
+    return all(float(mp["density"]) >= 1.0 for mp in (model_params or [params]))
+
+
+# --------------------------------------------------------------------------- TIES and DARE
+
+
+def _ties_core(c: Chunk, tau: Callable[[Chunk], torch.Tensor]) -> torch.Tensor:
+    values = tau(c)
+    if not all_dense(c.params, c.model_params):
+        mag = values.abs()
+        t = tensor_thresholds(c, lambda ch: tau(ch).abs(), top_ranks(c.params, c.model_params), mag)
+        values = _trim(values, t, mag)
+    return float(c.params["lambda"]) * disjoint_merge(values, c.weights)
+
+
+def _ties_prepare(tau: Callable[[Chunk], torch.Tensor]) -> Callable[[TensorSource], torch.Tensor | None]:
+    def prepare(source: TensorSource) -> torch.Tensor | None:
+        p, mp = source.params, source.model_params
+        if all_dense(p, mp):
+            return None
+        return magnitude_thresholds(source, lambda ch: tau(ch).abs(), top_ranks(p, mp))
+
+    return prepare
+
+
+def _raw_tau(c: Chunk) -> torch.Tensor:
+    return c.tau
+
+
+def ties(c: Chunk) -> torch.Tensor:
+    return _ties_core(c, _raw_tau)
+
+
+def dare_ties(c: Chunk) -> torch.Tensor:
+    return _ties_core(c, dare_drop)
+
+
+def dare_linear(c: Chunk) -> torch.Tensor:
+    return float(c.params["lambda"]) * sum_agents(dare_drop(c) * c.weights[:, None])
+
+
+# --------------------------------------------------------------------------- Breadcrumbs
+
+
+def crumb_ranks(params: Params, model_params: Sequence[Params]) -> RankFn:
+    """``[N, 2]`` ranks (lower, upper bound) of the kept magnitude band."""
+
+    def ranks(d: int, n: int) -> torch.Tensor:
+        density = agent_values(params, model_params, "density", n).tolist()
+        gamma = agent_values(params, model_params, "gamma", n).tolist()
+        out = []
+        for dens, gam in zip(density, gamma, strict=True):
+            k, g = int(dens * d), int(gam * d)
+            out.append([max(1, d - g - k + 1) if k > 0 else d + 1, d - g])
+        return torch.tensor(out, dtype=torch.int64)
+
+    return ranks
+
+
+def _abs_tau(c: Chunk) -> torch.Tensor:
+    return c.tau.abs()
+
+
+def breadcrumbs(c: Chunk) -> torch.Tensor:
+    mag = c.tau.abs()
+    bounds = tensor_thresholds(c, _abs_tau, crumb_ranks(c.params, c.model_params), mag)
+    keep = (mag >= bounds[:, :1]) & (mag <= bounds[:, 1:])
+    return float(c.params["lambda"]) * sum_agents(_zero_unless(c.tau.clone(), keep).mul_(c.weights[:, None]))
+
+
+def breadcrumbs_prepare(source: TensorSource) -> torch.Tensor:
+    return magnitude_thresholds(source, _abs_tau, crumb_ranks(source.params, source.model_params))
+
+
+# --------------------------------------------------------------------------- DELLA
+
+
+def row_length(shape: tuple[int, ...]) -> int:
+    """DELLA's ranking unit: the last dimension of a matrix, the whole of a vector."""
+    return max(1, shape[-1] if len(shape) >= 2 else math.prod(shape))
+
+
+def della(c: Chunk) -> torch.Tensor:
+    n, e = c.tau.shape
+    length = row_length(c.shape) if c.shape else e
+    if e % length or c.start % length:
+        raise RuntimeError(f"{c.name}: della needs chunks of whole rows of {length} (got {c.start}:{c.stop})")
+    p, eps = chunk_values(c, "p")[:, None, None], chunk_values(c, "eps")[:, None, None]
+    u = seeded_uniform(c.seed, c.name, c.start, c.stop, n)
+    kept = torch.empty_like(c.tau)
+    step = max(1, SLICE // length) * length  # whole rows per slice
+    for s in range(0, e, step):
+        part = slice(s, s + step)
+        kept[:, part] = _magprune(c.tau[:, part].reshape(n, -1, length), u[:, part], p, eps).reshape(n, -1)
+    return float(c.params["lambda"]) * disjoint_merge(kept, c.weights)
+
+
+def _magprune(tau: torch.Tensor, u: torch.Tensor, p: torch.Tensor, eps: torch.Tensor) -> torch.Tensor:
+    """``[N, rows, L]`` task vectors, ``[N, rows * L]`` draws, ``[N, 1, 1]`` p and eps -> kept and rescaled."""
+    n, _, length = tau.shape
+    order = torch.argsort(tau.abs(), dim=2, stable=True)
+    rank = torch.empty_like(order).scatter_(2, order, torch.arange(length).expand_as(order))
+    frac = rank.double() / (length - 1) if length > 1 else torch.full(rank.shape, 0.5, dtype=torch.float64)
+    drop = p + eps / 2 - eps * frac  # [N, rows, L] float64: smallest magnitude -> p + eps/2
+    kept = torch.where(u.double().view(n, -1, length) >= drop, tau.double() / (1.0 - drop), 0.0)
+    return kept.float()
+
+
+# --------------------------------------------------------------------------- Model Stock, SLERP
+
+
+def model_stock_ratio(g: torch.Tensor) -> float:
+    """``[N, N]`` Gram of task vectors -> Model Stock's interpolation ratio t."""
+    n = g.shape[0]
+    if n == 1:
+        return 1.0
+    norms = g.diagonal().sqrt()
+    cos = [
+        float(g[i, j] / (norms[i] * norms[j])) if norms[i] > 0 and norms[j] > 0 else 0.0
+        for i in range(n)
+        for j in range(i + 1, n)
+    ]
+    mean = max(0.0, sum(cos) / len(cos))
+    return n * mean / (1.0 + (n - 1) * mean)
+
+
+def model_stock(c: Chunk) -> torch.Tensor:
+    t = model_stock_ratio(tensor_gram(c, _raw_tau))
+    return t * (sum_agents(c.tau) / c.tau.shape[0])
+
+
+def _endpoints(c: Chunk) -> torch.Tensor:
+    """``[2, E]`` the two models' weights."""
+    return c.base[None, :] + c.tau
+
+
+def slerp(c: Chunk) -> torch.Tensor:
+    t = float(c.params["t"])
+    if t == 0.0:
+        return c.tau[0].clone()
+    if t == 1.0:
+        return c.tau[1].clone()
+    g = tensor_gram(c, _endpoints)
+    a, b = _endpoints(c)
+    na, nb = math.sqrt(float(g[0, 0])), math.sqrt(float(g[1, 1]))
+    cos = float(g[0, 1]) / (na * nb) if na > 0 and nb > 0 else 1.0
+    merged: torch.Tensor
+    if abs(cos) > float(c.params["colinear"]):
+        merged = (1.0 - t) * a + t * b
+    else:
+        omega = math.acos(max(-1.0, min(1.0, cos)))
+        s = math.sin(omega)
+        merged = (math.sin((1.0 - t) * omega) / s) * a + (math.sin(t * omega) / s) * b
+    return merged - c.base
+
+
+# --------------------------------------------------------------------------- RAM-TIES
+
+
+def _shared(c: Chunk) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """Update mask ``[N, E]`` (the tensor's rule), overlap count ``[E]`` and the shared-region values ``[N, D]``."""
+    mask = chunk_mask(c)
+    count = overlap_count(mask)
+    return mask, count, torch.where(mask, c.tau.abs(), 0.0)[:, count >= 2]
+
+
+def keep_ranks(params: Params, model_params: Sequence[Params]) -> RankFn:
+    """Ranks of the RAM-TIES threshold: the ``floor(D (1 - keep_i))``-th smallest (0: keep all)."""
+
+    def ranks(d: int, n: int) -> torch.Tensor:
+        keep = agent_values(params, model_params, "keep", n).tolist()
+        return torch.tensor([[int(d * (1.0 - k))] for k in keep], dtype=torch.int64)
+
+    return ranks
+
+
+def ram_ties(c: Chunk) -> torch.Tensor:
+    mask, count, shared_values = _shared(c)
+    active = _zero_unless(c.tau.clone(), mask)
+    rank_fn = keep_ranks(c.params, c.model_params)
+    t = tensor_thresholds(c, lambda ch: _shared(ch)[2], rank_fn, shared_values)
+    shared = count >= 2
+    trimmed = _trim(active, t)
+    ones = torch.ones(c.tau.shape[0])
+    return torch.where(shared, disjoint_merge(trimmed, ones), sum_agents(active))
+
+
+def ram_ties_prepare(source: TensorSource) -> torch.Tensor:
+    return magnitude_thresholds(source, lambda ch: _shared(ch)[2], keep_ranks(source.params, source.model_params))
+
+
+# --------------------------------------------------------------------------- Fisher
+
+
+def fisher(c: Chunk) -> torch.Tensor:
+    f = c.extras.get("fisher")
+    if f is None:
+        raise RuntimeError("fisher: the driver did not provide the models' Fisher tensors")
+    fw = f.float().clamp(min=float(c.params["floor"])) * c.weights[:, None]
+    return sum_agents(fw * c.tau) / sum_agents(fw)
+
+
+# --------------------------------------------------------------------------- parameter checks
+
+
+# --------------------------------------------------------------------------- prepare hooks of the multi-chunk tensors
+
+ties_prepare = _ties_prepare(_raw_tau)
+dare_ties_prepare = _ties_prepare(dare_drop)
+model_stock_prepare = gram_prepare(_raw_tau)
+slerp_prepare = gram_prepare(_endpoints)

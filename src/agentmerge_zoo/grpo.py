@@ -1,0 +1,152 @@
+"""An on-policy GRPO-style RL loop with verifiable rewards and bfloat16 weight storage.
+
+Each step samples ``prompts_per_step`` prompts of the agent's domain, draws ``group_size`` completions per prompt
+at temperature 1, scores them with the task verifier, normalises rewards within each group (mean 0, std 1;
+groups with equal rewards carry no signal), and takes one policy-gradient step on
+``-mean_i A_i * mean_t log p(token_t)`` (a single on-policy update per batch, so the PPO ratio is 1 and no
+clipping or KL term is needed).
+
+Weight storage: the weights live in bfloat16, as in RL post-training that keeps bf16 parameters. After every
+optimiser step each parameter is rounded to the nearest bf16 value (the update is computed in float32 from the
+bf16 weights; AdamW's moment estimates stay in float32). An update smaller than half a bf16 ulp of the weight is
+therefore lost rather than accumulated, which is what makes RL task vectors sparse. ``storage="fp32_master"``
+keeps unrounded float32 weights instead, as trainers with float32 master weights (verl) do. ``export`` is the
+dtype of the saved checkpoint: ``bf16`` rounds once at save (verl's converter), ``fp32`` keeps the master
+weights (as the paper's tool agent was released). Precision is a recipe axis of the zoo (see ``config.py``).
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from dataclasses import asdict, dataclass
+from typing import Any
+
+import torch
+
+from agentmerge_zoo.batching import completion_mask, decode_completions, position_ids
+from agentmerge_zoo.generation import generate_ids
+from agentmerge_zoo.modeling import round_to_bf16_
+from agentmerge_zoo.splits import train_stream
+from agentmerge_zoo.tasks import Example, training_task
+
+STORAGES = ("bf16", "fp32_master")
+EXPORTS = ("bf16", "fp32")
+
+
+@dataclass(frozen=True)
+class Recipe:
+    """One team's RL recipe for one domain (written as recipe.json next to the agent)."""
+
+    domain: str
+    team: str
+    lr: float
+    steps: int
+    prompts_per_step: int
+    group_size: int
+    temperature: float = 1.0
+    reward: str = "strict"
+    beta1: float = 0.9
+    beta2: float = 0.99
+    weight_decay: float = 0.0
+    grad_clip: float = 1.0
+    storage: str = "bf16"
+    export: str = "bf16"
+
+    def __post_init__(self) -> None:
+        if self.storage not in STORAGES:
+            raise ValueError(f"storage must be one of {STORAGES}, not {self.storage!r}")
+        if self.export not in EXPORTS:
+            raise ValueError(f"export must be one of {EXPORTS}, not {self.export!r}")
+
+    def training_dict(self) -> dict[str, Any]:
+        """The settings that determine the trained weights (everything but the export dtype)."""
+        data = asdict(self)
+        del data["export"]
+        return data
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+def group_advantages(rewards: torch.Tensor, group_size: int) -> torch.Tensor:
+    """(r - group mean) / (group std + 1e-6), flattened back; zero where a group has no spread."""
+    grouped = rewards.view(-1, group_size)
+    centred = grouped - grouped.mean(dim=1, keepdim=True)
+    std = grouped.std(dim=1, keepdim=True, unbiased=False)
+    return (centred / (std + 1e-6)).view(-1)
+
+
+def _rewards(domain: str, reward: str, prompts: list[str], completions: list[str]) -> torch.Tensor:
+    task = training_task(domain)
+    values: list[float] = []
+    for prompt, text in zip(prompts, completions, strict=True):
+        scores = task.score(prompt, text)
+        values.append(scores[task.metrics[-1 if reward == "partial" else 0]])
+    return torch.tensor(values, dtype=torch.float32)
+
+
+def _policy_loss(
+    model: Any, batch: dict[str, torch.Tensor], completion: torch.Tensor, adv: torch.Tensor, eos_id: int
+) -> torch.Tensor:
+    """-mean over sequences of advantage x mean token log-probability of the sampled completion."""
+    cmask = completion_mask(completion, eos_id)
+    ids = torch.cat([batch["input_ids"], completion], dim=1)
+    mask = torch.cat([batch["attention_mask"], cmask], dim=1)
+    logits = model(input_ids=ids, attention_mask=mask, position_ids=position_ids(mask)).logits
+    width = batch["input_ids"].shape[1]
+    logp = torch.log_softmax(logits[:, width - 1 : -1].float(), dim=-1)
+    token_logp = logp.gather(-1, completion.unsqueeze(-1)).squeeze(-1)
+    per_seq = (token_logp * cmask).sum(dim=1) / cmask.sum(dim=1).clamp(min=1)
+    return -(adv * per_seq).mean()
+
+
+def grpo_train(
+    model: Any,
+    tokenizer: Any,
+    recipe: Recipe,
+    seed: int,
+    exclude: frozenset[str],
+    log: Callable[[str], None] = lambda _msg: None,
+) -> list[dict[str, float]]:
+    """Run the recipe on ``model`` in place; returns a per-step log (mean reward, signal fraction, time)."""
+    torch.manual_seed(seed)
+    opt = torch.optim.AdamW(
+        model.parameters(),
+        lr=recipe.lr,
+        betas=(recipe.beta1, recipe.beta2),
+        weight_decay=recipe.weight_decay,
+    )
+    task = training_task(recipe.domain)
+    stream = train_stream({recipe.domain: 1.0}, seed, f"rl-{recipe.domain}-{recipe.team}", exclude)
+    history: list[dict[str, float]] = []
+    started = time.perf_counter()
+    for step in range(recipe.steps):
+        examples: list[Example] = [next(stream) for _ in range(recipe.prompts_per_step)]
+        prompts = [ex.prompt for ex in examples for _ in range(recipe.group_size)]
+        model.eval()
+        batch, completion = generate_ids(
+            model, tokenizer, prompts, task.max_new_tokens, sample=True, temperature=recipe.temperature
+        )
+        texts = decode_completions(tokenizer, completion, tokenizer.eos_token_id)
+        rewards = _rewards(recipe.domain, recipe.reward, prompts, texts)
+        adv = group_advantages(rewards, recipe.group_size)
+        signal = float((rewards.view(-1, recipe.group_size).std(dim=1) > 0).float().mean())
+        if signal > 0:
+            model.train()
+            loss = _policy_loss(model, batch, completion, adv, tokenizer.eos_token_id)
+            opt.zero_grad(set_to_none=True)
+            loss.backward()  # type: ignore[no-untyped-call]
+            torch.nn.utils.clip_grad_norm_(model.parameters(), recipe.grad_clip)
+            opt.step()
+            if recipe.storage == "bf16":
+                round_to_bf16_(model)
+        row = {"step": step + 1, "reward": float(rewards.mean()), "signal": signal}
+        row["seconds"] = time.perf_counter() - started
+        history.append(row)
+        if (step + 1) % 10 == 0 or step + 1 == recipe.steps:
+            recent = history[-10:]
+            mean_r = sum(r["reward"] for r in recent) / len(recent)
+            log(f"rl {recipe.domain} step {step + 1}/{recipe.steps} reward {mean_r:.3f} signal {signal:.2f}")
+    model.eval()
+    return history

@@ -1,0 +1,217 @@
+"""The many-agent study's tables and curves (docs/many/results.{md,json}, many-agents.png) from its seed records.
+
+Retained gain of a merge of the agents of domains S (the curves' y axis):
+
+    kept(m, S) = sum_{d in S} (score_m(d) - score_base(d)) / sum_{d in S} (score_agent_d(d) - score_base(d))
+
+with score(d) the mean of domain d's metrics: the share of the specialists' summed gain over the base that the
+merge keeps (1 = every specialist's gain, 0 = the base). A sum rather than a mean of per-domain ratios, so a
+specialist with a small gain does not blow the ratio up. Per seed the subsets of one size are averaged; cells are
+mean ± SE over seeds, and differences are paired (the same seed and subsets).
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from collections.abc import Callable, Sequence
+from pathlib import Path
+from typing import Any
+
+from agentmerge_zoo.report_md import pm, table
+from agentmerge_zoo.results import Stat, domain_score, stat
+
+CROWDING_KEYS = ("unique", "shared", "shared_independent", "conflict")
+REFERENCES = ("ram", "task_arithmetic")
+
+
+def gain_kept(rows: dict[str, dict[str, float]], domains: Sequence[str], label: str) -> float:
+    """Share of the specialists' summed gain over the base that the merge ``label`` keeps."""
+    base = rows["base"]
+    num = sum(domain_score(rows[label], d) - domain_score(base, d) for d in domains)
+    den = sum(domain_score(rows[f"agent_{d}"], d) - domain_score(base, d) for d in domains)
+    return num / den if den > 0 else math.nan
+
+
+def _sizes(records: Sequence[dict[str, Any]]) -> list[int]:
+    return sorted({len(s["domains"]) for s in records[0]["subsets"].values()})
+
+
+def _by_size(record: dict[str, Any], size: int) -> list[dict[str, Any]]:
+    return [s for s in record["subsets"].values() if len(s["domains"]) == size]
+
+
+def _methods(records: Sequence[dict[str, Any]]) -> list[str]:
+    """Merge rows present in every subset of every seed, in plan order."""
+    first = next(iter(records[0]["subsets"].values()))
+    labels = [k for k in first["rows"] if k != "base" and not k.startswith("agent_")]
+    return [m for m in labels if all(m in s["rows"] for r in records for s in r["subsets"].values())]
+
+
+Value = Callable[[dict[str, Any]], float]  # one subset's record -> a number
+
+
+def _seed_mean(record: dict[str, Any], size: int, value: Value) -> float:
+    values = [float(value(s)) for s in _by_size(record, size)]
+    return sum(values) / len(values)
+
+
+def _at(*keys: str) -> Value:
+    """The number at ``subset[k0][k1]...`` of a subset's record."""
+
+    def value(subset: dict[str, Any]) -> float:
+        node: Any = subset
+        for key in keys:
+            node = node[key]
+        return float(node)
+
+    return value
+
+
+def _curve(records: Sequence[dict[str, Any]], sizes: list[int], value: Value) -> dict[str, Stat]:
+    return {str(n): stat([_seed_mean(r, n, value) for r in records]) for n in sizes}
+
+
+def aggregate_many(records: Sequence[dict[str, Any]], meta: dict[str, Any]) -> dict[str, Any]:
+    """Curves (retained gain per method, paired differences, crowding, tuned values) against N."""
+    sizes, methods = _sizes(records), _methods(records)
+
+    def kept(label: str) -> Value:
+        return lambda s: gain_kept(s["rows"], s["domains"], label)
+
+    def minus(label: str, ref: str) -> Value:
+        return lambda s: gain_kept(s["rows"], s["domains"], label) - gain_kept(s["rows"], s["domains"], ref)
+
+    out: dict[str, Any] = {"meta": meta, "seeds": [r["seed"] for r in records], "sizes": sizes}
+    out["subsets"] = {str(n): [s["domains"] for s in _by_size(records[0], n)] for n in sizes}
+    out["kept"] = {m: _curve(records, sizes, kept(m)) for m in methods}
+    out["minus"] = {
+        ref: {m: _curve(records, sizes, minus(m, ref)) for m in methods if m != ref}
+        for ref in REFERENCES
+        if ref in methods
+    }
+    out["crowding"] = {k: _curve(records, sizes, _at("crowding", k)) for k in CROWDING_KEYS}
+    out["tuned"] = _tuned(records, sizes)
+    out["specialists"] = _specialists(records)
+    return out
+
+
+def _tuned(records: Sequence[dict[str, Any]], sizes: list[int]) -> dict[str, dict[str, Stat]]:
+    """The lambda / scale chosen on validation, averaged over a size's subsets."""
+    out: dict[str, dict[str, Stat]] = {}
+    first = next(iter(records[0]["subsets"].values()))
+    for label, chosen in first["val"].items():
+        key = "best_lambda" if label == "task_arithmetic" else "best"
+        if key in chosen:
+            out[label] = _curve(records, sizes, _at("val", label, key))
+    return out
+
+
+def _specialists(records: Sequence[dict[str, Any]]) -> dict[str, dict[str, Stat]]:
+    """Each specialist's own-domain score and its gain over the base (domain means, over seeds)."""
+    domains = [k.removeprefix("agent_") for k in records[0]["zoo"] if k.startswith("agent_")]
+    out = {}
+    for d in domains:
+        own = [domain_score(r["zoo"][f"agent_{d}"], d) for r in records]
+        base = [domain_score(r["zoo"]["base"], d) for r in records]
+        out[d] = {"base": stat(base), "agent": stat(own), "gain": stat([a - b for a, b in zip(own, base, strict=True)])}
+    return out
+
+
+# ----------------------------------------------------------------------------------------------------- markdown
+
+
+def render_many(res: dict[str, Any], figure: str | None) -> str:
+    sizes = [str(n) for n in res["sizes"]]
+    cols = [f"N = {n}" for n in sizes]
+    meta = res["meta"]
+    counts = ", ".join(sizes[:-1]) + f" and {sizes[-1]}" if len(sizes) > 1 else sizes[0]
+    lines = [
+        f"# Many-agent study: merges of {counts} agents",
+        "",
+        "Generated by `agentmerge zoo many`; do not edit by hand. The six-domain zoo of [zoo.md](../zoo.md) (code,",
+        f"tool, memory, math, sort, search; regime `{meta['regime']}`), seeds {', '.join(map(str, res['seeds']))}. "
+        "Each cell is mean ± SE over seeds of the average over a size's subsets.",
+        "",
+        f"Command: `{meta['command']}`",
+        "",
+        "## The specialists",
+        "",
+        *table(
+            ["domain", "base (%)", "specialist (%)", "gain (pts)"],
+            [[d, pm(e["base"]), pm(e["agent"]), pm(e["gain"])] for d, e in res["specialists"].items()],
+        ),
+        "",
+        "## Share of the specialists' gain kept, against N",
+        "",
+        "kept = Σ_d (merge − base) / Σ_d (specialist − base) over the merged agents' domains, in percent.",
+        "",
+        *table(["method", *cols], [[m, *[pm(c[n]) for n in sizes]] for m, c in res["kept"].items()]),
+        "",
+    ]
+    for ref, entries in res["minus"].items():
+        lines += [f"### Paired differences from `{ref}` (points of gain kept)", ""]
+        lines += table(["method", *cols], [[m, *[pm(c[n]) for n in sizes]] for m, c in entries.items()])
+        lines.append("")
+    lines += ["## Crowding of the masks, against N", "", *_crowding_lines(res, sizes, cols)]
+    if res["tuned"]:
+        lines += ["## Values chosen on validation", ""]
+        rows = [[label, *[pm(c[n], 1.0, 2) for n in sizes]] for label, c in res["tuned"].items()]
+        lines += [*table(["tuned (λ or scale)", *cols], rows), ""]
+    lines += ["## Subsets", ""]
+    lines += [f"- N = {n}: " + ", ".join("+".join(s) for s in res["subsets"][n]) for n in sizes]
+    if figure:
+        lines += ["", f"![many-agent curves]({figure})"]
+    return "\n".join(lines) + "\n"
+
+
+def _crowding_lines(res: dict[str, Any], sizes: list[str], cols: list[str]) -> list[str]:
+    names = {
+        "unique": "unique (one agent moved it), % of elements",
+        "shared": "shared (2+ agents), % of elements",
+        "shared_independent": "shared if masks were independent, %",
+        "conflict": "sign conflict, % of the shared region",
+    }
+    rows = [[names[k], *[pm(res["crowding"][k][n]) for n in sizes]] for k in CROWDING_KEYS]
+    text = (
+        "RAM's mask |τ| > 1e-5. RAM divides each agent's update in the shared region by the overlap count; "
+        "in a sign conflict a plain mean cancels updates (what `shared: elect` avoids)."
+    )
+    return [text, "", *table(["share", *cols], rows), ""]
+
+
+def plot_many(res: dict[str, Any], path: Path) -> None:
+    """Retained gain per method against N (left) and the crowding shares (right)."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    sizes = [str(n) for n in res["sizes"]]
+    xs = [int(n) for n in sizes]
+    fig, (left, right) = plt.subplots(1, 2, figsize=(11, 4.2))
+    for method, curve in res["kept"].items():
+        ys = [100 * curve[n]["mean"] for n in sizes]
+        es = [100 * curve[n]["se"] for n in sizes]
+        left.errorbar(xs, ys, yerr=es, marker="o", capsize=3, label=method)
+    left.set(xlabel="agents merged (N)", ylabel="specialists' gain kept (%)", xticks=xs)
+    left.axhline(100, color="grey", lw=0.8, ls=":")
+    left.legend(fontsize=7)
+    for key in CROWDING_KEYS:
+        curve = res["crowding"][key]
+        right.plot(xs, [100 * curve[n]["mean"] for n in sizes], marker="o", label=key)
+    right.set(xlabel="agents merged (N)", ylabel="%", xticks=xs, title="mask crowding")
+    right.legend(fontsize=7)
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+
+
+def write_many(res: dict[str, Any], docs: Path) -> tuple[Path, Path]:
+    """results.json, many-agents.png and results.md under ``docs``."""
+    docs.mkdir(parents=True, exist_ok=True)
+    json_path, md_path, png = docs / "results.json", docs / "results.md", docs / "many-agents.png"
+    json_path.write_text(json.dumps(res, indent=1) + "\n")
+    plot_many(res, png)
+    md_path.write_text(render_many(res, png.name))
+    return json_path, md_path

@@ -1,0 +1,485 @@
+"""The combined results page over precision regimes: the regime map, then every regime's tables.
+
+``docs/results.json`` holds ``{"regimes": {name: aggregate}}`` (each aggregate as ``results.aggregate`` makes
+it, with its own command, seeds and timing); ``docs/results.md`` is rendered from it, and ``docs/regime-map.png``
+plots the map. A regime that has not been run yet is simply absent; one run on fewer seeds says so.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from pathlib import Path
+from typing import Any
+
+from agentmerge_zoo.config import DOMAINS, REGIMES
+from agentmerge_zoo.report_md import (
+    comparison_lines,
+    dilution_table,
+    gains_table,
+    main_table,
+    pm,
+    probe_figure,
+    probe_table,
+    retention_table,
+    table,
+)
+from agentmerge_zoo.results import _jsonable, is_ablation
+
+FULL_SEEDS = 3
+RESUME_COMMAND = "PYTHONPATH=src nohup nice -n 10 bash scripts/zoo_full_run.sh > full-run.log 2>&1 &"
+
+# The paper's Figure 2 (Qwen2.5-7B agents): density and w.0 / w.1 / w.2 in percent.
+PAPER_FIG2 = {
+    "agent_code": (3.2, (6.3, 49.1, 44.6)),
+    "agent_tool": (46.2, (40.8, 56.1, 3.1)),
+    "agent_memory": (54.3, (47.5, 49.9, 2.6)),
+}
+
+
+def load_combined(docs: Path) -> dict[str, Any]:
+    """The existing combined results (regimes run before are kept), or an empty one."""
+    path = docs / "results.json"
+    if path.is_file():
+        data: dict[str, Any] = _restore(json.loads(path.read_text()))
+        if "regimes" in data:
+            return data
+    return {"regimes": {}}
+
+
+def _restore(value: Any) -> Any:
+    """Undo ``_jsonable``: "inf" / "-inf" back to floats, None back to NaN."""
+    if value is None:
+        return math.nan
+    if value in ("inf", "-inf"):
+        return math.inf if value == "inf" else -math.inf
+    if isinstance(value, dict):
+        return {k: _restore(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [_restore(v) for v in value]
+    return value
+
+
+def write_combined(combined: dict[str, Any], docs: Path) -> tuple[Path, Path]:
+    """Write results.json, results.md and the regime-map figure into ``docs``."""
+    docs.mkdir(parents=True, exist_ok=True)
+    json_path, md_path = docs / "results.json", docs / "results.md"
+    ordered = {k: combined["regimes"][k] for k in REGIMES if k in combined["regimes"]}
+    combined = {**combined, "regimes": ordered}
+    json_path.write_text(json.dumps(_jsonable(combined), indent=1) + "\n")
+    figure = plot_regime_map(combined, docs / "regime-map.png")
+    md_path.write_text(render_combined(combined, figure.name if figure else None))
+    return json_path, md_path
+
+
+def render_combined_from_json(docs: Path) -> Path:
+    combined = load_combined(docs)
+    figure = plot_regime_map(combined, docs / "regime-map.png")
+    md_path = docs / "results.md"
+    md_path.write_text(render_combined(combined, figure.name if figure else None))
+    return md_path
+
+
+def _num(x: Any) -> float:
+    if x is None or x == "inf":
+        return math.nan if x is None else math.inf
+    return float(x)
+
+
+def _pair(c: dict[str, Any]) -> tuple[float, float]:
+    return _num(c["mean"]), _num(c["se"])
+
+
+def _cell(c: dict[str, Any] | None, digits: int = 1) -> str:
+    return pm(c, 100.0, digits) if c else "n/a"
+
+
+def map_rows(combined: dict[str, Any]) -> list[list[str]]:
+    rows = []
+    for name, res in combined["regimes"].items():
+        m = res.get("map", {})
+        probe = res.get("probe", {}).get("agents", {})
+        dens = " / ".join(f"{a['density']['mean'] * 100:.1f}" for a in probe.values())
+        excess = " / ".join(f"{_num(e['mean']):.2f}" for e in m.get("overlap_excess", {}).values())
+        spec = m.get("merge_minus_specialist", {})
+        best_spec = " / ".join(_cell(spec.get(d, {}).get("best_merge")) for d in DOMAINS)
+        top_spec = " / ".join(
+            f"{_cell(spec.get(d, {}).get('best_on_domain_minus_specialist'))} ({spec.get(d, {}).get('best_on_domain')})"
+            for d in DOMAINS
+        )
+        rows.append(
+            [
+                f"`{name}` ({len(res['seeds'])} seeds)",
+                dens,
+                excess,
+                f"{_cell(m.get('ram_minus_best_baseline'))} (vs {m.get('best_baseline')})",
+                _cell(m.get("ram_minus_linear")),
+                _cell(m.get("ram_plus_minus_ram"), 2),
+                f"{best_spec} ({m.get('best_merge')})",
+                top_spec,
+            ]
+        )
+    return rows
+
+
+def regime_map_lines(combined: dict[str, Any], figure: str | None) -> list[str]:
+    header = [
+        "regime",
+        "density % (code / tool / memory)",
+        "overlap excess: measured w.0 / independent w.0",
+        "RAM − best baseline (pts)",
+        "RAM − linear (pts)",
+        "RAM+ − RAM (pts)",
+        "best merge − specialist, code / tool / memory (pts)",
+        "best merge on that domain − specialist (pts)",
+    ]
+    lines = [
+        "Per regime: paired (same-seed) differences of the agentic average, mean ± SE over seeds, in points. "
+        "The best baseline is the non-RAM merge with the highest mean test agentic average (a choice that favours "
+        "the baseline); the best merge is the same over every merge. The last column takes, per domain, the merge "
+        "that scores highest on that domain (also selected on test: an upper bound for the synergy claim). "
+        "Overlap excess below 1 means the agents update the same elements more often than independent masks "
+        "would; 1 means independent.",
+        "",
+        *table(header, map_rows(combined)),
+        "",
+    ]
+    lines += verdict_lines(combined)
+    if figure:
+        lines += [f"![regime map]({figure})", ""]
+    return lines
+
+
+def verdict(cell: dict[str, Any] | None) -> str:
+    """'higher' / 'lower' when the paired mean is more than 2 SE away from 0, else 'no clear difference'."""
+    if not cell:
+        return "not measured"
+    mean, se = _num(cell["mean"]), _num(cell["se"])
+    if not math.isfinite(mean):
+        return "not measured"
+    if mean - 2 * se > 0:
+        return f"higher by {mean * 100:.1f} ± {se * 100:.1f}"
+    if mean + 2 * se < 0:
+        return f"lower by {-mean * 100:.1f} ± {se * 100:.1f}"
+    return f"no clear difference ({mean * 100:+.1f} ± {se * 100:.1f})"
+
+
+def verdict_lines(combined: dict[str, Any]) -> list[str]:
+    """Plain statements per regime (a difference counts when its paired mean is more than 2 SE from 0)."""
+    lines = [
+        "In words (a paired difference counts when it is more than 2 SE from zero; with 3 seeds, a rough rule):",
+        "",
+    ]
+    for name, res in combined["regimes"].items():
+        m = res.get("map", {})
+        spec = m.get("merge_minus_specialist", {})
+        beats = [
+            f"{d} ({spec[d].get('best_on_domain')}: {verdict(spec[d].get('best_on_domain_minus_specialist'))})"
+            for d in DOMAINS
+            if d in spec
+        ]
+        lines.append(
+            f"- `{name}`: RAM vs the best baseline ({m.get('best_baseline')}): "
+            f"{verdict(m.get('ram_minus_best_baseline'))}; "
+            f"RAM+ vs the best baseline: {verdict(m.get('ram_plus_minus_best_baseline'))}; "
+            f"RAM+ vs RAM: {verdict(m.get('ram_plus_minus_ram'))}. Best merge on each domain vs its specialist: "
+            + "; ".join(beats)
+            + "."
+        )
+    return [*lines, ""]
+
+
+def _map_points(combined: dict[str, Any]) -> list[tuple[str, float, dict[str, tuple[float, float]]]]:
+    """Per regime: its name, mean overlap excess and the paired differences (mean, SE) the map plots."""
+    points: list[tuple[str, float, dict[str, tuple[float, float]]]] = []
+    for name, res in combined["regimes"].items():
+        m = res.get("map", {})
+        x = _num(m.get("overlap_excess_mean"))
+        if not math.isfinite(x) or "ram_minus_best_baseline" not in m:
+            continue
+        ys: dict[str, tuple[float, float]] = {"RAM − best baseline": _pair(m["ram_minus_best_baseline"])}
+        if m.get("ram_minus_linear"):
+            ys["RAM − linear (averaging)"] = _pair(m["ram_minus_linear"])
+        if m.get("ram_plus_minus_ram"):
+            ys["RAM+ − RAM"] = _pair(m["ram_plus_minus_ram"])
+        spec = [c for c in (m["merge_minus_specialist"][d].get("best_merge") for d in DOMAINS) if c]
+        if spec:
+            mean = sum(_num(c["mean"]) for c in spec) / len(spec)
+            se = math.sqrt(sum(_num(c["se"]) ** 2 for c in spec)) / len(spec)
+            ys["best merge − specialist (domain mean)"] = (mean, se)
+        points.append((name, x, ys))
+    return points
+
+
+def plot_regime_map(combined: dict[str, Any], path: Path) -> Path | None:
+    """x: mean overlap excess; y: RAM − best baseline, RAM+ − RAM, best merge − specialist (mean of domains)."""
+    points = _map_points(combined)
+    if not points:
+        return None
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, ax = plt.subplots(figsize=(7.5, 4.5))
+    for label, marker in (
+        ("RAM − best baseline", "o"),
+        ("RAM − linear (averaging)", "D"),
+        ("RAM+ − RAM", "s"),
+        ("best merge − specialist (domain mean)", "^"),
+    ):
+        rows = [(x, ys[label]) for _, x, ys in points if label in ys]
+        ax.errorbar(
+            [r[0] for r in rows],
+            [r[1][0] * 100 for r in rows],
+            yerr=[r[1][1] * 100 for r in rows],
+            fmt=marker,
+            capsize=3,
+            label=label,
+        )
+    for name, x, *_ in points:
+        ax.annotate(name, (x, 0), textcoords="offset points", xytext=(3, -12), fontsize=8, rotation=20)
+    ax.axhline(0, color="black", lw=0.8)
+    ax.axvline(1, color="grey", lw=0.8, ls="--")
+    ax.set_xlabel("overlap excess: measured w.0 / independent-mask w.0 (mean of agents)")
+    ax.set_ylabel("paired difference (pts)")
+    ax.set_title("Where RAM wins: zoo precision regimes (mean ± SE over seeds)", fontsize=10)
+    ax.text(
+        0.01,
+        0.01,
+        "agentic average; merge − specialist: own-domain score, mean of the 3 domains",
+        transform=ax.transAxes,
+        fontsize=7,
+        color="grey",
+    )
+    ax.legend(fontsize=8, loc="lower right")
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+    return path
+
+
+def probe_vs_paper(res: dict[str, Any]) -> list[str]:
+    rows = []
+    for label, a in res.get("probe", {}).get("agents", {}).items():
+        paper_d, paper_o = PAPER_FIG2[label]
+        meas = " / ".join(f"{c['mean'] * 100:.1f}" for c in a["overlap"])
+        ind = " / ".join(f"{c['mean'] * 100:.1f}" for c in a["independent"])
+        drift = f"{a['drift']['mean']:.2e}" if "drift" in a else "n/a"
+        paper = f"{paper_d:.1f} | {' / '.join(f'{v:.1f}' for v in paper_o)}"
+        rows.append([label, pm(a["density"]), drift, meas, ind, paper])
+    header = [
+        "agent",
+        "density %",
+        "drift (mean abs τ)",
+        "w.0 / w.1 / w.2 % measured",
+        "independent masks",
+        "paper Fig. 2: density % | w.0 / w.1 / w.2 %",
+    ]
+    return table(header, rows)
+
+
+def magnitude_lines(res: dict[str, Any]) -> list[str]:
+    mag = res.get("probe", {}).get("magnitude")
+    if not mag:
+        return []
+    rows = []
+    for q in mag:
+        cells = [f"{q['quartile']} ({q['mean_abs_w0']['mean']:.3g})"]
+        for a in q["agents"]:
+            cells.append(f"{_cell(a['density'])} | {_cell(a['w0'])} | {_cell(a['w0_independent'])}")
+        rows.append(cells)
+    labels = [a["agent"] for a in mag[0]["agents"]]
+    header = ["|w0| quartile (mean abs w0)", *[f"{x}: density | w.0 | w.0 indep." for x in labels]]
+    return [
+        "Per tensor, elements split into quartiles of the base weight's magnitude; independent w.0 uses the "
+        "densities of the same tensor-quartile, so a gap that closes within quartiles is explained by |w0|.",
+        "",
+        *table(header, rows),
+        "",
+    ]
+
+
+def ablation_lines(res: dict[str, Any]) -> list[str]:
+    abl = res.get("ablation") or {}
+    if not abl:
+        return []
+    rows = [
+        [label, _cell(e["agentic_avg"]), _cell(e["minus_ram"], 2), *[_cell(e[d]) for d in DOMAINS]]
+        for label, e in abl.items()
+    ]
+    header = ["RAM+ setting", "agentic avg", "− RAM (paired, pts)", *[f"{d} (domain avg)" for d in DOMAINS]]
+    return [
+        "Paper form λᵢ = 1 + r·clip(ρᵢ, 0, α) over r and α; `authors_R1.2` is the released code's "
+        "1 + (R − 1)·min(ρ, 1) with R = 1.2 (equal to r = 0.2, α = 1).",
+        "",
+        *table(header, rows),
+        "",
+    ]
+
+
+def variant_lines(res: dict[str, Any]) -> list[str]:
+    """The RAM variants against RAM, RAM+ and the best baseline (paired by seed, points)."""
+    variants = res.get("variants") or {}
+    if not variants:
+        return []
+    refs = list(next(iter(variants.values()))["minus"])
+    rows = [
+        [
+            f"`{label}`",
+            _cell(e["agentic_avg"]),
+            *[_cell(e["minus"][ref]) for ref in refs],
+            *[_cell(e[d]) for d in DOMAINS],
+        ]
+        for label, e in variants.items()
+    ]
+    header = ["variant", "agentic avg", *[f"− {ref} (pts)" for ref in refs], *[f"{d} (domain avg)" for d in DOMAINS]]
+    return [
+        'Each variant of docs/methods.md ("RAM variants") as a 3-agent merge; paired (same-seed) differences of the '
+        "agentic average. A difference counts when it is more than 2 SE from zero.",
+        "",
+        *table(header, rows),
+        "",
+        *_chosen_lines(variants),
+    ]
+
+
+def _chosen_lines(variants: dict[str, Any]) -> list[str]:
+    """The values tuned variants chose on validation, per seed."""
+    chosen = [
+        f"`{label}` " + ", ".join(f"{v:g}" for v in e["chosen"])
+        for label, e in variants.items()
+        if e.get("chosen") and all(isinstance(v, float) and math.isfinite(v) for v in e["chosen"])
+    ]
+    return [f"- chosen on validation, per seed: {'; '.join(chosen)}.", ""] if chosen else []
+
+
+def pairs_lines(res: dict[str, Any]) -> list[str]:
+    pairs = res.get("pairs") or {}
+    lines: list[str] = []
+    for pair, entry in pairs.items():
+        domains = entry["domains"]
+        rows = [
+            [label, *[_cell(cells[d]) for d in domains], _cell(cells["avg"])] for label, cells in entry["rows"].items()
+        ]
+        lams = ", ".join(f"{v:g}" for v in entry["ta_lambda"] if isinstance(v, float) and math.isfinite(v))
+        lines += [f"**{pair}** (task arithmetic λ per seed: {lams})", ""]
+        lines += table(["model", *[f"{d} (domain avg)" for d in domains], "pair avg (its metric columns)"], rows)
+        diffs = "; ".join(f"{k}: {_cell(v)}" for k, v in entry["diffs"].items())
+        lines += ["", f"Paired differences of the pair average (pts): {diffs}.", ""]
+    return lines
+
+
+def regime_section(name: str, res: dict[str, Any]) -> list[str]:
+    main = {**res, "rows": {k: v for k, v in res["rows"].items() if not is_ablation(k)}}
+    retention = {**res, "retention": {k: v for k, v in res["retention"].items() if not is_ablation(k)}}
+    recipes = res["config"]["recipes"]
+    recipe_rows = [
+        [r["domain"], r["storage"], r["export"], f"{r['lr']:g}", str(r["steps"]), str(r["prompts_per_step"])]
+        for r in recipes
+    ]
+    lines = [
+        f"## Regime `{name}`",
+        "",
+        f"{REGIMES[name]}.",
+        "",
+        f"Command: `{res['command']}`. Seeds: {res['seeds']}; {res['config']['n_test']} test prompts per task; "
+        f"{res.get('wall_seconds', 0.0) / 60:.1f} min for this regime in that command "
+        "(stages, merges and evaluations already cached are reused, so an aggregating rerun is short).",
+        "",
+        *table(["agent", "storage", "export", "lr", "steps", "prompts/step"], recipe_rows),
+        "",
+        "### Specialists against the base (own domain)",
+        "",
+        *gains_table(res),
+        "",
+        "### Main table (3 agents)",
+        "",
+        *main_table(main),
+        "",
+        *comparison_lines(main),
+        "",
+        "### Share of each specialist's gain that the merge keeps",
+        "",
+        *retention_table(retention),
+        "",
+        "### Probe against the paper's Figure 2 and independent masks",
+        "",
+        *probe_vs_paper(res),
+        "",
+        *probe_table(res),
+        "",
+        *probe_figure(res),
+        "",
+        "### Overlap by base-weight magnitude",
+        "",
+        *magnitude_lines(res),
+        "### Dilution ablation",
+        "",
+        "θ₀ + s·(the agent's unique updates only), scored on the agent's own domain.",
+        "",
+        *dilution_table(res),
+        "",
+    ]
+    return lines + _regime_notes(res)
+
+
+def _regime_notes(res: dict[str, Any]) -> list[str]:
+    """The regime's optional parts: RAM+ ablation, two-agent merges, chosen lambdas, skipped merges."""
+    lines: list[str] = []
+    abl = ablation_lines(res)
+    if abl:
+        lines += ["### RAM+ ablation", "", *abl]
+    variants = variant_lines(res)
+    if variants:
+        lines += ["### RAM variants", "", *variants]
+    pairs = pairs_lines(res)
+    if pairs:
+        lines += ["### Two-agent merges (the paper's second table)", "", *pairs]
+    lambdas = [f"{e['best_lambda']:g}" for e in res["task_arithmetic_lambda"] if e]
+    if lambdas:
+        lines.append(f"- task_arithmetic λ chosen on validation, per seed: {', '.join(lambdas)}.")
+    for label, note in res["skipped"].items():
+        lines.append(f"- `{label}` not in the table: {note}")
+    lines.append("")
+    return lines
+
+
+def render_combined(combined: dict[str, Any], figure: str | None) -> str:
+    regimes = combined["regimes"]
+    missing = [r for r in REGIMES if r not in regimes]
+    lines = [
+        "# Zoo benchmark results: precision regimes",
+        "",
+        "How much of each RL-trained agent's skill survives a merge, on the CPU zoo of [zoo.md](zoo.md), with the",
+        "agents' training precision as the variable. Generated by `agentmerge zoo bench`; do not edit by hand.",
+        "Every cell is mean ± standard error over seeds (std / sqrt(seeds)), in percent or points.",
+        "",
+        "Also: the RAM variants in every regime (`docs/variants/results.md`) and the many-agent study, merges of",
+        "2, 3, 4 and 6 agents of the six-domain zoo (`docs/many/results.md`).",
+        "",
+    ]
+    short = [f"`{r}` ({len(v['seeds'])})" for r, v in regimes.items() if len(v["seeds"]) < FULL_SEEDS]
+    no_pairs = [f"`{r}`" for r, v in regimes.items() if not v.get("pairs")]
+    core = [f"`{r}`" for r, v in regimes.items() if "--methods" in v.get("command", "")]
+    no_ablation = "paper_like" in regimes and not regimes["paper_like"].get("ablation")
+    if missing or short or no_pairs or core or no_ablation:
+        parts = []
+        if no_pairs:
+            parts.append(f"the 2-agent pairs were not run for {', '.join(no_pairs)}")
+        if core:
+            parts.append(f"{', '.join(core)} ran a shorter method list (see each regime's command)")
+        if no_ablation:
+            parts.append("the RAM+ ablation was not run")
+        if missing:
+            parts.append(f"regimes not run yet: {', '.join(missing)}")
+        if short:
+            parts.append(f"regimes on fewer than {FULL_SEEDS} seeds: {', '.join(short)}")
+        lines += [
+            f"**Partial:** {'; '.join(parts)}. The full run resumes from the caches with `{RESUME_COMMAND}`.",
+            "",
+        ]
+    lines += ["## The regime map", "", *regime_map_lines(combined, figure)]
+    for name, res in regimes.items():
+        lines += regime_section(name, res)
+    return "\n".join(lines) + "\n"
