@@ -10,7 +10,8 @@ Per seed, everything cached under ``--work`` (evaluations keyed by the weights' 
 2. static merges: ``ram``, and task arithmetic with lambda tuned on the validation split's agentic average (the
    best static merge of docs/results.md in every regime);
 3. ``agentmerge moe`` (Mixtral; router from 32 training-stream prompts of each agent's domain, never a
-   validation or test prompt) with attention from the tuned task arithmetic merge and from RAM, top-1 and top-2;
+   validation or test prompt) with attention from the tuned task arithmetic merge and from RAM, top-1 and top-2,
+   and once (tuned TA, top-1) with the router made from the same prompts followed by their correct answers;
    routing accuracy: the share of each domain's test prompt tokens whose top-1 expert is that domain's agent
    (first MoE layer and mean over layers), and where the held-out ``reverse`` prompts go;
 4. ``agentmerge extract-lora`` of the tuned task arithmetic merge at rank 4, 16, 64 and energy 0.9 (bf16
@@ -90,10 +91,14 @@ class Seed:
         assert best is not None
         return best[2], best[1]
 
-    def router_prompts(self) -> list[list[str]]:
+    def router_prompts(self, answers: bool) -> list[list[str]]:
+        """32 training-stream examples per domain: the prompts, or the prompts with their correct answers."""
         exclude = held_out_prompts(self.args.n_val, self.args.n_test)
         return [
-            [ex.prompt for ex in islice(train_stream({d: 1.0}, self.seed, "moe-router", exclude), ROUTER_PROMPTS)]
+            [
+                ex.prompt + (ex.answer if answers else "")
+                for ex in islice(train_stream({d: 1.0}, self.seed, "moe-router", exclude), ROUTER_PROMPTS)
+            ]
             for d in CORE_DOMAINS
         ]
 
@@ -102,7 +107,7 @@ class Seed:
         if not (out / "merge.json").exists():
             experts = [
                 {"path": str(self.agents[d]), "prompts": p}
-                for d, p in zip(CORE_DOMAINS, self.router_prompts(), strict=True)
+                for d, p in zip(CORE_DOMAINS, self.router_prompts(name.endswith("answers")), strict=True)
             ]
             data = {"base": str(self.base), "experts": experts, "experts_per_token": k}
             build_moe(moe_config_from_dict(data | ({"static": str(static)} if static else {})), out)
@@ -115,6 +120,18 @@ class Seed:
         if not (applied / "config.json").exists():
             convert(f"{self.base}+{adapter}", applied, dtype="bf16")
         return applied, (adapter / "adapter_model.safetensors").stat().st_size
+
+    def lora_ranks(self, name: str) -> dict[str, float]:
+        """Median, min and max rank over the adapter's modules and the median relative error (extraction.json)."""
+        modules = json.loads((self.work / f"lora-{name}" / "extraction.json").read_text())["modules"]
+        ranks = [m["rank"] for m in modules]
+        errors = [m["error_stored"] for m in modules]
+        return {
+            "median": statistics.median(ranks),
+            "min": min(ranks),
+            "max": max(ranks),
+            "error": statistics.median(errors),
+        }
 
 
 def routing(folder: Path, prompts_per_task: int) -> dict[str, dict[str, list[list[float]]]]:
@@ -150,6 +167,7 @@ def run_seed(s: Seed) -> dict[str, Any]:
     moes = {
         "moe_ta_top1": (best, 1),
         "moe_ta_top2": (best, 2),
+        "moe_ta_top1_answers": (best, 1),
         "moe_ram_top1": (None, 1),
         "moe_ram_top2": (None, 2),
     }
@@ -159,10 +177,12 @@ def run_seed(s: Seed) -> dict[str, Any]:
         scores[name] = domain_scores(s.score(folder))
         route[name] = routing(folder, ROUTING_PROMPTS)
     sizes = {"ta_tuned": (best / "model.safetensors").stat().st_size}
+    ranks = {}
     for name, options in LORA:
         applied, sizes[f"lora_{name}"] = s.lora(best, name, options)
         scores[f"lora_{name}"] = domain_scores(s.score(applied))
-    return {"seed": s.seed, "ta_lambda": lam, "scores": scores, "routing": route, "bytes": sizes}
+        ranks[f"lora_{name}"] = s.lora_ranks(name)
+    return {"seed": s.seed, "ta_lambda": lam, "scores": scores, "routing": route, "bytes": sizes, "ranks": ranks}
 
 
 def mean_se(values: list[float]) -> tuple[float, float]:
@@ -176,13 +196,23 @@ def pm(values: list[float], scale: float = 100.0) -> str:
     return f"{mean:.1f} ± {se:.1f}"
 
 
-ROWS = ("base", "ta_tuned", "ram", "moe_ta_top1", "moe_ta_top2", "moe_ram_top1", "moe_ram_top2")
+ROWS = (
+    "base",
+    "ta_tuned",
+    "ram",
+    "moe_ta_top1",
+    "moe_ta_top2",
+    "moe_ta_top1_answers",
+    "moe_ram_top1",
+    "moe_ram_top2",
+)
 LABELS = {
     "base": "base",
     "ta_tuned": "task arithmetic, λ tuned (best static merge)",
     "ram": "RAM",
     "moe_ta_top1": "MoE, attention from tuned TA, top-1",
     "moe_ta_top2": "MoE, attention from tuned TA, top-2",
+    "moe_ta_top1_answers": "MoE, tuned TA, top-1, router from prompts with answers",
     "moe_ram_top1": "MoE, attention from RAM, top-1",
     "moe_ram_top2": "MoE, attention from RAM, top-2",
 }
@@ -210,6 +240,27 @@ def score_table(runs: list[dict[str, Any]]) -> list[str]:
     return lines
 
 
+def kept_table(runs: list[dict[str, Any]]) -> list[str]:
+    """Per domain: the share of its specialist's gain over the base that a checkpoint keeps there, and the paired
+    difference of the domain score against the best static merge."""
+    lines = [
+        "| checkpoint | " + " | ".join(f"{d}: gain kept | {d}: − best static" for d in CORE_DOMAINS) + " |",
+        "|" + "---|" * (2 * len(CORE_DOMAINS) + 1),
+    ]
+    for row in ROWS[1:]:
+        cells = []
+        for d in CORE_DOMAINS:
+            kept = [
+                (r["scores"][row][d] - r["scores"]["base"][d])
+                / (r["scores"][f"specialist_{d}"][d] - r["scores"]["base"][d])
+                for r in runs
+            ]
+            diff = [r["scores"][row][d] - r["scores"]["ta_tuned"][d] for r in runs]
+            cells += [f"{pm(kept, 100)} %", pm(diff)]
+        lines.append(f"| {LABELS[row]} | " + " | ".join(cells) + " |")
+    return lines
+
+
 def routing_table(runs: list[dict[str, Any]], part: str) -> list[str]:
     """Share of each domain's test tokens whose top-1 expert is its own agent: first layer / mean over layers."""
     experts = {"code": 0, "tool": 1, "mem_short": 2, "mem_long": 2}
@@ -232,21 +283,26 @@ def routing_table(runs: list[dict[str, Any]], part: str) -> list[str]:
 
 def lora_table(runs: list[dict[str, Any]]) -> list[str]:
     lines = [
-        "| model | agentic | − full merge (paired) | held-out | weights MB | share of the merge's size |",
-        "|---|---|---|---|---|---|",
+        "| model | ranks: median (min-max) | relative error, median module | agentic | − full merge (paired) | "
+        "held-out | weights MB | share of the merge's size |",
+        "|---|---|---|---|---|---|---|---|",
     ]
     full = [r["bytes"]["ta_tuned"] for r in runs]
+    agentic, heldout = (pm([r["scores"]["ta_tuned"][c] for r in runs]) for c in ("agentic", "heldout"))
     lines.append(
-        f"| tuned TA merge (bf16) | {pm([r['scores']['ta_tuned']['agentic'] for r in runs])} | – | "
-        f"{pm([r['scores']['ta_tuned']['heldout'] for r in runs])} | {statistics.mean(full) / 1e6:.2f} | 100 % |"
+        f"| tuned TA merge (bf16) | – | – | {agentic} | – | {heldout} | {statistics.mean(full) / 1e6:.2f} | 100 % |"
     )
     for name, _ in LORA:
         key = f"lora_{name}"
         diff = pm([r["scores"][key]["agentic"] - r["scores"]["ta_tuned"]["agentic"] for r in runs])
         size = statistics.mean(r["bytes"][key] for r in runs)
+        ranks = [r["ranks"][key] for r in runs]
+        spread = f"{statistics.mean(x['median'] for x in ranks):g} ({min(x['min'] for x in ranks)}-{max(x['max'] for x in ranks)})"
+        error = f"{statistics.mean(x['error'] for x in ranks):.3f}"
+        agentic, heldout = (pm([r["scores"][key][c] for r in runs]) for c in ("agentic", "heldout"))
         lines.append(
-            f"| LoRA {name} | {pm([r['scores'][key]['agentic'] for r in runs])} | {diff} | "
-            f"{pm([r['scores'][key]['heldout'] for r in runs])} | {size / 1e6:.2f} | {100 * size / statistics.mean(full):.0f} % |"
+            f"| LoRA {name} | {spread} | {error} | {agentic} | {diff} | {heldout} | {size / 1e6:.2f} | "
+            f"{100 * size / statistics.mean(full):.0f} % |"
         )
     return lines
 
@@ -266,6 +322,11 @@ def markdown(runs: list[dict[str, Any]], command: str) -> str:
             "## Scores",
             "",
             *score_table(runs),
+            "",
+            "Share of each specialist's gain over the base kept on its own domain, and the domain score's paired "
+            "difference against the best static merge (points):",
+            "",
+            *kept_table(runs),
             "",
             "## Routing: where each domain's test prompts go",
             "",
