@@ -152,6 +152,8 @@ def _bad_family(tmp_path: Path, case: str) -> list[str]:
     argv = [str(base), "--model", str(agents[0]), "--prompts", str(tmp_path / "p0.txt")]
     argv += ["--model", str(agents[1]), "--prompts", str(tmp_path / "p1.txt"), "-o", str(tmp_path / "out")]
     extra = {"shared on mixtral": ["--shared-expert", "base"], "three per token": ["--experts-per-token", "3"]}
+    if case == "foreign static":
+        extra[case] = ["--static", str(df.family(tmp_path / "other", "qwen2", 1)[0])]
     return argv + extra.get(case, [])
 
 
@@ -163,6 +165,7 @@ def _bad_family(tmp_path: Path, case: str) -> list[str]:
         ("mlp shapes", "must share the base's MLP shapes"),
         ("shared on mixtral", "has no shared expert"),
         ("three per token", "experts_per_token must be 1 or 2"),
+        ("foreign static", "'static' must be a merge of this base"),
     ],
 )
 def test_bad_input_gives_one_line_and_writes_nothing(

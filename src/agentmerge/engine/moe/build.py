@@ -74,7 +74,7 @@ def build_moe(cfg: MoeConfig, out: str | Path, *, force: bool = False, quiet: bo
     with opened_inputs(cfg) as (base, agents), atomic_output_dir(target, force=force) as tmp:
         static_dir, static_record = _static_merge(cfg, tmp, quiet)
         with Checkpoint(static_dir) as static:
-            _check_static(static, base)
+            check_static(static, base)
             result = _write(cfg, names, tmp, static, base, agents, quiet)
         if not cfg.static:
             shutil.rmtree(static_dir)
@@ -119,7 +119,7 @@ def _static_merge(cfg: MoeConfig, tmp: Path, quiet: bool) -> tuple[Path, dict[st
     return folder, read_json_object(record, "merge.json") if record.is_file() else None
 
 
-def _check_static(static: Checkpoint, base: Readable) -> None:
+def check_static(static: Readable, base: Readable) -> None:
     """A given static merge must be a model of the base's architecture (its vocabulary may have grown)."""
     missing = base.tensors.keys() ^ static.tensors.keys()
     if missing:

@@ -6,7 +6,7 @@ from pathlib import Path
 from typing import Any
 
 from agentmerge.engine.moe.arch import ARCHITECTURES
-from agentmerge.engine.moe.build import STATIC, base_family, moe_inputs, opened_inputs, tokenize
+from agentmerge.engine.moe.build import STATIC, base_family, check_static, moe_inputs, opened_inputs, tokenize
 from agentmerge.engine.moe.plan import make_plan
 from agentmerge.engine.moe.spec import MoeConfig
 from agentmerge.io.checkpoint import Checkpoint, dtype_from_name, plan_shards
@@ -22,6 +22,8 @@ def plan_moe(cfg: MoeConfig, out: str | Path, *, force: bool = False) -> dict[st
     with opened_inputs(cfg) as (base, agents):
         static = _static_plan(cfg, target)
         dense = Checkpoint(cfg.static) if cfg.static else base
+        if dense is not base:
+            check_static(dense, base)
         dtype = dtype_from_name(cfg.merge.dtype) if cfg.merge.dtype else None
         plan = make_plan(dense.tensors, names, len(agents), cfg.shared_expert, cfg.shared_weight, dtype)
         folder = dense.folder
