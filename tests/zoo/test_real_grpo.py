@@ -169,5 +169,9 @@ def test_training_resumes_to_the_same_agent_and_exports_bf16(
     assert all(t.dtype == torch.bfloat16 for t in a.values())  # fp32 master weights exported bf16
     assert not (tmp_path / "resumed.state").exists()
     assert json.loads((tmp_path / "whole" / "agent.json").read_text())["recipe"] == recipe.to_dict()
-    again = train.train_agent(base, tmp_path / "whole", replace(recipe, steps=99), seed=0)  # finished: not retrained
-    assert len(again["curve"]) == 3
+    monkeypatch.setattr(train, "grpo_step", dies_at_step_three)
+    calls[0] = -100
+    again = train.train_agent(base, tmp_path / "whole", recipe, seed=0)  # finished with this recipe: kept
+    assert calls[0] == -100 and again["curve"] == whole["curve"]
+    other = train.train_agent(base, tmp_path / "whole", replace(recipe, steps=1), seed=0)  # another recipe: retrained
+    assert calls[0] == -99 and len(other["curve"]) == 1

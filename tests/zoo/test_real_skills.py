@@ -177,3 +177,26 @@ def test_splits_are_disjoint_fixed_and_large_enough(name: str) -> None:
 def test_eval_set_refuses_an_impossible_size() -> None:
     with pytest.raises(ValueError):
         eval_set(CapitalsSkill(), "test", 10_000)
+
+
+def test_seed_cost_adds_up_the_documented_formulas() -> None:
+    from agentmerge_zoo.real.budget import seed_cost
+    from agentmerge_zoo.real.config import RealConfig
+
+    cfg = RealConfig()
+    e = {"tool": 1.0, "code": 2.0, "memory": 3.0, "capitals": 0.5}
+    measured = {
+        "eval": {k: {"cpu_per_prompt": v} for k, v in e.items()},
+        "grpo": {k: {"mean": {"cpu_seconds": 10.0}} for k in ("tool", "code", "memory")},
+    }
+    cost = seed_cost(cfg, measured, methods=5, scaled=2, merge_seconds=1.0, cores=2, efficiency=0.5)
+    p = cfg.bench
+    assert cost["agents"] == 10.0 * sum(r.steps for r in cfg.recipes)
+    one_test = p.n_test * (1 + 2 + 3 + 0.5)
+    assert cost["test"] == (5 + 2) * (one_test + 1.0)
+    assert cost["tuning"] == 2 * len(p.grid) * (p.n_val * 6 + 1.0)
+    pairs = sum(p.n_test * (a + b + 0.5) + 1.0 for a, b in ((1, 2), (1, 3), (2, 3)))
+    assert cost["pairs"] == len(p.pair_methods) * pairs
+    stages = ("agents", "check", "tuning", "test", "pairs", "dilution", "fisher")
+    assert cost["total"] == sum(cost[s] for s in stages)
+    assert cost["wall_hours"] == cost["total"] / 3600

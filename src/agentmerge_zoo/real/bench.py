@@ -29,7 +29,7 @@ from agentmerge_zoo.real.suite import HELD_OUT, TRAINED
 
 EVAL_FILE = "real-eval.json"
 EVALUATOR = "python:agentmerge_zoo.real.bench:score_trial"
-PAIR_METHODS = ("linear", "task_arithmetic", "ties", "dare_ties", "ram", "ram_plus")
+PAIR_METHODS = ("task_arithmetic", "ties", "ram", "ram_plus")
 SCALE_PARAMS = ("lambda", "scale")
 
 
@@ -39,7 +39,7 @@ class BenchPlan:
 
     n_val: int = 32
     n_test: int = 64
-    grid: tuple[float, ...] = (0.5, 1.0, 1.5, 2.0)
+    grid: tuple[float, ...] = (0.5, 1.0, 1.5)
     methods: tuple[str, ...] = ()  # () = every eligible registry method
     pairs: bool = True
     pair_methods: tuple[str, ...] = PAIR_METHODS

@@ -13,6 +13,7 @@ import argparse
 import json
 import shlex
 import sys
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -28,7 +29,7 @@ def register_real(zoo_sub: Any) -> None:
     p.set_defaults(func=cmd_base)
     p = sub.add_parser("measure", help="base accuracy per skill, evaluation and GRPO step times (CPU and wall)")
     p.add_argument("--base", type=Path, required=True)
-    p.add_argument("--n", type=int, default=32, help="validation prompts per skill (default 32)")
+    p.add_argument("--n", type=int, default=32, help="validation prompts per skill (default 32; 0: GRPO steps only)")
     p.add_argument("--steps", type=int, default=2, help="GRPO steps per trained skill (default 2)")
     p.add_argument("--skills", default=None, help="comma-separated skills (default all)")
     p.add_argument("--lr-scale", type=float, default=1.0, help="multiply each recipe's learning rate (pilots)")
@@ -42,6 +43,7 @@ def register_real(zoo_sub: Any) -> None:
     p.add_argument("--docs", type=Path, default=Path("docs/real"), help="where results.{md,json} go")
     p.add_argument("--until", choices=("agents", "check", "bench"), default="bench", help="last stage to run")
     p.add_argument("--smoke", action="store_true", help="tiny random Llama, tiny sizes: checks the paths run")
+    p.add_argument("--methods", default=None, help="comma-separated merge methods (default: every eligible one)")
     _common(p)
     p.set_defaults(func=cmd_run)
     p = sub.add_parser("report", help="re-render docs/real/results.{md,json} from finished seeds")
@@ -105,6 +107,8 @@ def cmd_run(args: argparse.Namespace) -> int:
 
     torch.set_num_threads(args.threads)
     cfg = smoke_config() if args.smoke else RealConfig()
+    if args.methods:
+        cfg = replace(cfg, bench=replace(cfg.bench, methods=tuple(m for m in args.methods.split(",") if m)))
     base = args.base or _smoke_base(args)
     log = _log(args.quiet)
     with RaySession(quiet=True, num_cpus=max(args.threads, cfg.bench.threads)) as session:
@@ -129,6 +133,7 @@ def _command(args: argparse.Namespace) -> str:
     parts = ["agentmerge", "zoo", "real", "run", "--work", str(args.work), "--seeds", args.seeds]
     parts += ["--docs", str(args.docs), "--threads", str(args.threads)]
     parts += ["--smoke"] if args.smoke else ["--base", str(args.base)]
+    parts += ["--methods", args.methods] if args.methods else []
     return shlex.join(parts)
 
 

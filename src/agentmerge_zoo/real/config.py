@@ -20,9 +20,9 @@ from agentmerge_zoo.real.tasks import SKILLS_VERSION
 
 def full_recipes() -> tuple[Recipe, ...]:
     return (
-        Recipe(skill="tool", lr=3e-6, steps=60, prompts_per_step=2, group_size=8),
-        Recipe(skill="code", lr=2e-5, steps=60, prompts_per_step=2, group_size=8, storage="bf16"),
-        Recipe(skill="memory", lr=3e-6, steps=60, prompts_per_step=2, group_size=8),
+        Recipe(skill="tool", lr=1e-5, steps=60, prompts_per_step=2, group_size=8),
+        Recipe(skill="code", lr=5e-5, steps=60, prompts_per_step=2, group_size=8, storage="bf16"),
+        Recipe(skill="memory", lr=1e-5, steps=80, prompts_per_step=2, group_size=8),
     )
 
 
@@ -31,8 +31,7 @@ class RealConfig:
     """Everything that decides a seed's agents and results."""
 
     recipes: tuple[Recipe, ...] = field(default_factory=full_recipes)
-    n_check: int = 48  # validation prompts of the convergence check (own skill)
-    n_test: int = 64  # test prompts per skill for the base and the agents
+    n_check: int = 32  # validation prompts of the convergence check (own skill)
     bench: BenchPlan = field(default_factory=BenchPlan)
     checkpoint_every: int = 10
     name: str = "full"
@@ -61,8 +60,8 @@ def smoke_config() -> RealConfig:
         n_test=2,
         grid=(1.0, 2.0),
         methods=("linear", "task_arithmetic", "ties", "ram", "ram_plus", "fisher"),
-        pair_methods=("linear", "ram"),
+        pair_methods=("ram",),
         fisher_texts=2,
         threads=1,
     )
-    return RealConfig(recipes=recipes, n_check=2, n_test=2, bench=plan, checkpoint_every=1, name="smoke")
+    return RealConfig(recipes=recipes, n_check=2, bench=plan, checkpoint_every=1, name="smoke")

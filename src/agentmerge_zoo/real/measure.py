@@ -76,10 +76,26 @@ def measure(
     tokenizer = AutoTokenizer.from_pretrained(str(base))
     model: Any = AutoModelForCausalLM.from_pretrained(str(base), dtype="auto")  # as the evaluation runs it
     model.eval()
-    out: dict[str, Any] = {"base": str(base), "n": n, "eval": measure_eval(model, tokenizer, names, n), "grpo": {}}
-    for name in names:
+    out: dict[str, Any] = {"base": str(base), "n": n, "eval": {}, "grpo": {}}
+    if n > 0:  # n = 0: GRPO steps only (a pilot)
+        out["eval"] = measure_eval(model, tokenizer, names, n)
+    for name in out["eval"]:
         log(f"measure {name}: base {100 * out['eval'][name]['strict']:.1f} % strict")
     del model
     for name in (s for s in names if s in TRAINED and steps > 0):
         out["grpo"][name] = measure_grpo(base, name, steps, lr_scale, log)
+    if set(out["eval"]) == set(SKILLS) and set(out["grpo"]) == set(TRAINED):
+        out["budget"] = budget(out)
     return out
+
+
+def budget(measured: dict[str, Any]) -> dict[str, Any]:
+    """The configured seed's cost from these measurements (``budget.seed_cost``), with the method counts."""
+    from agentmerge_zoo.real.bench import bench_methods, needs_fisher, scale_param
+    from agentmerge_zoo.real.budget import seed_cost
+
+    cfg = RealConfig()
+    methods = bench_methods(cfg.bench)
+    scaled = sum(scale_param(m) is not None for m in methods)
+    cost = seed_cost(cfg, measured, len(methods), scaled)
+    return {"methods": len(methods), "scaled": scaled, "fisher": sum(map(needs_fisher, methods)), "cpu": cost}

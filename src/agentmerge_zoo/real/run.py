@@ -62,21 +62,26 @@ def _probe(base: Path, agents: dict[str, Path]) -> dict[str, Any]:
 
 def stage_check(cfg: RealConfig, base: Path, work: Path, seed: int, cache: Path, log: Log) -> dict[str, Any]:
     """The base and the agents on test, the convergence check, the probe; ``check.json``."""
+    from agentmerge_zoo.evaluate import file_digest
     from agentmerge_zoo.real.convergence import check_agent
     from agentmerge_zoo.real.evaluate import evaluate_cached
 
     path = seed_dir(work, seed) / "check.json"
+    agents = agent_paths(work, seed)
+    digests = {s: file_digest(agents[s]) for s in TRAINED}
     if path.is_file():
         done: dict[str, Any] = json.loads(path.read_text())
-        return done
-    agents = agent_paths(work, seed)
+        if done.get("digests") == digests:  # the same agents (a retrained agent checks again)
+            return done
     skills = [*TRAINED, *HELD_OUT]
-    out: dict[str, Any] = {"base": evaluate_cached(base, skills, "test", cfg.n_test, cache)}
-    out["agents"] = {s: evaluate_cached(agents[s], skills, "test", cfg.n_test, cache) for s in TRAINED}
+    n = cfg.bench.n_test  # the merges' test prompts: gains and held-out changes compare on the same prompts
+    out: dict[str, Any] = {"base": evaluate_cached(base, skills, "test", n, cache)}
+    out["agents"] = {s: evaluate_cached(agents[s], skills, "test", n, cache) for s in TRAINED}
     log(f"seed {seed}: base and agents scored on test")
     scratch = seed_dir(work, seed) / "check"
     out["convergence"] = {s: check_agent(base, agents[s], s, scratch, cfg.n_check, cache, log=log) for s in TRAINED}
     out["probe"] = _probe(base, agents)
+    out["digests"] = digests
     path.write_text(json.dumps(out) + "\n")
     return out
 
@@ -85,13 +90,14 @@ def stage_fisher(cfg: RealConfig, work: Path, seed: int) -> dict[str, Path]:
     """Each agent's diagonal Fisher on its own skill's training prompts with its greedy answers."""
 
     from agentmerge.evaluation.fisher import estimate_fisher
+    from agentmerge_zoo.evaluate import file_digest
     from agentmerge_zoo.real.sampling import greedy, prompt_ids
     from agentmerge_zoo.real.suite import skill
     from agentmerge_zoo.real.tasks import train_stream
 
     out = {}
     for name, agent in agent_paths(work, seed).items():
-        folder = seed_dir(work, seed) / "fisher" / name
+        folder = seed_dir(work, seed) / "fisher" / f"{name}-{file_digest(agent)}"
         if not (folder / "fisher.json").is_file():
             import torch
             from transformers import AutoModelForCausalLM, AutoTokenizer

@@ -5,7 +5,8 @@ While training, ``OUT.state/`` holds the float32 weights, the AdamW state and th
 as ``OUT.state.old`` until then). A rerun resumes from it: the prompt stream skips the prompts already used and
 each step's sampling generator is seeded by (seed, step), so a resumed run draws what an uninterrupted one
 would have. At the end the agent is written to ``OUT/`` in the recipe's export dtype with the base's tokenizer
-and ``agent.json`` (recipe, seed, reward curve, times) last: ``OUT/agent.json`` marks a finished agent.
+and ``agent.json`` (recipe, seed, reward curve, times) last: ``OUT/agent.json`` marks a finished agent, kept by a
+rerun with the same recipe and seed and trained again (from the base) with another.
 """
 
 from __future__ import annotations
@@ -86,10 +87,11 @@ def train_agent(
     checkpoint_every: int = 10,
     log: Callable[[str], None] = lambda _m: None,
 ) -> dict[str, Any]:
-    """Train (or resume, or skip when ``OUT/agent.json`` exists) and export; returns the agent's metadata."""
+    """Train (or resume), export, return the agent's metadata; an agent finished with this recipe and seed is kept."""
     if is_trained(out):
         done: dict[str, Any] = json.loads((out / MARKER).read_text())
-        return done
+        if done["recipe"] == recipe.to_dict() and done["seed"] == seed:
+            return done
     from transformers import AutoTokenizer
 
     tokenizer = AutoTokenizer.from_pretrained(str(base))
