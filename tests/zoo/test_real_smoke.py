@@ -91,14 +91,14 @@ def test_results_hold_every_table(smoke: Path) -> None:
 
 def test_a_rerun_does_nothing(smoke: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     from agentmerge.sweep.run import RaySession
-    from agentmerge_zoo.real import evaluate, grpo_hf
+    from agentmerge_zoo.real import evaluate, train
 
     def refuse(*args: object, **kwargs: object) -> None:
         raise AssertionError("the rerun did work that was done already")
 
     monkeypatch.setattr(RaySession, "start", refuse)
     monkeypatch.setattr(evaluate, "evaluate", refuse)
-    monkeypatch.setattr(grpo_hf, "grpo_step", refuse)
+    monkeypatch.setattr(train, "grpo_step", refuse)
     before = (smoke / "docs" / "results.json").read_text()
     assert _run(*_argv(smoke), "--quiet") == 0
     assert (smoke / "docs" / "results.json").read_text() == before
