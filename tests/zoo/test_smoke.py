@@ -171,7 +171,8 @@ def test_killed_bench_resumes(zoo: Path, tmp_path: Path) -> None:
     """SIGKILL in the middle of the test sweep, then a rerun: finished trials are kept, the rest run once."""
     import agentmerge
 
-    env = {**os.environ, "PYTHONPATH": str(Path(agentmerge.__file__).resolve().parents[1])}
+    src = str(Path(agentmerge.__file__).resolve().parents[1])
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([src, os.environ.get("PYTHONPATH", "")])}
     argv = [*_bench_argv(zoo, tmp_path), "--seeds", "0", "--smoke", "--regimes", "bf16", "--no-pairs"]
     cmd = [sys.executable, "-m", "agentmerge", *argv, "--threads", "1", "--max-concurrent", "1", "--quiet"]
     results = tmp_path / "work" / "bf16" / "seed0" / "sweep-test" / "results.jsonl"
