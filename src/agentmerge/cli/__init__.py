@@ -18,11 +18,11 @@ agentmerge extract-lora MODEL --base BASE -o OUT (--rank R | --energy E)
 from __future__ import annotations
 
 import argparse
-import importlib.util
 import sys
 from collections.abc import Sequence
+from typing import Any
 
-from agentmerge import __version__
+from agentmerge import __version__, plugins
 from agentmerge.cli.common import heavy_imports, parse_value
 from agentmerge.cli.evaluating import _eval_parser, _fisher_parser, _lm_eval_parser, _sweep_parser
 from agentmerge.cli.merging import (
@@ -42,7 +42,8 @@ __all__ = ["build_parser", "heavy_imports", "main", "parse_value"]
 # --------------------------------------------------------------------------- main
 
 
-def build_parser() -> argparse.ArgumentParser:
+def build_parser(argv: Sequence[str] | None = None) -> argparse.ArgumentParser:
+    """The command-line parser; the plug-ins' commands too, unless ``argv`` names a built-in command."""
     parser = argparse.ArgumentParser(prog="agentmerge", description=__doc__.splitlines()[0] if __doc__ else None)
     parser.add_argument("--version", action="version", version=f"agentmerge {__version__}")
     sub = parser.add_subparsers(dest="command", required=True)
@@ -56,15 +57,24 @@ def build_parser() -> argparse.ArgumentParser:
     _eval_parser(sub)
     _sweep_parser(sub)
     register_moe_lora(sub)  # moe, extract-lora
-    if importlib.util.find_spec("agentmerge_zoo.cli") is not None:
-        from agentmerge_zoo.cli import register
-
-        register(sub)
+    word = next((a for a in argv if not a.startswith("-")), None) if argv is not None else None
+    if word is None or word not in sub.choices:
+        _plugin_commands(sub)
     return parser
 
 
+def _plugin_commands(sub: Any) -> None:
+    """Let each installed ``agentmerge.commands`` plug-in add its subcommands (a broken one is named, and skipped)."""
+    for name, target in plugins.entry_points(plugins.COMMANDS).items():
+        try:
+            plugins.load(plugins.COMMANDS, name, target)(sub)
+        except AgentMergeError as e:
+            print(f"agentmerge: warning: {e}", file=sys.stderr)
+
+
 def main(argv: Sequence[str] | None = None) -> int:
-    parser = build_parser()
+    argv = sys.argv[1:] if argv is None else argv
+    parser = build_parser(argv)
     args = parser.parse_args(argv)
     try:
         with terminate_as_exception():

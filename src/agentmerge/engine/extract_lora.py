@@ -29,17 +29,11 @@ from typing import Any
 import torch
 
 from agentmerge import __version__
+from agentmerge.engine.inputs import check_compatible, open_model
 from agentmerge.engine.provenance import input_ref
-from agentmerge.engine.stream import check_compatible, open_model
 from agentmerge.errors import CheckpointError, ConfigError, MergeError
-from agentmerge.io.checkpoint import (
-    PlannedTensor,
-    Readable,
-    ShardWriter,
-    atomic_output_dir,
-    dtype_from_name,
-    plan_shards,
-)
+from agentmerge.io.atomic import atomic_output_dir
+from agentmerge.io.checkpoint import Readable
 from agentmerge.io.peft_layout import (
     ADAPTER_FILE,
     PREFIX,
@@ -52,6 +46,9 @@ from agentmerge.io.peft_layout import (
     write_adapter_config,
 )
 from agentmerge.io.safety import check_output_target
+from agentmerge.io.shards import PlannedTensor, plan_shards
+from agentmerge.io.tensorfile import dtype_from_name
+from agentmerge.io.writer import ShardWriter
 from agentmerge.methods.lowrank import factorize, relative_error
 
 CHUNK = 1 << 20

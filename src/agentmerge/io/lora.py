@@ -31,8 +31,9 @@ from typing import Any
 import torch
 
 from agentmerge.errors import CheckpointError
-from agentmerge.io.checkpoint import Checkpoint, Readable, TensorInfo, resolve_model_path
+from agentmerge.io.checkpoint import Checkpoint, Readable, resolve_model_path
 from agentmerge.io.localpath import ADAPTER_CONFIG, is_adapter
+from agentmerge.io.tensorfile import TensorInfo
 
 _PREFIX = "base_model.model."
 _LORA_KEY = re.compile(r"^(?P<module>.+)\.(?P<part>lora_A|lora_B|lora_embedding_A|lora_embedding_B)(?:\.weight)?$")

@@ -49,8 +49,9 @@ from typing import IO, Any, cast
 import torch
 
 from agentmerge.errors import CheckpointError
-from agentmerge.io.checkpoint import Checkpoint, Readable, TensorInfo
+from agentmerge.io.checkpoint import Checkpoint, Readable
 from agentmerge.io.headers import read_json_object
+from agentmerge.io.tensorfile import TensorInfo
 
 RANK_FILE = re.compile(r"^model_world_size_(\d+)_rank_(\d+)\.pt$")
 HF_FOLDER = "huggingface"

@@ -25,25 +25,21 @@ from typing import Any
 
 import torch
 
+from agentmerge.engine.inputs import check_compatible, open_model
 from agentmerge.engine.moe.arch import MoeNames, moe_config, moe_family
 from agentmerge.engine.moe.plan import LayerPlan, MoePlan, Slot, check_mlp_shapes, make_plan, shared_size
 from agentmerge.engine.moe.record import MoeResult, merge_record, model_card
 from agentmerge.engine.moe.router import Calibration, Router, mlp, route, router_rows
 from agentmerge.engine.moe.spec import MoeConfig
-from agentmerge.engine.stream import check_compatible, open_model, torch_threads
+from agentmerge.engine.parallel import torch_threads
 from agentmerge.errors import CheckpointError, MergeError
-from agentmerge.io.checkpoint import (
-    Checkpoint,
-    Readable,
-    ShardWriter,
-    atomic_output_dir,
-    copy_aux_files,
-    plan_shards,
-    resolve_model_path,
-)
+from agentmerge.io.atomic import atomic_output_dir
+from agentmerge.io.checkpoint import Checkpoint, Readable, resolve_model_path
 from agentmerge.io.headers import read_json_object
 from agentmerge.io.safety import check_output_target
+from agentmerge.io.shards import plan_shards
 from agentmerge.io.units import TOKENIZER_FILES
+from agentmerge.io.writer import ShardWriter, copy_aux_files
 
 CHUNK = 1 << 20
 STATIC = ".static-merge"

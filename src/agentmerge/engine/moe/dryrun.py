@@ -9,8 +9,10 @@ from agentmerge.engine.moe.arch import ARCHITECTURES
 from agentmerge.engine.moe.build import STATIC, base_family, check_static, moe_inputs, opened_inputs, tokenize
 from agentmerge.engine.moe.plan import make_plan
 from agentmerge.engine.moe.spec import MoeConfig
-from agentmerge.io.checkpoint import Checkpoint, dtype_from_name, plan_shards
+from agentmerge.io.checkpoint import Checkpoint
 from agentmerge.io.safety import check_output_target, check_writable_parent
+from agentmerge.io.shards import plan_shards
+from agentmerge.io.tensorfile import dtype_from_name
 
 
 def plan_moe(cfg: MoeConfig, out: str | Path, *, force: bool = False) -> dict[str, Any]:

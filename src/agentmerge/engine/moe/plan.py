@@ -17,7 +17,8 @@ import torch
 
 from agentmerge.engine.moe.arch import PROJECTIONS, MoeNames, mlp_tensor
 from agentmerge.errors import ConfigError, MergeError
-from agentmerge.io.checkpoint import PlannedTensor, TensorInfo
+from agentmerge.io.shards import PlannedTensor
+from agentmerge.io.tensorfile import TensorInfo
 
 _LAYER = re.compile(r"^(?P<prefix>.*\.layers\.(?P<layer>\d+)\.)")
 
