@@ -17,7 +17,8 @@ from agentmerge.io.safety import (
     write_report,
     write_report_with,
 )
-from agentmerge.methods.registry import METHODS, POST_STEP_NAMES, POST_STEP_PARAMS
+from agentmerge.methods.params import POST_STEP_NAMES, POST_STEP_PARAMS
+from agentmerge.methods.registry import METHODS
 from agentmerge.methods.spec import EPSILON_DEFAULT, ParamValue, check_mask
 
 # --------------------------------------------------------------------------- merge
@@ -110,12 +111,12 @@ def merge_config_data(args: argparse.Namespace) -> tuple[dict[str, Any], str]:
 
 
 def _read_config_file(path: str) -> dict[str, Any]:
-    """A config file (native, or mergekit translated); the translation's notes go to stderr."""
+    """A config file (native, or mergekit translated); the notes on it (translation, deprecated keys) go to stderr."""
     from agentmerge.config.schema import read_config
 
     data, notes = read_config(path)
     for note in notes:
-        print(f"agentmerge: mergekit config: {note}", file=sys.stderr)
+        print(f"agentmerge: note: {path}: {note}", file=sys.stderr)
     return data
 
 

@@ -3,8 +3,8 @@
 ``lines.py`` defines the scaling (lambda(l) = alpha + beta l / (L - 1)) and its parameters. Here:
 
 - ``exact_alpha``: alpha = ||sum_i tau_i||_1 / (N ||tau*||_1) without reading anything, where tau* is a fixed
-  multiple c sum_i tau_i of the plain sum: task arithmetic with equal weights w and one lambda for every
-  tensor (c = lambda w, alpha = 1 / (N lambda w)) and the linear average with equal weights (alpha = 1);
+  multiple c sum_i tau_i of the plain sum (``lines.closed_form_alpha``: task arithmetic with equal weights w
+  and one lambda for every tensor, alpha = 1 / (N lambda w); the linear average with equal weights, 1);
 - ``alpha_pass``: otherwise one pass over every merged chunk (the method's own kernel, before anything is
   written) summing |sum_i tau_i| and |tau*|. The sums are exact: each float32 magnitude is m 2^(e - 150) with
   an integer mantissa m < 2^24, so summing the mantissas per exponent in int64 (``l1_parts``) and adding the
@@ -22,10 +22,10 @@ from typing import Any
 import torch
 from tqdm import tqdm
 
+from agentmerge.engine.parallel import run_parallel
 from agentmerge.engine.plan import MergePlan, TensorJob
-from agentmerge.engine.stream import run_parallel
 from agentmerge.errors import MergeError
-from agentmerge.methods.lines import LAYER, auto_alpha, depth_scale, lines_on
+from agentmerge.methods.lines import LAYER, auto_alpha, closed_form_alpha, depth_scale, lines_on
 
 # (job, start, stop) -> ([E] sum_i tau_i, [E] the merged chunk minus theta_0), float32
 Deltas = Callable[[TensorJob, int, int], tuple[torch.Tensor, torch.Tensor]]
@@ -65,18 +65,11 @@ def depth_scaling(plan: MergePlan, deltas: Deltas, quiet: bool = True) -> DepthS
 
 
 def exact_alpha(plan: MergePlan) -> float | None:
-    """alpha without a pass when tau* = c sum_i tau_i on every tensor (equal weights); None otherwise."""
-    weights = set(plan.weights.tolist())
-    if len(weights) != 1 or not plan.merged:
+    """alpha without a pass where the method's merged vector is a fixed multiple of sum_i tau_i (``lines``)."""
+    if not plan.merged:
         return None
-    n, w = len(plan.weights), weights.pop()
-    if plan.method.name == "linear":
-        return 1.0
-    lambdas = {float(j.params["lambda"]) for j in plan.merged} if plan.method.name == "task_arithmetic" else set()
-    if len(lambdas) != 1:
-        return None
-    c = lambdas.pop() * w
-    return None if c == 0.0 else float(Fraction(1) / (n * Fraction(c)))
+    lambdas = {float(j.params.get("lambda", 1.0)) for j in plan.merged}
+    return closed_form_alpha(plan.method.name, plan.weights.tolist(), lambdas)
 
 
 def needs_pass(plan: MergePlan) -> bool:

@@ -43,9 +43,10 @@ from fractions import Fraction
 
 import torch
 
-from agentmerge.methods.baselines import chunk_values
+from agentmerge.methods.baselines import PerAgent
 from agentmerge.methods.deltas import sum_agents
 from agentmerge.methods.exactsum import product_parts, value
+from agentmerge.methods.field_params import ConsensusParams
 from agentmerge.methods.spec import Chunk, TensorSource
 from agentmerge.methods.stats import kth_direct, kth_streamed
 
@@ -75,10 +76,15 @@ def tall_masks(tau: torch.Tensor, total: torch.Tensor, lambdas: torch.Tensor) ->
     return out
 
 
+def tall_lambda_of(q: ConsensusParams) -> float:
+    return q.tall_lambda
+
+
 def consensus(c: Chunk) -> torch.Tensor:
     """``lambda * tau_MTL`` where at least ``k`` agents' TALL masks hold, 0 elsewhere."""
     total = sum_agents(c.tau)
-    count = tall_masks(c.tau, total, chunk_values(c, "tall_lambda").float()).sum(0, dtype=torch.int32)
+    tall = PerAgent.of(ConsensusParams, c, tall_lambda_of).values(c.tau.shape[0])
+    count = tall_masks(c.tau, total, tall.float()).sum(0, dtype=torch.int32)
     keep = count >= int(c.params["k"])
     return torch.where(keep, total, 0.0).mul_(float(c.params["lambda"]))
 

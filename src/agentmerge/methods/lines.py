@@ -24,29 +24,15 @@ the method untouched. Parameters only here; the passes and the scaling live in `
 from __future__ import annotations
 
 import re
-from collections.abc import Iterable
+from collections.abc import Collection, Iterable, Sequence
+from fractions import Fraction
 
 from agentmerge.errors import MergeError
-from agentmerge.methods.spec import Param, Params
+from agentmerge.methods.params import LINES_ALPHA, LINES_BETA, Params
 
 LAYER = re.compile(r"\.layers\.(\d+)\.")
 
-LINES_PARAMS = (
-    Param(
-        "lines_beta",
-        0.0,
-        "LiNeS: the merged task vector of decoder layer l of L is scaled by lines_alpha + lines_beta * l / (L - 1) "
-        "(0 with lines_alpha 0: off; the authors tune beta over 0.1 .. 1.0)",
-        low=0.0,
-    ),
-    Param(
-        "lines_alpha",
-        0.0,
-        "LiNeS: the scale of layer 0 and of tensors outside the layers; 0: the reference's "
-        "||sum_i tau_i||_1 / (N ||tau*||_1) (1/N for task arithmetic)",
-        low=0.0,
-    ),
-)
+LINES_PARAMS = (LINES_BETA, LINES_ALPHA)  # fields of every method's record (``params.MethodParams``)
 LINES_NAMES = tuple(p.name for p in LINES_PARAMS)
 
 
@@ -86,3 +72,17 @@ def check_layers(layers: int, where: str) -> None:
             f"{where}: LiNeS (lines_beta / lines_alpha) scales by decoder-layer depth, but the checkpoint has "
             f"{layers} layer(s) named '.layers.N.'; remove lines_beta and lines_alpha"
         )
+
+
+def closed_form_alpha(method: str, weights: Sequence[float], lambdas: Collection[float]) -> float | None:
+    """The reference's alpha when ``tau* = c sum_i tau_i`` on every tensor (equal model weights w): task
+    arithmetic (one lambda for every tensor: c = lambda w) and the linear average (c = 1/N); else None."""
+    if len(set(weights)) != 1:
+        return None
+    n, w = len(weights), weights[0]
+    if method == "linear":
+        return 1.0
+    if method != "task_arithmetic" or len(lambdas) != 1:
+        return None
+    c = next(iter(lambdas)) * w
+    return None if c == 0.0 else float(Fraction(1) / (n * Fraction(c)))

@@ -16,9 +16,10 @@ from typing import Any
 import numpy as np
 import torch
 
-from agentmerge.methods.baselines import agent_values
-from agentmerge.methods.elementwise import SCE_MIN_DENOM, SceStats, sce_weights
+from agentmerge.methods.baselines import PerAgent
+from agentmerge.methods.elementwise import SCE_MIN_DENOM, SceStats, sce_weights, tall_lambda_of
 from agentmerge.methods.exactsum import BUCKETS, OFFSET
+from agentmerge.methods.field_params import ConsensusParams
 from agentmerge.methods.fused.gram import add_bucket, halved
 from agentmerge.methods.fused.jit import BLOCK, jit
 from agentmerge.methods.fused.kernels import f32, output, raw_chunk
@@ -111,7 +112,7 @@ def consensus(
     """Consensus TA over one chunk (``elementwise.consensus``; per-model ``tall_lambda`` too)."""
     raw = raw_chunk(ref, models)
     merged, patterns = output(raw, out)
-    tall = agent_values(spec.params, spec.model_params, "tall_lambda", raw.models.shape[0]).float().numpy()
+    tall = PerAgent.of(ConsensusParams, spec, tall_lambda_of).values(raw.models.shape[0]).float().numpy()
     k, lam = int(spec.params["k"]), f32(spec.params["lambda"])
     bad = consensus_loop(raw.ref, raw.models, raw.shift, spec.eps, tall, k, lam, merged.numpy(), patterns)
     return CompiledResult(merged, torch.from_numpy(patterns), not bad)

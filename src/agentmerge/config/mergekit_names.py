@@ -1,7 +1,7 @@
-"""mergekit's method names mapped onto ours (``MERGEKIT``), and the ones we know but lack.
+"""mergekit's method names mapped onto ours: which of our methods, with which fixed parameters and defaults.
 
-``config.mergekit`` reads mergekit YAML through this table and ``config.mergekit_export`` writes it back;
-``registry`` re-exports it next to ``METHODS``, whose entries the targets name.
+``MERGEKIT`` is read by the mergekit config reader (``mergekit``) and writer (``mergekit_export``); it is
+about configs, not kernels, so it lives here and not in the method table (``methods.registry``).
 """
 
 from __future__ import annotations
