@@ -120,6 +120,8 @@ def floors(base: Path, agents: Sequence[Path], out: Path, repeats: int) -> dict[
 
 
 def run_shape(args: argparse.Namespace, shape: str, env: dict[str, str]) -> dict[str, Any]:
+    """The floor, then ``--repeats`` rounds of every case (interleaved, so a change in the machine's load falls on
+    every method alike), then mergekit on its cases against the last agentmerge output of each."""
     base, agents = speed.family(args.work, shape, 3)
     out = args.work / "out"
     out.mkdir(parents=True, exist_ok=True)
@@ -127,25 +129,50 @@ def run_shape(args: argparse.Namespace, shape: str, env: dict[str, str]) -> dict
     print(f"{shape}: I/O floor {floor[3]:.2f} s (3 agents), {floor[2]:.2f} s (2)", file=sys.stderr)
     speed.run_process(am_cmd("magmax", base, agents, out / "warm", args.max_memory), env)  # hashes, page cache
     shutil.rmtree(out / "warm", ignore_errors=True)
-    rows: dict[str, Any] = {}
-    for case in args.cases:
-        am_out = out / f"{shape}-am"
-        rows[case] = {
-            "agents": CASES[case][2],
-            "agentmerge": measure(am_cmd(case, base, agents, am_out, args.max_memory), args.repeats, case, env),
-        }
-        mk = CASES[case][3]
-        if mk and args.mk and shape in args.mk_shapes:
-            mk_out = out / f"{shape}-mk"
-            cmd = speed.mergekit_cmd(args.mk_venv, mk, base, agents[: CASES[case][2]], mk_out)
-            cap = int(args.mk_cap_gb * 2**30)
-            rows[case]["mergekit"] = measure(cmd, args.mk_repeats, f"{case} (mergekit)", cap=cap)
-            if "failed" not in rows[case]["mergekit"] and "failed" not in rows[case]["agentmerge"]:
-                worst, frac = speed.max_difference(am_out, mk_out)
-                rows[case]["difference"] = {"max_abs": worst, "fraction_differing": frac}
-            shutil.rmtree(mk_out, ignore_errors=True)
+    mk_cases = [c for c in args.cases if CASES[c][3] and args.mk and shape in args.mk_shapes]
+    runs: dict[str, list[dict[str, Any]]] = {case: [] for case in args.cases}
+    for _ in range(args.repeats):
+        for case in args.cases:
+            am_out = out / f"{shape}-{case.replace(' ', '_')}-am"
+            runs[case].append(measure(am_cmd(case, base, agents, am_out, args.max_memory), 1, case, env))
+            if case not in mk_cases:
+                shutil.rmtree(am_out, ignore_errors=True)
+    rows = {case: {"agents": CASES[case][2], "agentmerge": _merged_runs(runs[case])} for case in args.cases}
+    for case in mk_cases:
+        am_out = out / f"{shape}-{case.replace(' ', '_')}-am"
+        rows[case].update(_mergekit(args, shape, case, base, agents, am_out))
         shutil.rmtree(am_out, ignore_errors=True)
     return {"floor": floor, "input_gb": speed.input_bytes([base, *agents]) / 1e9, "rows": rows}
+
+
+def _merged_runs(runs: list[dict[str, Any]]) -> dict[str, Any]:
+    """One case's single runs as one row: the median seconds, every run, the peaks (or the first failure)."""
+    failed = [r for r in runs if "failed" in r]
+    if failed:
+        return failed[0]
+    seconds = [r["seconds"] for r in runs]
+    return {
+        "seconds": statistics.median(seconds),
+        "runs": [round(x, 2) for x in seconds],
+        "anon_mb": max(r["anon_mb"] for r in runs),
+        "rss_mb": max(r["rss_mb"] for r in runs),
+    }
+
+
+def _mergekit(
+    args: argparse.Namespace, shape: str, case: str, base: Path, agents: Sequence[Path], am_out: Path
+) -> dict[str, Any]:
+    """mergekit on one case (stopped past ``--mk-cap-gb``), and its largest difference from agentmerge's output."""
+    mk_out = out_dir = args.work / "out" / f"{shape}-mk"
+    cmd = speed.mergekit_cmd(args.mk_venv, CASES[case][3] or case, base, agents[: CASES[case][2]], out_dir)
+    row: dict[str, Any] = {
+        "mergekit": measure(cmd, args.mk_repeats, f"{case} (mergekit)", cap=int(args.mk_cap_gb * 2**30))
+    }
+    if "failed" not in row["mergekit"] and am_out.exists():
+        worst, frac = speed.max_difference(am_out, mk_out)
+        row["difference"] = {"max_abs": worst, "fraction_differing": frac}
+    shutil.rmtree(mk_out, ignore_errors=True)
+    return row
 
 
 def report(results: dict[str, Any]) -> None:
