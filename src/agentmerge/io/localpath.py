@@ -80,9 +80,13 @@ def missing_local_message(ref: str) -> str:
 
 
 def is_adapter(ref: str | Path) -> bool:
-    """Whether ``ref`` is a local PEFT adapter folder."""
-    path = Path(ref).expanduser()
-    return path.is_dir() and (path / ADAPTER_CONFIG).is_file()
+    """Whether ``ref`` is a local PEFT adapter folder (anything named adapter_config.json counts, so that the
+    adapter reader names what is wrong with a FIFO or device there)."""
+    try:
+        path = Path(ref).expanduser()
+        return path.is_dir() and (path / ADAPTER_CONFIG).exists()
+    except (OSError, ValueError):  # a name too long for the file system, or holding a NUL: no folder
+        return False
 
 
 def is_missing_local(ref: str) -> bool:
