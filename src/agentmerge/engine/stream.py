@@ -391,12 +391,17 @@ class OverlapCache:
         out = {}
         for name, rule in rules.items():
             rows = found.get(self._key(name, rule))
-            if isinstance(rows, list) and len(rows) == n and all(isinstance(r, list) and len(r) == n for r in rows):
+            if isinstance(rows, list) and len(rows) == n and all(_counts(r, n) for r in rows):
                 out[name] = torch.tensor(rows, dtype=torch.int64)
         return out
 
     def put(self, hists: Mapping[str, torch.Tensor], rules: Mapping[str, MaskRule]) -> None:
         self.store.put({self._key(name, rules[name]): h.tolist() for name, h in hists.items()})
+
+
+def _counts(row: object, n: int) -> bool:
+    """A histogram row as counted: ``n`` whole numbers >= 0 (anything else in the cache is recomputed)."""
+    return isinstance(row, list) and len(row) == n and all(type(v) is int and 0 <= v < 1 << 62 for v in row)
 
 
 class LevelsCache:
