@@ -135,6 +135,12 @@ def _eval_parser(sub: Any) -> None:
 
 
 def cmd_eval(args: argparse.Namespace) -> int:
+    from agentmerge.evaluation.scoring import check_counts
+
+    check_counts(
+        limit=args.limit, samples=args.samples, batch_size=1 if args.batch_size is None else args.batch_size,
+        max_new_tokens=args.max_new_tokens, threads=args.threads,
+    )  # fmt: skip
     if args.suite == "zoo":
         with heavy_imports():
             from agentmerge_zoo.cli import cmd_eval as zoo_eval
@@ -159,7 +165,7 @@ def cmd_eval(args: argparse.Namespace) -> int:
         examples,
         chat_template=not args.no_chat_template,
         system=args.system,
-        batch_size=args.batch_size or 16,
+        batch_size=16 if args.batch_size is None else args.batch_size,
         samples=args.samples,
         limit=args.limit,
         max_new_tokens=args.max_new_tokens,

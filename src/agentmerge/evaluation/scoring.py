@@ -29,6 +29,8 @@ from typing import Any
 from agentmerge.errors import CheckpointError, ConfigError
 from agentmerge.evaluation.taskfile import Example, load_tasks
 
+MAX_NEW_TOKENS = 100_000  # as a task file's max_new_tokens
+
 
 @dataclass(frozen=True)
 class Sample:
@@ -153,6 +155,7 @@ def evaluate(
     quiet: bool = False,
 ) -> EvalRun:
     """Score every checkpoint on every example; see the module docstring for roles and shares."""
+    check_counts(limit=limit, samples=samples, batch_size=batch_size, max_new_tokens=max_new_tokens)
     examples = list(load_tasks(tasks) if isinstance(tasks, str | Path) else tasks)
     examples = _limited(examples, limit)
     if max_new_tokens is not None:
@@ -172,6 +175,27 @@ def evaluate(
             _score_one(path, label, role, examples, chat_template, batch_size, samples, device, dtype, quiet)
         )
     return run
+
+
+COUNTS = {  # option: (least value, whether None is allowed, its flag)
+    "limit": (1, True, "--limit"),
+    "samples": (0, False, "--samples"),
+    "batch_size": (1, False, "--batch-size"),
+    "max_new_tokens": (1, True, "--max-new-tokens"),
+    "threads": (1, True, "--threads"),
+}
+
+
+def check_counts(**values: object) -> None:
+    """Each count a whole number of at least its least value (``COUNTS``), else one ``ConfigError`` line."""
+    for option, value in values.items():
+        least, optional, flag = COUNTS[option]
+        if value is None and optional:
+            continue
+        if isinstance(value, bool) or not isinstance(value, int) or value < least:
+            raise ConfigError(f"eval: {flag} ({option}) must be a whole number >= {least} (got {value})")
+        if option == "max_new_tokens" and value > MAX_NEW_TOKENS:
+            raise ConfigError(f"eval: {flag} ({option}) must be at most {MAX_NEW_TOKENS} (got {value})")
 
 
 def _with(ex: Example, **changes: Any) -> Example:
