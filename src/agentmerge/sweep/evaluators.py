@@ -163,12 +163,25 @@ def _lm_eval(folder: Path, tasks: list[str]) -> dict[str, float]:
     return checked(out, f"evaluate: lm-eval:{','.join(tasks)}")
 
 
+def check_before_trials(spec: str, search_path: Sequence[str] = ()) -> None:
+    """What can be checked of the evaluator before any trial runs: a ``tasks:FILE`` is read and checked whole."""
+    kind, arg = parse(spec)
+    if kind == "tasks":
+        from agentmerge.evaluation.taskfile import load_tasks
+
+        load_tasks(_task_file(arg, search_path))
+
+
+def _task_file(file: str, search_path: Sequence[str]) -> Path:
+    """``file`` in the first folder of ``search_path`` that has it, else as given."""
+    return next((p for f in search_path if (p := Path(f) / file).is_file()), Path(file))
+
+
 def _own_tasks(file: str, search_path: Sequence[str], threads: int) -> Evaluator:
     """Score on the user's task file (read and checked now, so a mistake stops the sweep before any trial)."""
     from agentmerge.evaluation.taskfile import load_tasks
 
-    path = next((p for f in search_path if (p := Path(f) / file).is_file()), Path(file))
-    examples = load_tasks(path)
+    examples = load_tasks(_task_file(file, search_path))
 
     def run(folder: Path) -> dict[str, float]:
         import torch
