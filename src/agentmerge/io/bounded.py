@@ -1,6 +1,8 @@
 """Reading files a user hands over within bounds: regular files only, at most so many bytes, so many per line.
 
-A path that names a device (``/dev/zero``), a FIFO or a folder where a file is expected would make a read
+``check_reference`` refuses a model reference no file system and no Hub could hold (a 5,000-character
+"hub id", a 100 k-character path, a NUL byte) before anything asks the file system about it. A path that
+names a device (``/dev/zero``), a FIFO or a folder where a file is expected would make a read
 never end, or block forever on open; each reader here checks with ``stat`` (following links) before it
 opens anything, and reads at most ``limit + 1`` bytes, so a file that grows while it is read is refused
 too. Every refusal is one line of the caller's error type, naming the file, what it was read as, and the
@@ -16,6 +18,19 @@ from pathlib import Path
 from agentmerge.errors import AgentMergeError, CheckpointError
 
 MIB = 1 << 20
+MAX_PATH_CHARS = 4096  # PATH_MAX on Linux
+MAX_NAME_BYTES = 255  # NAME_MAX: one file or folder name; a Hub id part is at most 96 characters
+
+
+def check_reference(ref: str | Path, what: str = "model reference") -> None:
+    """``CheckpointError`` when ``ref`` cannot name a file or a Hub repository: too long, or holding a NUL."""
+    text = str(ref)
+    longest = max((len(p.encode("utf-8", "surrogateescape")) for p in text.split("/")), default=0)
+    if len(text) > MAX_PATH_CHARS or longest > MAX_NAME_BYTES or "\x00" in text:
+        raise CheckpointError(
+            f"{text[:60]}... ({len(text)} characters): not a usable {what}: a path is at most {MAX_PATH_CHARS} "
+            f"characters and each of its names {MAX_NAME_BYTES} bytes, a Hub id at most 96 characters per part"
+        )
 
 
 def _mib(n: int) -> str:

@@ -37,6 +37,7 @@ from agentmerge.errors import CheckpointError
 from agentmerge.io.headers import check_data_covered, header_metadata, parse_header_json, read_json_object
 from agentmerge.io.hubref import HubRef, split_revision
 from agentmerge.io.localpath import is_missing_local, missing_local_message
+from agentmerge.io.bounded import check_reference
 from agentmerge.io.safety import TMP_MARKER, mark_tmp, output_lock, remove_stale_siblings
 from agentmerge.io.units import TOKENIZER_FILES
 
@@ -199,6 +200,7 @@ HUB_PATTERNS = ("*.safetensors", "*.json", "*.txt", "*.model", "*.jinja")  # wha
 
 def resolve_model_path(ref: str | Path) -> Path:
     """A local folder (or single ``.safetensors`` file) as is; ``org/name[@revision]`` through huggingface_hub."""
+    check_reference(ref)
     path = Path(ref).expanduser()
     if path.exists():
         return path

@@ -13,6 +13,7 @@ import difflib
 import os
 from pathlib import Path
 
+from agentmerge.io.bounded import check_reference
 from agentmerge.io.hubref import split_revision
 
 ADAPTER_CONFIG = "adapter_config.json"  # what makes a folder a PEFT adapter (read by lora.py)
@@ -105,6 +106,7 @@ def missing_local_inputs(refs: list[str]) -> list[str]:
     """
     out = []
     for ref in refs:
+        check_reference(ref)
         parts = [ref] if Path(ref).expanduser().exists() or "+" not in ref else ref.rsplit("+", 1)
         out += [missing_local_message(part) for part in parts if is_missing_local(part)]
     return out

@@ -28,7 +28,7 @@ from typing import Any
 import torch
 
 from agentmerge.errors import CheckpointError
-from agentmerge.io.bounded import regular_file_size
+from agentmerge.io.bounded import check_reference, regular_file_size
 from agentmerge.io.checkpoint import Checkpoint, Readable, TensorInfo, resolve_model_path
 from agentmerge.io.localpath import ADAPTER_CONFIG, is_adapter
 from agentmerge.io.lora_config import LoraSettings, read_lora_config
@@ -40,6 +40,7 @@ _LORA_KEY = re.compile(r"^(?P<module>.+)\.(?P<part>lora_A|lora_B|lora_embedding_
 
 def split_model_plus_adapter(ref: str) -> tuple[str, str] | None:
     """mergekit's ``MODEL+ADAPTER``: ``(model, adapter)`` when ``ref`` is not itself a path and the adapter exists."""
+    check_reference(ref)
     if Path(ref).expanduser().exists() or "+" not in ref:
         return None
     model, _, adapter = ref.rpartition("+")
