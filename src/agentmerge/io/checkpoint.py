@@ -34,10 +34,10 @@ from typing import Protocol
 import torch
 
 from agentmerge.errors import CheckpointError
+from agentmerge.io.bounded import check_reference
 from agentmerge.io.headers import check_data_covered, header_metadata, parse_header_json, read_json_object
 from agentmerge.io.hubref import HubRef, split_revision
 from agentmerge.io.localpath import is_missing_local, missing_local_message
-from agentmerge.io.bounded import check_reference
 from agentmerge.io.safety import TMP_MARKER, mark_tmp, output_lock, remove_stale_siblings
 from agentmerge.io.units import TOKENIZER_FILES
 
