@@ -269,7 +269,8 @@ class Generator:
             tokenizer = transformers.AutoTokenizer.from_pretrained(path)
             model = auto_model.from_pretrained(path, dtype=getattr(torch, dtype))
         except (OSError, ValueError) as e:
-            raise CheckpointError(f"{path}: transformers cannot load this checkpoint ({e})") from None
+            why = " ".join(str(e).split())[:300]  # one line, however many transformers wrote
+            raise CheckpointError(f"{path}: transformers cannot load this checkpoint ({why})") from None
         model.to(device).eval()
         return cls(model, tokenizer, chat and bool(getattr(tokenizer, "chat_template", None)), device)
 
