@@ -17,9 +17,10 @@ import pytest
 import torch
 from safetensors.torch import save_file
 
+import agentmerge
 from agentmerge.cli import main
 
-SRC = str(Path(__file__).resolve().parents[1] / "src")
+SRC = str(Path(agentmerge.__file__).resolve().parents[1])  # the agentmerge this test process imported
 TESTS = str(Path(__file__).resolve().parent)
 LLAMA = {
     "model.embed_tokens.weight": (16, 8),
