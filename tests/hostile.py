@@ -102,3 +102,25 @@ def bounded_python(code: str, timeout: float = 60, env: dict[str, str] | None = 
     except subprocess.TimeoutExpired:
         pytest.fail(f"still running after {timeout} s (a hang)")
     return run.stdout + run.stderr
+
+
+def not_a_file(path: Path, kind: str) -> Path:
+    """Put at ``path`` what is no regular file: a link to ``/dev/zero``, a FIFO, or a folder."""
+    if kind == "dev-zero":
+        path.symlink_to("/dev/zero")
+    elif kind == "fifo":
+        os.mkfifo(path)
+    else:
+        path.mkdir()
+    return path
+
+
+def bounded_merge(base: Path, model: Path, out: Path) -> str:
+    """``bounded_python`` of a task_arithmetic merge of ``model`` on ``base``: 'refused: ...' on our error."""
+    return bounded_python(
+        "from agentmerge import MergeConfig, ModelSpec, merge\n"
+        "from agentmerge.errors import AgentMergeError\n"
+        f"cfg = MergeConfig(method='task_arithmetic', base={str(base)!r}, models=[ModelSpec(path={str(model)!r})])\n"
+        f"try:\n    merge(cfg, {str(out)!r}, quiet=True)\nexcept AgentMergeError as e:\n    print('refused:', e)\n",
+        timeout=120,
+    )

@@ -16,7 +16,7 @@ from typing import Any
 import pytest
 import torch
 from safetensors.torch import load_file, save_file
-from tests.hostile import bounded_python, model_folder, one_line_error
+from tests.hostile import bounded_merge, model_folder, one_line_error
 
 from agentmerge import MergeConfig, ModelSpec, merge
 from agentmerge.errors import AgentMergeError
@@ -121,13 +121,7 @@ def test_adapter_config_that_is_not_json_or_nested_too_deeply_is_one_line(
 
 def test_a_rank_pattern_key_that_backtracks_catastrophically_is_stopped(base: Path, tmp_path: Path) -> None:
     a = adapter(tmp_path / "adapter", base, rank_pattern={"(.|.)*\\d\\d": 2})  # 2^31 ways to fail on q_proj's name
-    out = bounded_python(
-        "from agentmerge import MergeConfig, ModelSpec, merge\n"
-        "from agentmerge.errors import AgentMergeError\n"
-        f"cfg = MergeConfig(method='task_arithmetic', base={str(base)!r}, models=[ModelSpec(path={str(a)!r})])\n"
-        f"try:\n    merge(cfg, {str(tmp_path / 'out')!r}, quiet=True)\nexcept AgentMergeError as e:\n    print('refused:', e)\n",
-        timeout=120,
-    )
+    out = bounded_merge(base, a, tmp_path / "out")
     assert "refused:" in out and "catastrophic backtracking" in out and "rank_pattern" in out, out
 
 
@@ -143,13 +137,7 @@ def test_adapter_files_that_are_not_regular_files_are_refused(base: Path, tmp_pa
     else:
         (a / "adapter_model.safetensors").unlink(missing_ok=True)
         (a / "adapter_model.bin").symlink_to("/dev/zero")
-    out = bounded_python(
-        "from agentmerge import MergeConfig, ModelSpec, merge\n"
-        "from agentmerge.errors import AgentMergeError\n"
-        f"cfg = MergeConfig(method='task_arithmetic', base={str(base)!r}, models=[ModelSpec(path={str(a)!r})])\n"
-        f"try:\n    merge(cfg, {str(tmp_path / 'out')!r}, quiet=True)\nexcept AgentMergeError as e:\n    print('refused:', e)\n",
-        timeout=120,
-    )
+    out = bounded_merge(base, a, tmp_path / "out")
     assert "refused:" in out and "not a regular file" in out, out
 
 

@@ -9,11 +9,10 @@ in a task line, a reference or a model's output).
 from __future__ import annotations
 
 import json
-import os
 from pathlib import Path
 
 import pytest
-from tests.hostile import bounded_python, one_line_error
+from tests.hostile import bounded_python, not_a_file, one_line_error
 
 from agentmerge.evaluation.report import eval_markdown
 from agentmerge.evaluation.scoring import EvalRun, Scores, evaluate
@@ -82,13 +81,7 @@ def test_markdown_cells_are_escaped() -> None:
 
 @pytest.mark.parametrize("kind", ["dev-zero", "fifo", "folder"])
 def test_a_task_file_that_is_not_a_regular_file_is_refused_without_reading(tmp_path: Path, kind: str) -> None:
-    path = tmp_path / "tasks.jsonl"
-    if kind == "dev-zero":
-        path.symlink_to("/dev/zero")
-    elif kind == "fifo":
-        os.mkfifo(path)
-    else:
-        path.mkdir()
+    path = not_a_file(tmp_path / "tasks.jsonl", kind)
     out = bounded_python(
         "from agentmerge.evaluation.taskfile import load_tasks, TaskFileError\n"
         f"try:\n    load_tasks({str(path)!r})\nexcept TaskFileError as e:\n    print('refused:', e)\n",

@@ -19,7 +19,7 @@ from typing import Any
 
 import pytest
 import torch
-from tests.hostile import bounded_python, model_folder, one_line_error, within
+from tests.hostile import bounded_python, model_folder, not_a_file, one_line_error, within
 
 from agentmerge.errors import CheckpointError
 from agentmerge.io.checkpoint import Checkpoint
@@ -85,13 +85,7 @@ def test_verl_huge_world_size_is_refused_at_once(tmp_path: Path, world: int) -> 
 def test_verl_rank_file_that_is_not_a_regular_file_is_refused_without_reading(tmp_path: Path, kind: str) -> None:
     actor = tmp_path / "actor"
     actor.mkdir()
-    target = actor / "model_world_size_1_rank_0.pt"
-    if kind == "dev-zero":
-        target.symlink_to("/dev/zero")
-    elif kind == "fifo":
-        os.mkfifo(target)
-    else:
-        target.mkdir()
+    not_a_file(actor / "model_world_size_1_rank_0.pt", kind)
     out = bounded_python(
         "from agentmerge.io.trainer import open_weights\n"
         "from agentmerge.errors import CheckpointError\n"
@@ -108,6 +102,31 @@ class _BuildsAMesh:
         from torch.distributed.device_mesh import DeviceMesh
 
         return (DeviceMesh, ("cpu", [0, 1]))
+
+
+def test_the_loaded_device_mesh_is_always_the_inert_one() -> None:
+    """torch's own allowlist maps DeviceMesh's name to the real class too; during our loads only ours counts
+    (checked in a fresh interpreter too: there the first load imports torch.distributed.tensor, which adds it)."""
+    out = bounded_python(
+        "from torch import _weights_only_unpickler as unpickler\n"
+        "from agentmerge.io import trainer_verl\n"
+        "with trainer_verl._only_dtensor_globals():\n"
+        "    mapped = unpickler._get_user_allowed_globals()['torch.distributed.device_mesh.DeviceMesh']\n"
+        "print('inert:', mapped is trainer_verl._saved_mesh())\n"
+    )
+    assert "inert: True" in out, out
+    import torch.distributed.tensor  # adds the real DeviceMesh to torch's process-wide allowlist
+    from torch import _weights_only_unpickler as unpickler
+
+    from agentmerge.io import trainer_verl
+
+    before = torch.serialization.get_safe_globals()
+    for _ in range(20):  # the set order that decided it changed from run to run
+        with trainer_verl._only_dtensor_globals():
+            mapped = unpickler._get_user_allowed_globals()["torch.distributed.device_mesh.DeviceMesh"]
+            assert mapped is trainer_verl._saved_mesh()
+    after = torch.serialization.get_safe_globals()
+    assert len(after) == len(before) and all(g in after for g in before)  # put back as it was
 
 
 def test_a_pickle_that_builds_a_device_mesh_never_starts_a_process_group(tmp_path: Path) -> None:

@@ -28,6 +28,7 @@ import contextlib
 import functools
 import logging
 import math
+import threading
 import zipfile
 from collections.abc import Iterator
 from pathlib import Path
@@ -67,13 +68,38 @@ def _saved_mesh() -> type:
 
 
 def dtensor_globals() -> list[Any]:
-    """The classes a DTensor pickle names, and nothing else: the narrowest allowlist that loads verl's files."""
+    """The classes a DTensor pickle names, and nothing else: the narrowest allowlist that loads verl's files
+    (placements agentmerge refuses by name, ``Partial`` and ``_StridedShard``, are loaded so as to be named)."""
     from torch.distributed._mesh_layout import _FlatLayout, _MeshLayout
-    from torch.distributed.tensor import DTensor, Replicate, Shard
+    from torch.distributed.tensor import DTensor, Partial, Replicate, Shard, placement_types
     from torch.distributed.tensor._dtensor_spec import DTensorSpec, ShardOrderEntry, TensorMeta
 
     classes: list[Any] = [DTensor, DTensorSpec, TensorMeta, ShardOrderEntry, _MeshLayout, _FlatLayout, Shard, Replicate]
-    return [*classes, (_saved_mesh(), _MESH)]
+    strided = getattr(placement_types, "_StridedShard", None)
+    return [*classes, Partial, *([strided] if strided else []), (_saved_mesh(), _MESH)]
+
+
+_GLOBALS_LOCK = threading.Lock()
+
+
+@contextlib.contextmanager
+def _only_dtensor_globals() -> Iterator[None]:
+    """For the block, the weights-only allowlist is exactly ``dtensor_globals()``.
+
+    Importing ``torch.distributed.tensor`` adds the real ``DeviceMesh`` to torch's process-wide allowlist
+    under the very name our stand-in takes; which of the two a load would use depends on set order (it
+    changes from run to run), so the process-wide entries are set aside for the block and put back after.
+    """
+    ours = dtensor_globals()  # first: importing torch.distributed.tensor adds its own entries to the allowlist
+    with _GLOBALS_LOCK:
+        before = torch.serialization.get_safe_globals()
+        torch.serialization.clear_safe_globals()
+        torch.serialization.add_safe_globals(ours)
+        try:
+            yield
+        finally:
+            torch.serialization.clear_safe_globals()
+            torch.serialization.add_safe_globals(before)
 
 
 @contextlib.contextmanager
@@ -94,7 +120,7 @@ def load_rank_file(f: Path) -> dict[str, Any]:
     if not zipfile.is_zipfile(f):
         raise CheckpointError(f"{f}: not a torch zip archive (truncated, or saved by torch < 1.6); save it again")
     try:
-        with torch.serialization.safe_globals(dtensor_globals()), _quiet_device_mesh():
+        with _only_dtensor_globals(), _quiet_device_mesh():
             state = torch.load(f, map_location="cpu", weights_only=True, mmap=True)
     except Exception as e:  # code in the pickle, a ShardedTensor, a mesh built, a corrupt file
         raise CheckpointError(
