@@ -2,11 +2,51 @@
 
 from __future__ import annotations
 
+import atexit
+import os
+import shutil
+import sys
+import tempfile
+import tomllib
 from pathlib import Path
 
 import pytest
 
 from agentmerge.synthetic import write_family
+
+PYPROJECT = Path(__file__).parents[1] / "pyproject.toml"
+
+
+def declared_entry_points() -> dict[str, dict[str, str]]:
+    """The plug-in entry points this checkout's pyproject.toml declares: group -> {name: "module:attr"}."""
+    project = tomllib.loads(PYPROJECT.read_text())["project"]
+    return {group: dict(eps) for group, eps in project.get("entry-points", {}).items()}
+
+
+def _see_this_checkouts_entry_points() -> None:
+    """Tests run this checkout's sources (``PYTHONPATH=src``) on whatever install the environment holds. When
+    that install's metadata lacks this checkout's entry points (installed from another checkout, or before they
+    changed), put a metadata-only distribution holding them first on the path, for this process and the ones it
+    starts (the CLI in a subprocess, Ray workers), so plug-ins are found as ``pip install -e .`` would make them.
+    """
+    from importlib.metadata import entry_points
+
+    declared = declared_entry_points()
+    installed = {g: {ep.name: ep.value for ep in entry_points(group=g)} for g in declared}
+    if all(installed[g].get(n) == v for g, eps in declared.items() for n, v in eps.items()):
+        return
+    folder = Path(tempfile.mkdtemp(prefix="agentmerge-entry-points-"))
+    atexit.register(shutil.rmtree, folder, True)
+    dist = folder / "agentmerge_checkout_entry_points-0.dist-info"
+    dist.mkdir()
+    (dist / "METADATA").write_text("Metadata-Version: 2.1\nName: agentmerge-checkout-entry-points\nVersion: 0\n")
+    sections = [f"[{g}]\n" + "".join(f"{n} = {v}\n" for n, v in eps.items()) for g, eps in declared.items()]
+    (dist / "entry_points.txt").write_text("\n".join(sections))
+    sys.path.insert(0, str(folder))
+    os.environ["PYTHONPATH"] = os.pathsep.join(p for p in (str(folder), os.environ.get("PYTHONPATH", "")) if p)
+
+
+_see_this_checkouts_entry_points()
 
 
 @pytest.fixture(scope="session")

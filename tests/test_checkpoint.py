@@ -11,16 +11,13 @@ import torch
 from safetensors.torch import load_file, save_file
 
 from agentmerge.errors import CheckpointError
-from agentmerge.io import checkpoint
-from agentmerge.io.checkpoint import (
-    Checkpoint,
-    PlannedTensor,
-    ShardWriter,
-    atomic_output_dir,
-    plan_shards,
-    read_safetensors_header,
-)
+from agentmerge.io import writer as writer_module
+from agentmerge.io.atomic import atomic_output_dir
+from agentmerge.io.checkpoint import Checkpoint
+from agentmerge.io.shards import PlannedTensor, plan_shards
+from agentmerge.io.tensorfile import read_safetensors_header
 from agentmerge.io.units import parse_size
+from agentmerge.io.writer import ShardWriter
 
 
 def tensors() -> dict[str, torch.Tensor]:
@@ -110,11 +107,11 @@ def test_writer_chunks_in_any_order_load_with_safetensors(
     plans = plan_shards(planned(), 120)
     started: list[int] = []
     if early_writeback:  # writeback asked for every 20 bytes written (Linux: sync_file_range)
-        monkeypatch.setattr(checkpoint, "WRITEBACK_BYTES", 20)
-        real = checkpoint._writeback_starter()
+        monkeypatch.setattr(writer_module, "WRITEBACK_BYTES", 20)
+        real = writer_module._writeback_starter()
         assert real is not None or sys.platform != "linux"
         monkeypatch.setattr(
-            checkpoint, "_writeback_starter", lambda: lambda fd: (started.append(fd), real and real(fd))
+            writer_module, "_writeback_starter", lambda: lambda fd: (started.append(fd), real and real(fd))
         )
     writer = ShardWriter(tmp_path, plans, planned())
     for name, v in reversed(list(want.items())):

@@ -65,3 +65,22 @@ def test_config_is_frozen() -> None:
     c = MergeConfig(method="ram", base="b", models=[ModelSpec(path="a")])
     with pytest.raises(ValidationError):
         c.method = "linear"  # type: ignore[misc]
+
+
+def test_a_deprecated_key_loads_with_a_note(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """``allow_dtype_mismatch`` (read nowhere since mixed floating dtypes are always accepted) still loads."""
+    from agentmerge.cli.merging import _read_config_file
+    from agentmerge.config.schema import read_config
+
+    path = tmp_path / "old.yaml"
+    path.write_text("method: ram\nbase: b\nmodels: [a1, a2]\nallow_dtype_mismatch: true\n")
+    data, notes = read_config(path)
+    assert "allow_dtype_mismatch" not in data and notes == [
+        "allow_dtype_mismatch has no effect (models in another floating dtype than the base's are always "
+        "accepted); remove it"
+    ]
+    assert config_from_dict(data) == config_from_dict({**data, "allow_dtype_mismatch": False})
+    _read_config_file(str(path))
+    assert f"agentmerge: note: {path}: allow_dtype_mismatch has no effect" in capsys.readouterr().err
+    with pytest.raises(ValidationError):
+        MergeConfig.model_validate({**data, "allow_dtype_mismatch": True})  # the model itself no longer has it

@@ -28,8 +28,9 @@ from agentmerge.cli import main
 from agentmerge.config.mergekit import from_mergekit
 from agentmerge.config.schema import config_from_dict, load_config
 from agentmerge.errors import AgentMergeError, CheckpointError, ConfigError, MergeError
-from agentmerge.io.checkpoint import Checkpoint, read_safetensors_header
+from agentmerge.io.checkpoint import Checkpoint
 from agentmerge.io.safety import TMP_MARKER, output_lock
+from agentmerge.io.tensorfile import read_safetensors_header
 from agentmerge.io.validate import FISHER_MARK
 
 SHAPES = {"embed.weight": (16, 8), "layers.0.mlp.weight": (8, 8), "layers.0.norm.weight": (8,)}
@@ -189,22 +190,22 @@ def test_fisher_output_is_atomic_marked_and_kept_out_of_inputs(
     one_line_error(capsys, ["fisher", str(lm), "--samples", "1", "--max-tokens", "2", "--out", str(lm)], "must not be")
     assert digest(lm) == before
     # a run that dies half-way leaves nothing that looks like a Fisher
-    from agentmerge.io import checkpoint
+    from agentmerge.io import writer
 
     calls = {"n": 0}
-    real_write = checkpoint.ShardWriter.write
+    real_write = writer.ShardWriter.write
 
-    def dying_write(self: checkpoint.ShardWriter, name: str, start: int, values: torch.Tensor) -> None:
+    def dying_write(self: writer.ShardWriter, name: str, start: int, values: torch.Tensor) -> None:
         calls["n"] += 1
         if calls["n"] == 3:
             raise KeyboardInterrupt
         real_write(self, name, start, values)
 
-    monkeypatch.setattr(checkpoint.ShardWriter, "write", dying_write)
+    monkeypatch.setattr(writer.ShardWriter, "write", dying_write)
     out = tmp_path / "fisher"
     assert main(["fisher", str(lm), "--samples", "1", "--max-tokens", "2", "--out", str(out)]) == 130
     assert not out.exists() and not [p for p in tmp_path.iterdir() if p.name.startswith(".fisher.")]
-    monkeypatch.setattr(checkpoint.ShardWriter, "write", real_write)
+    monkeypatch.setattr(writer.ShardWriter, "write", real_write)
     assert main(["fisher", str(lm), "--samples", "1", "--max-tokens", "2", "--out", str(out)]) == 0
     with safe_open(str(out / "model.safetensors"), "pt") as f:
         assert f.metadata()[FISHER_MARK[0]] == FISHER_MARK[1]

@@ -8,8 +8,9 @@ Layers, lowest first (a module may import its own layer and the ones below, neve
     evaluation         scoring checkpoints
     sweep              merge-and-evaluate trials on Ray
     cli                the command line (``agentmerge.cli``, ``agentmerge.__main__``)
-The package root re-exports names lazily; ``errors``, ``_version`` and ``synthetic`` are leaves. The zoo
-(``agentmerge_zoo``) is a client: nothing in ``agentmerge`` imports it.
+The package root re-exports names lazily; ``errors``, ``_version``, ``plugins`` and ``synthetic`` are leaves.
+The zoo (``agentmerge_zoo``) is a client: nothing in ``agentmerge`` imports it or names its modules; it plugs in
+through entry points (``plugins``).
 """
 
 from __future__ import annotations
@@ -22,7 +23,7 @@ import agentmerge
 SRC = Path(agentmerge.__file__).parent
 ZOO = SRC.parent / "agentmerge_zoo"
 LAYERS = ("methods", "io", "config", "engine", "evaluation", "sweep", "cli")
-LEAVES = {"agentmerge.errors", "agentmerge._version"}
+LEAVES = {"agentmerge.errors", "agentmerge._version", "agentmerge.plugins"}
 
 
 def _module(path: Path) -> str:
@@ -99,7 +100,7 @@ def test_no_import_circles() -> None:
 
 def test_probe_dry_run_and_streaming_do_not_import_the_driver() -> None:
     graph = import_graph()
-    for name in ("probe", "dryrun", "stream", "plan", "report"):
+    for name in ("probe", "dryrun", "inputs", "parallel", "caches", "counting", "plan", "report"):
         mod = f"agentmerge.engine.{name}"
         assert "agentmerge.engine.merge" not in graph[mod], mod
 
@@ -182,6 +183,41 @@ def test_nothing_in_the_library_imports_the_zoo() -> None:
     assert users == set()
 
 
+def _docstrings(tree: ast.Module) -> set[int]:
+    """The ids of the docstring nodes of a module and its classes and functions."""
+    holders = [
+        tree,
+        *(n for n in ast.walk(tree) if isinstance(n, ast.ClassDef | ast.FunctionDef | ast.AsyncFunctionDef)),
+    ]
+    return {
+        id(h.body[0].value)
+        for h in holders
+        if h.body and isinstance(h.body[0], ast.Expr) and isinstance(h.body[0].value, ast.Constant)
+    }
+
+
+def zoo_names(tree: ast.Module) -> list[str]:
+    """String constants in code (not docstrings) that name a zoo module (``find_spec("agentmerge_zoo.cli")``)."""
+    docs = _docstrings(tree)
+    return [
+        n.value
+        for n in ast.walk(tree)
+        if isinstance(n, ast.Constant)
+        and isinstance(n.value, str)
+        and "agentmerge_zoo" in n.value
+        and id(n) not in docs
+    ]
+
+
+def test_the_library_names_no_zoo_module() -> None:
+    """Not even by a string: the zoo is found through its entry points (pyproject.toml), like any plug-in."""
+    named = {m: zoo_names(tree) for m, (_, tree) in _trees().items() if layer(m) != "zoo"}
+    assert {m: n for m, n in named.items() if n} == {}
+    assert zoo_names(ast.parse('"""agentmerge_zoo is fine here"""\nspec = find_spec("agentmerge_zoo.cli")\n')) == [
+        "agentmerge_zoo.cli"
+    ]
+
+
 def test_nothing_below_the_cli_imports_it() -> None:
     users = {
         m for m, targets in import_graph().items() if layer(m) != "cli" and any(layer(t) == "cli" for t in targets)
@@ -204,3 +240,52 @@ def test_few_loose_files_and_no_big_rooms() -> None:
     ]
     assert len(loose) <= 10, loose
     assert big == []
+
+
+# --------------------------------------------------------------------------- the engine runs every method alike
+
+# the driver, the dry run, the report and the engine modules under them (the probe is RAM+'s own tool)
+METHOD_BLIND = ("merge", "dryrun", "report", "plan", "passes", "counting", "inputs", "parallel", "caches")
+
+
+def method_literals(source: str, names: set[str]) -> list[str]:
+    """The string literals of ``source`` that are a method's name (``"ram_plus"``, ``== "ties"``, dict keys)."""
+    found = []
+    for node in ast.walk(ast.parse(source)):
+        if isinstance(node, ast.Constant) and isinstance(node.value, str) and node.value in names:
+            found.append(f"line {node.lineno}: {node.value!r}")
+    return found
+
+
+def test_the_engine_names_no_method() -> None:
+    """What a method needs is in its registry entry (parameters, hooks), so the driver never asks which one it runs.
+
+    An extra per-model input is named like the method that reads it (``fisher``): that name is an input kind.
+    """
+    from agentmerge.methods.registry import METHODS
+
+    kinds = {kind for m in METHODS.values() for kind in m.needs.extras}
+    names = set(METHODS) - kinds
+    assert method_literals('if plan.method.name == "ram_plus" or p["scope"] == "global": pass', names)
+    found = {m: method_literals((SRC / "engine" / f"{m}.py").read_text(), names) for m in METHOD_BLIND}
+    assert {m: f for m, f in found.items() if f} == {}
+
+
+def test_a_method_entry_is_small() -> None:
+    """``Method`` had 16 fields (kernel, parameters and five ways to ask for a pre-pass); its hooks bundle them."""
+    from dataclasses import fields
+
+    from agentmerge.methods.method import Method
+
+    assert len(fields(Method)) < 16
+    assert [f.name for f in fields(Method)] == [
+        "name",
+        "summary",
+        "kernel",
+        "record",
+        "needs",
+        "passes",
+        "scales",
+        "compiled_at",
+        "paper",
+    ]

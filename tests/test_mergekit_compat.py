@@ -11,9 +11,10 @@ from safetensors.torch import load_file
 
 from agentmerge.cli import main
 from agentmerge.config.mergekit import from_mergekit
+from agentmerge.config.mergekit_names import MERGEKIT
 from agentmerge.config.schema import config_from_dict, load_config
 from agentmerge.errors import ConfigError
-from agentmerge.methods.registry import MERGEKIT, METHODS
+from agentmerge.methods.registry import METHODS
 
 # mergekit's own documentation example (examples/linear.yml), keys and structure unchanged; only the three
 # model names are replaced by local folders in the test.

@@ -12,9 +12,10 @@ import yaml
 from agentmerge.cli import main
 from agentmerge.config.mergekit import from_mergekit
 from agentmerge.config.mergekit_export import to_mergekit
+from agentmerge.config.mergekit_names import MERGEKIT
 from agentmerge.config.schema import MergeConfig, config_from_dict
 from agentmerge.errors import ConfigError
-from agentmerge.methods.registry import MERGEKIT, METHODS
+from agentmerge.methods.registry import METHODS
 
 TENSORS = ("model.layers.0.mlp.up_proj.weight", "model.layers.0.self_attn.q_proj.weight", "model.embed_tokens.weight")
 MODELS = [{"path": "org/a@v1", "weight": 0.5}, {"path": "./agents/b", "weight": 1.5}, {"path": "org/c"}]

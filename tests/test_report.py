@@ -14,7 +14,7 @@ from agentmerge.cli import main
 from agentmerge.config.schema import Override
 from agentmerge.engine import provenance
 from agentmerge.engine.report import model_card
-from agentmerge.io.checkpoint import read_safetensors_header
+from agentmerge.io.tensorfile import read_safetensors_header
 
 
 @pytest.fixture(autouse=True)

@@ -186,7 +186,8 @@ def test_killed_sweep_loses_only_running_trials(tiny_family: tuple[Path, list[Pa
     (tmp_path / "sleep.txt").write_text("1.5")
     import agentmerge  # the subprocess runs from tmp_path: it must import this package, not an installed one
 
-    env = {**os.environ, "PYTHONPATH": str(Path(agentmerge.__file__).resolve().parents[1])}
+    src = str(Path(agentmerge.__file__).resolve().parents[1])
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([src, os.environ.get("PYTHONPATH", "")])}
     cmd = [
         sys.executable,
         "-m",
@@ -240,7 +241,7 @@ def test_first_line_of_a_config_error_in_a_trial(tmp_path: Path) -> None:
 
 
 def test_evaluator_results_are_checked() -> None:
-    from agentmerge.sweep.evaluators import checked
+    from agentmerge.evaluation.evaluator import checked_metrics as checked
 
     assert checked({"a": 1, "b": 0.5}, "f") == {"a": 1.0, "b": 0.5}
     for bad in ({}, [1], {"a": float("nan")}, {"a": "x"}, {"a": True}):
@@ -264,7 +265,7 @@ def test_ram_plus_trials_find_their_statistics_counted(
     """Before a sweep starts, each input set of its RAM+ trials is counted once; the trials then count nothing."""
     import shutil
 
-    from agentmerge.engine import stream
+    from agentmerge.engine import counting
     from agentmerge.engine.merge import merge
     from agentmerge.sweep.run import _count_overlaps_once
     from agentmerge.sweep.spec import merge_config
@@ -273,8 +274,8 @@ def test_ram_plus_trials_find_their_statistics_counted(
     family = (tmp_path / "fam" / "base", [tmp_path / "fam" / a.name for a in tiny_family[1]])
     cfg = load_sweep(write_sweep(tmp_path, family, subsets="pairs"))
     seen: list[str] = []
-    task = stream._hist_task
-    monkeypatch.setattr(stream, "_hist_task", lambda inputs, name, *a: seen.append(name) or task(inputs, name, *a))
+    task = counting._hist_task
+    monkeypatch.setattr(counting, "_hist_task", lambda inputs, name, *a: seen.append(name) or task(inputs, name, *a))
     _count_overlaps_once(cfg, set(), quiet=True)
     counted = len(seen)
     assert counted > 0
@@ -290,7 +291,7 @@ def test_adaptive_rule_trials_find_their_thresholds_computed(
     """RAM trials with an adaptive mask rule: each input set and rule's thresholds computed once, before the trials."""
     import shutil
 
-    from agentmerge.engine import stream
+    from agentmerge.engine import counting
     from agentmerge.engine.merge import merge
     from agentmerge.sweep.run import _count_overlaps_once
     from agentmerge.sweep.spec import merge_config
@@ -302,9 +303,11 @@ def test_adaptive_rule_trials_find_their_thresholds_computed(
     cfg = load_sweep(write_sweep(tmp_path, family, methods=methods, seeds=[0, 1]))
     computed: list[str] = []
     counted: list[str] = []
-    levels, task = stream.tensor_levels, stream._hist_task
-    monkeypatch.setattr(stream, "tensor_levels", lambda rule, name, *a: computed.append(name) or levels(rule, name, *a))
-    monkeypatch.setattr(stream, "_hist_task", lambda inputs, name, *a: counted.append(name) or task(inputs, name, *a))
+    levels, task = counting.tensor_levels, counting._hist_task
+    monkeypatch.setattr(
+        counting, "tensor_levels", lambda rule, name, *a: computed.append(name) or levels(rule, name, *a)
+    )
+    monkeypatch.setattr(counting, "_hist_task", lambda inputs, name, *a: counted.append(name) or task(inputs, name, *a))
     _count_overlaps_once(cfg, set(), quiet=True)
     tensors = len(set(computed))
     assert tensors > 0
@@ -413,3 +416,68 @@ def test_named_trials_keep_their_folders_and_a_rerun_never_starts_ray(
     monkeypatch.setattr(RaySession, "start", refuse)
     again = run_sweep(load_sweep(path), out, source=path, quiet=True)
     assert again.ran == 0 and again.skipped == 2 and again.finished == []
+
+
+def test_what_a_trial_needs_on_each_node(tmp_path: Path) -> None:
+    """The inputs checked on every node: local paths (adapters split off), Fisher files, the evaluator's file;
+    not hub ids, which each node fetches itself."""
+    from agentmerge.sweep.cluster import Need, needs
+
+    for name in ("base", "m1", "adapter", "f1", "f2"):
+        (tmp_path / name).mkdir()
+    (tmp_path / "tasks.jsonl").write_text("")
+    data = {
+        "base": str(tmp_path / "base"),
+        "models": [str(tmp_path / "m1"), "some-org/some-model", f"{tmp_path / 'm1'}+{tmp_path / 'adapter'}"],
+        "methods": {},
+        "trials": [{"name": "f", "method": "fisher", "models": [0, 1], "fisher": [str(tmp_path / "f1"), "f2"]}],
+        "evaluate": "tasks:tasks.jsonl",
+    }
+    found = needs(sweep_from_dict(data), [str(tmp_path)])
+    assert found == [
+        Need("base", str(tmp_path / "base")),
+        Need("model", str(tmp_path / "m1")),
+        Need("model", str(tmp_path / "adapter")),
+        Need("fisher file", str(tmp_path / "f1")),
+        Need("fisher file", "f2"),
+        Need("task file", str(tmp_path / "tasks.jsonl")),
+    ]
+    (tmp_path / "myeval.py").write_text("def f(p):\n    return {'a': 1}\n")
+    python = sweep_from_dict({**data, "trials": [], "methods": {"ram": {}}, "evaluate": "python:myeval:f"})
+    assert needs(python, [str(tmp_path)])[-1] == Need("evaluator module", str(tmp_path / "myeval.py"))
+    installed = sweep_from_dict({**data, "trials": [], "methods": {"ram": {}}, "evaluate": "python:json:dumps"})
+    assert needs(installed, [str(tmp_path)])[-1] == Need("evaluator module", "json", "module")
+
+
+def test_a_node_check_names_what_it_cannot_read(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """``check_here`` (what runs on each node): every file of a folder opened, ``~`` read in this home, a module
+    importable, the trial folder writable, OUT shared when the driver's marker reads back."""
+    from agentmerge.sweep.cluster import MARKER, Need, check_here
+
+    model = tmp_path / "home" / "model"
+    model.mkdir(parents=True)
+    (model / "model.safetensors").write_bytes(b"x")
+    (model / "broken.safetensors").symlink_to(tmp_path / "gone")  # a file there that cannot be opened
+    monkeypatch.setenv("HOME", str(tmp_path / "home"))
+    out = tmp_path / "out"
+    out.mkdir()
+    (out / MARKER).write_text("abc")
+    wanted = [
+        Need("model", "~/model"),
+        Need("base", str(tmp_path / "nope")),
+        Need("evaluator module", "nosuchmod", "module"),
+    ]
+    answer = check_here(wanted, str(out), "abc")
+    assert answer["shared"] is True and (out / "trials").is_dir() and not list((out / "trials").iterdir())
+    assert answer["problems"] == [
+        ("model", "~/model", f"{model / 'broken.safetensors'}: no such file or folder"),
+        ("base", str(tmp_path / "nope"), "no such file or folder"),
+        ("evaluator module", "nosuchmod", "not importable here"),
+    ]
+    (model / "broken.safetensors").unlink()
+    (tmp_path / "file").write_text("")
+    answer = check_here(
+        [Need("model", "~/model"), Need("evaluator module", "json", "module")], str(tmp_path / "file"), "x"
+    )
+    assert answer["shared"] is False
+    assert [p[0] for p in answer["problems"]] == ["output folder"]  # OUT is a file here: no trial folder in it

@@ -18,7 +18,8 @@ from pathlib import Path
 
 import torch
 
-from agentmerge.io.checkpoint import PlannedTensor, ShardWriter, plan_shards
+from agentmerge.io.shards import PlannedTensor, plan_shards
+from agentmerge.io.writer import ShardWriter
 from agentmerge.methods.deltas import RNG_BLOCK, seeded_uniform
 
 

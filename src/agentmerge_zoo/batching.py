@@ -11,7 +11,7 @@ from typing import Any
 
 import torch
 
-from agentmerge_zoo.tasks import Example
+from agentmerge_zoo.taskbase import Example
 from agentmerge_zoo.vocab import BOS_ID, EOS_ID, PAD_ID, char_vocab
 
 IGNORE = -100

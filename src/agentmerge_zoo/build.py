@@ -20,11 +20,11 @@ from pathlib import Path
 import torch
 from transformers import AutoTokenizer
 
+from agentmerge.evaluation.scoring import quiet_transformers
 from agentmerge_zoo.config import ZooConfig, regime_recipes
 from agentmerge_zoo.grpo import EXPORTS, Recipe, grpo_train
 from agentmerge_zoo.modeling import is_complete, load_model, read_stage, save_checkpoint
 from agentmerge_zoo.pretrain import pretrain
-from agentmerge.evaluation.scoring import quiet_transformers
 from agentmerge_zoo.splits import held_out_prompts
 from agentmerge_zoo.tasks import SIX_DOMAINS
 

@@ -1,6 +1,7 @@
-"""Command-line pieces of the zoo: ``agentmerge zoo build``, ``zoo bench``, ``zoo many`` and ``eval --suite zoo``.
+"""Command-line pieces of the zoo: ``agentmerge zoo build``, ``zoo bench`` and ``zoo many``.
 
-The main ``agentmerge`` parser calls :func:`register` to add these subcommands.
+The main ``agentmerge`` parser calls :func:`register` to add these subcommands (entry point
+``agentmerge.commands: zoo``); ``eval --suite zoo`` is the evaluator plug-in of ``suite``.
 """
 
 from __future__ import annotations
@@ -15,8 +16,6 @@ from collections.abc import Iterator
 from dataclasses import replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
-
-from agentmerge.io.safety import check_report_path, write_report
 
 if TYPE_CHECKING:
     from agentmerge.sweep.run import RaySession
@@ -34,6 +33,9 @@ def register(subparsers: argparse._SubParsersAction) -> None:  # type: ignore[ty
     _build_parser(zoo_sub)
     _bench_parser(zoo_sub)
     _many_parser(zoo_sub)
+    from agentmerge_zoo.real.cli import register_real
+
+    register_real(zoo_sub)
 
 
 def _common(p: argparse.ArgumentParser) -> None:
@@ -234,7 +236,7 @@ def _bench_regime(
         keep = set(CORE_METHODS) if args.methods == "core" else set(args.methods.split(","))
         plan = replace(plan, methods=tuple(m for m in plan.methods if m.label in keep))
     if getattr(args, "variants", False):
-        from agentmerge_zoo.bench import VARIANT_RUNS
+        from agentmerge_zoo.benchplan import VARIANT_RUNS
 
         plan = replace(plan, methods=plan.methods + VARIANT_RUNS)
     if args.no_ablation:
@@ -270,7 +272,7 @@ def _docs_lock(docs: Path) -> Iterator[None]:
 
 def _plan(smoke: bool, seeds: tuple[int, ...], regime: str, pairs: bool) -> Any:
     """The full plan (the RAM+ ablation in the paper-like regime), or a small one that exercises each piece."""
-    from agentmerge_zoo.bench import METHOD_RUNS, BenchPlan, ram_plus_ablation
+    from agentmerge_zoo.benchplan import METHOD_RUNS, BenchPlan, ram_plus_ablation
 
     ablation = ram_plus_ablation() if regime == "paper_like" else ()
     if not smoke:
@@ -309,46 +311,3 @@ def _command(args: argparse.Namespace) -> str:
     if args.max_concurrent:
         parts += ["--max-concurrent", str(args.max_concurrent)]
     return shlex.join(parts)
-
-
-def cmd_eval(args: argparse.Namespace) -> int:
-    """``agentmerge eval CKPT ... --suite zoo``: every checkpoint on the zoo's held-out split."""
-    from agentmerge_zoo.evaluate import evaluate
-
-    check_eval_args(args)
-    _threads(args.threads)
-    n = args.n or (1000 if args.split == "test" else 300)
-    tasks = [t for t in args.tasks.split(",") if t] if args.tasks else None
-    reports = []
-    for ckpt in args.checkpoints:
-        report = evaluate(ckpt, split=args.split, n=n, tasks=tasks, batch_size=args.batch_size, quiet=args.quiet)
-        print(f"{ckpt}:")
-        for metric, value in report.metrics.items():
-            se, count = report.stderr[metric] * 100, report.count[metric]
-            print(f"  {metric:<16} {value * 100:6.2f} % ± {se:.2f}  (n={count})")
-        reports.append(report.to_dict())
-    if args.json_out:
-        text = json.dumps(reports[0] if len(reports) == 1 else reports, indent=2) + "\n"
-        write_report(args.json_out, text, "--json")
-    return 0
-
-
-def check_eval_args(args: argparse.Namespace) -> None:
-    """Counts must be positive, and each checkpoint a loadable causal LM with a tokenizer (one-line errors)."""
-    from agentmerge.errors import ConfigError
-    from agentmerge.evaluation.fisher import _transformers_step, check_causal_lm_folder
-
-    for flag, value in (("--n", args.n), ("--batch-size", args.batch_size), ("--threads", args.threads)):
-        if value is not None and value < 1:
-            raise ConfigError(f"{flag} must be at least 1 (got {value})")
-    if args.json_out:
-        check_report_path(Path(args.json_out), "--json")
-    for ckpt in args.checkpoints:
-        check_causal_lm_folder(ckpt)
-
-        def tokenizer(folder: str = ckpt) -> object:
-            from transformers import AutoTokenizer
-
-            return AutoTokenizer.from_pretrained(str(folder))
-
-        _transformers_step(ckpt, "load its tokenizer", tokenizer)

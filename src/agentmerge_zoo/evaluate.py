@@ -23,9 +23,9 @@ from transformers import AutoTokenizer
 
 from agentmerge.config.userinput import did_you_mean
 from agentmerge.errors import ConfigError
+from agentmerge.evaluation.scoring import quiet_transformers
 from agentmerge_zoo.generation import complete
 from agentmerge_zoo.modeling import load_model
-from agentmerge.evaluation.scoring import quiet_transformers
 from agentmerge_zoo.splits import eval_set
 from agentmerge_zoo.tasks import SIX_DOMAINS, SUITE_VERSION, all_tasks
 from agentmerge_zoo.vocab import char_vocab

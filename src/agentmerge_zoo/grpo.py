@@ -28,7 +28,8 @@ from agentmerge_zoo.batching import completion_mask, decode_completions, positio
 from agentmerge_zoo.generation import generate_ids
 from agentmerge_zoo.modeling import round_to_bf16_
 from agentmerge_zoo.splits import train_stream
-from agentmerge_zoo.tasks import Example, training_task
+from agentmerge_zoo.taskbase import Example
+from agentmerge_zoo.tasks import training_task
 
 STORAGES = ("bf16", "fp32_master")
 EXPORTS = ("bf16", "fp32")

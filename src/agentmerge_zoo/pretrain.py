@@ -19,7 +19,7 @@ import torch
 from agentmerge_zoo.batching import IGNORE, sft_batch
 from agentmerge_zoo.modeling import ModelShape, new_model
 from agentmerge_zoo.splits import train_stream
-from agentmerge_zoo.tasks import Example
+from agentmerge_zoo.taskbase import Example
 
 
 def _default_mixture() -> dict[str, float]:

@@ -3,6 +3,7 @@
 ``docs/results.json`` holds ``{"regimes": {name: aggregate}}`` (each aggregate as ``results.aggregate`` makes
 it, with its own command, seeds and timing); ``docs/results.md`` is rendered from it, and ``docs/regime-map.png``
 plots the map. A regime that has not been run yet is simply absent; one run on fewer seeds says so.
+The map itself (table, verdicts, figure) is drawn by ``regime_map``.
 """
 
 from __future__ import annotations
@@ -13,6 +14,7 @@ from pathlib import Path
 from typing import Any
 
 from agentmerge_zoo.config import DOMAINS, REGIMES
+from agentmerge_zoo.regime_map import cell, plot_regime_map, regime_map_lines
 from agentmerge_zoo.report_md import (
     comparison_lines,
     dilution_table,
@@ -24,7 +26,7 @@ from agentmerge_zoo.report_md import (
     retention_table,
     table,
 )
-from agentmerge_zoo.results import _jsonable, is_ablation
+from agentmerge_zoo.results import is_ablation, jsonable
 
 FULL_SEEDS = 3
 RESUME_COMMAND = "PYTHONPATH=src nohup nice -n 10 bash scripts/zoo_full_run.sh > full-run.log 2>&1 &"
@@ -48,7 +50,7 @@ def load_combined(docs: Path) -> dict[str, Any]:
 
 
 def _restore(value: Any) -> Any:
-    """Undo ``_jsonable``: "inf" / "-inf" back to floats, None back to NaN."""
+    """Undo ``jsonable``: "inf" / "-inf" back to floats, None back to NaN."""
     if value is None:
         return math.nan
     if value in ("inf", "-inf"):
@@ -66,7 +68,7 @@ def write_combined(combined: dict[str, Any], docs: Path) -> tuple[Path, Path]:
     json_path, md_path = docs / "results.json", docs / "results.md"
     ordered = {k: combined["regimes"][k] for k in REGIMES if k in combined["regimes"]}
     combined = {**combined, "regimes": ordered}
-    json_path.write_text(json.dumps(_jsonable(combined), indent=1) + "\n")
+    json_path.write_text(json.dumps(jsonable(combined), indent=1) + "\n")
     figure = plot_regime_map(combined, docs / "regime-map.png")
     md_path.write_text(render_combined(combined, figure.name if figure else None))
     return json_path, md_path
@@ -78,185 +80,6 @@ def render_combined_from_json(docs: Path) -> Path:
     md_path = docs / "results.md"
     md_path.write_text(render_combined(combined, figure.name if figure else None))
     return md_path
-
-
-def _num(x: Any) -> float:
-    if x is None or x == "inf":
-        return math.nan if x is None else math.inf
-    return float(x)
-
-
-def _pair(c: dict[str, Any]) -> tuple[float, float]:
-    return _num(c["mean"]), _num(c["se"])
-
-
-def _cell(c: dict[str, Any] | None, digits: int = 1) -> str:
-    return pm(c, 100.0, digits) if c else "n/a"
-
-
-def map_rows(combined: dict[str, Any]) -> list[list[str]]:
-    rows = []
-    for name, res in combined["regimes"].items():
-        m = res.get("map", {})
-        probe = res.get("probe", {}).get("agents", {})
-        dens = " / ".join(f"{a['density']['mean'] * 100:.1f}" for a in probe.values())
-        excess = " / ".join(f"{_num(e['mean']):.2f}" for e in m.get("overlap_excess", {}).values())
-        spec = m.get("merge_minus_specialist", {})
-        best_spec = " / ".join(_cell(spec.get(d, {}).get("best_merge")) for d in DOMAINS)
-        top_spec = " / ".join(
-            f"{_cell(spec.get(d, {}).get('best_on_domain_minus_specialist'))} ({spec.get(d, {}).get('best_on_domain')})"
-            for d in DOMAINS
-        )
-        rows.append(
-            [
-                f"`{name}` ({len(res['seeds'])} seeds)",
-                dens,
-                excess,
-                f"{_cell(m.get('ram_minus_best_baseline'))} (vs {m.get('best_baseline')})",
-                _cell(m.get("ram_minus_linear")),
-                _cell(m.get("ram_plus_minus_ram"), 2),
-                f"{best_spec} ({m.get('best_merge')})",
-                top_spec,
-            ]
-        )
-    return rows
-
-
-def regime_map_lines(combined: dict[str, Any], figure: str | None) -> list[str]:
-    header = [
-        "regime",
-        "density % (code / tool / memory)",
-        "overlap excess: measured w.0 / independent w.0",
-        "RAM − best baseline (pts)",
-        "RAM − linear (pts)",
-        "RAM+ − RAM (pts)",
-        "best merge − specialist, code / tool / memory (pts)",
-        "best merge on that domain − specialist (pts)",
-    ]
-    lines = [
-        "Per regime: paired (same-seed) differences of the agentic average, mean ± SE over seeds, in points. "
-        "The best baseline is the non-RAM merge with the highest mean test agentic average (a choice that favours "
-        "the baseline); the best merge is the same over every merge. The last column takes, per domain, the merge "
-        "that scores highest on that domain (also selected on test: an upper bound for the synergy claim). "
-        "Overlap excess below 1 means the agents update the same elements more often than independent masks "
-        "would; 1 means independent.",
-        "",
-        *table(header, map_rows(combined)),
-        "",
-    ]
-    lines += verdict_lines(combined)
-    if figure:
-        lines += [f"![regime map]({figure})", ""]
-    return lines
-
-
-def verdict(cell: dict[str, Any] | None) -> str:
-    """'higher' / 'lower' when the paired mean is more than 2 SE away from 0, else 'no clear difference'."""
-    if not cell:
-        return "not measured"
-    mean, se = _num(cell["mean"]), _num(cell["se"])
-    if not math.isfinite(mean):
-        return "not measured"
-    if mean - 2 * se > 0:
-        return f"higher by {mean * 100:.1f} ± {se * 100:.1f}"
-    if mean + 2 * se < 0:
-        return f"lower by {-mean * 100:.1f} ± {se * 100:.1f}"
-    return f"no clear difference ({mean * 100:+.1f} ± {se * 100:.1f})"
-
-
-def verdict_lines(combined: dict[str, Any]) -> list[str]:
-    """Plain statements per regime (a difference counts when its paired mean is more than 2 SE from 0)."""
-    lines = [
-        "In words (a paired difference counts when it is more than 2 SE from zero; with 3 seeds, a rough rule):",
-        "",
-    ]
-    for name, res in combined["regimes"].items():
-        m = res.get("map", {})
-        spec = m.get("merge_minus_specialist", {})
-        beats = [
-            f"{d} ({spec[d].get('best_on_domain')}: {verdict(spec[d].get('best_on_domain_minus_specialist'))})"
-            for d in DOMAINS
-            if d in spec
-        ]
-        lines.append(
-            f"- `{name}`: RAM vs the best baseline ({m.get('best_baseline')}): "
-            f"{verdict(m.get('ram_minus_best_baseline'))}; "
-            f"RAM+ vs the best baseline: {verdict(m.get('ram_plus_minus_best_baseline'))}; "
-            f"RAM+ vs RAM: {verdict(m.get('ram_plus_minus_ram'))}. Best merge on each domain vs its specialist: "
-            + "; ".join(beats)
-            + "."
-        )
-    return [*lines, ""]
-
-
-def _map_points(combined: dict[str, Any]) -> list[tuple[str, float, dict[str, tuple[float, float]]]]:
-    """Per regime: its name, mean overlap excess and the paired differences (mean, SE) the map plots."""
-    points: list[tuple[str, float, dict[str, tuple[float, float]]]] = []
-    for name, res in combined["regimes"].items():
-        m = res.get("map", {})
-        x = _num(m.get("overlap_excess_mean"))
-        if not math.isfinite(x) or "ram_minus_best_baseline" not in m:
-            continue
-        ys: dict[str, tuple[float, float]] = {"RAM − best baseline": _pair(m["ram_minus_best_baseline"])}
-        if m.get("ram_minus_linear"):
-            ys["RAM − linear (averaging)"] = _pair(m["ram_minus_linear"])
-        if m.get("ram_plus_minus_ram"):
-            ys["RAM+ − RAM"] = _pair(m["ram_plus_minus_ram"])
-        spec = [c for c in (m["merge_minus_specialist"][d].get("best_merge") for d in DOMAINS) if c]
-        if spec:
-            mean = sum(_num(c["mean"]) for c in spec) / len(spec)
-            se = math.sqrt(sum(_num(c["se"]) ** 2 for c in spec)) / len(spec)
-            ys["best merge − specialist (domain mean)"] = (mean, se)
-        points.append((name, x, ys))
-    return points
-
-
-def plot_regime_map(combined: dict[str, Any], path: Path) -> Path | None:
-    """x: mean overlap excess; y: RAM − best baseline, RAM+ − RAM, best merge − specialist (mean of domains)."""
-    points = _map_points(combined)
-    if not points:
-        return None
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    fig, ax = plt.subplots(figsize=(7.5, 4.5))
-    for label, marker in (
-        ("RAM − best baseline", "o"),
-        ("RAM − linear (averaging)", "D"),
-        ("RAM+ − RAM", "s"),
-        ("best merge − specialist (domain mean)", "^"),
-    ):
-        rows = [(x, ys[label]) for _, x, ys in points if label in ys]
-        ax.errorbar(
-            [r[0] for r in rows],
-            [r[1][0] * 100 for r in rows],
-            yerr=[r[1][1] * 100 for r in rows],
-            fmt=marker,
-            capsize=3,
-            label=label,
-        )
-    for name, x, *_ in points:
-        ax.annotate(name, (x, 0), textcoords="offset points", xytext=(3, -12), fontsize=8, rotation=20)
-    ax.axhline(0, color="black", lw=0.8)
-    ax.axvline(1, color="grey", lw=0.8, ls="--")
-    ax.set_xlabel("overlap excess: measured w.0 / independent-mask w.0 (mean of agents)")
-    ax.set_ylabel("paired difference (pts)")
-    ax.set_title("Where RAM wins: zoo precision regimes (mean ± SE over seeds)", fontsize=10)
-    ax.text(
-        0.01,
-        0.01,
-        "agentic average; merge − specialist: own-domain score, mean of the 3 domains",
-        transform=ax.transAxes,
-        fontsize=7,
-        color="grey",
-    )
-    ax.legend(fontsize=8, loc="lower right")
-    fig.tight_layout()
-    fig.savefig(path, dpi=110)
-    plt.close(fig)
-    return path
 
 
 def probe_vs_paper(res: dict[str, Any]) -> list[str]:
@@ -287,7 +110,7 @@ def magnitude_lines(res: dict[str, Any]) -> list[str]:
     for q in mag:
         cells = [f"{q['quartile']} ({q['mean_abs_w0']['mean']:.3g})"]
         for a in q["agents"]:
-            cells.append(f"{_cell(a['density'])} | {_cell(a['w0'])} | {_cell(a['w0_independent'])}")
+            cells.append(f"{cell(a['density'])} | {cell(a['w0'])} | {cell(a['w0_independent'])}")
         rows.append(cells)
     labels = [a["agent"] for a in mag[0]["agents"]]
     header = ["|w0| quartile (mean abs w0)", *[f"{x}: density | w.0 | w.0 indep." for x in labels]]
@@ -305,7 +128,7 @@ def ablation_lines(res: dict[str, Any]) -> list[str]:
     if not abl:
         return []
     rows = [
-        [label, _cell(e["agentic_avg"]), _cell(e["minus_ram"], 2), *[_cell(e[d]) for d in DOMAINS]]
+        [label, cell(e["agentic_avg"]), cell(e["minus_ram"], 2), *[cell(e[d]) for d in DOMAINS]]
         for label, e in abl.items()
     ]
     header = ["RAM+ setting", "agentic avg", "− RAM (paired, pts)", *[f"{d} (domain avg)" for d in DOMAINS]]
@@ -327,9 +150,9 @@ def variant_lines(res: dict[str, Any]) -> list[str]:
     rows = [
         [
             f"`{label}`",
-            _cell(e["agentic_avg"]),
-            *[_cell(e["minus"][ref]) for ref in refs],
-            *[_cell(e[d]) for d in DOMAINS],
+            cell(e["agentic_avg"]),
+            *[cell(e["minus"][ref]) for ref in refs],
+            *[cell(e[d]) for d in DOMAINS],
         ]
         for label, e in variants.items()
     ]
@@ -360,12 +183,12 @@ def pairs_lines(res: dict[str, Any]) -> list[str]:
     for pair, entry in pairs.items():
         domains = entry["domains"]
         rows = [
-            [label, *[_cell(cells[d]) for d in domains], _cell(cells["avg"])] for label, cells in entry["rows"].items()
+            [label, *[cell(cells[d]) for d in domains], cell(cells["avg"])] for label, cells in entry["rows"].items()
         ]
         lams = ", ".join(f"{v:g}" for v in entry["ta_lambda"] if isinstance(v, float) and math.isfinite(v))
         lines += [f"**{pair}** (task arithmetic λ per seed: {lams})", ""]
         lines += table(["model", *[f"{d} (domain avg)" for d in domains], "pair avg (its metric columns)"], rows)
-        diffs = "; ".join(f"{k}: {_cell(v)}" for k, v in entry["diffs"].items())
+        diffs = "; ".join(f"{k}: {cell(v)}" for k, v in entry["diffs"].items())
         lines += ["", f"Paired differences of the pair average (pts): {diffs}.", ""]
     return lines
 

@@ -352,16 +352,16 @@ def write_results(results: dict[str, Any], docs: Path) -> tuple[Path, Path]:
 
     docs.mkdir(parents=True, exist_ok=True)
     json_path, md_path = docs / "results.json", docs / "results.md"
-    json_path.write_text(json.dumps(_jsonable(results), indent=1, sort_keys=False) + "\n")
+    json_path.write_text(json.dumps(jsonable(results), indent=1, sort_keys=False) + "\n")
     md_path.write_text(render_markdown(results))
     return json_path, md_path
 
 
-def _jsonable(value: Any) -> Any:
+def jsonable(value: Any) -> Any:
     if isinstance(value, float) and not math.isfinite(value):
         return None if math.isnan(value) else ("inf" if value > 0 else "-inf")
     if isinstance(value, dict):
-        return {k: _jsonable(v) for k, v in value.items()}
+        return {k: jsonable(v) for k, v in value.items()}
     if isinstance(value, list | tuple):
-        return [_jsonable(v) for v in value]
+        return [jsonable(v) for v in value]
     return value

@@ -10,7 +10,8 @@ from __future__ import annotations
 import random
 from collections.abc import Iterator
 
-from agentmerge_zoo.tasks import CORE_DOMAINS, Example, Task, all_tasks, training_task
+from agentmerge_zoo.taskbase import Example, Task
+from agentmerge_zoo.tasks import CORE_DOMAINS, all_tasks, training_task
 
 EVAL_SPLITS = ("val", "test")
 TEST_RESERVE = 1000  # validation never uses one of the first TEST_RESERVE test prompts

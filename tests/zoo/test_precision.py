@@ -168,11 +168,11 @@ def test_probe_and_merge_accept_bf16_base_with_fp32_agents(
         )
         fp32.append(out)
     same = probe(str(base), [str(p) for p in agents], quiet=True)
-    mixed = probe(str(base), [str(p) for p in fp32], quiet=True, allow_dtype_mismatch=True)
+    mixed = probe(str(base), [str(p) for p in fp32], quiet=True)
     assert [a.density for a in mixed.agents] == [a.density for a in same.agents]
     assert [a.overlap for a in mixed.agents] == [a.overlap for a in same.agents]
     specs = [ModelSpec(path=str(p), name=p.name) for p in fp32]
-    cfg = MergeConfig(method="ram", base=str(base), models=specs, allow_dtype_mismatch=True)
+    cfg = MergeConfig(method="ram", base=str(base), models=specs)
     merge(cfg, tmp_path / "merged", force=True, quiet=True)
     header_len = int.from_bytes((tmp_path / "merged" / "model.safetensors").read_bytes()[:8], "little")
     header = json.loads((tmp_path / "merged" / "model.safetensors").read_bytes()[8 : 8 + header_len])
@@ -239,7 +239,7 @@ def test_combined_report_has_map_figure_and_partial_note(tmp_path: Path) -> None
 
 
 def test_verdict_needs_two_standard_errors() -> None:
-    from agentmerge_zoo.regime_report import verdict
+    from agentmerge_zoo.regime_map import verdict
 
     assert verdict({"mean": 0.03, "se": 0.01}).startswith("higher by 3.0")
     assert verdict({"mean": -0.03, "se": 0.01}).startswith("lower by 3.0")

@@ -107,7 +107,8 @@ def test_variants_are_paired_against_ram_and_never_the_best_baseline() -> None:
 
 
 def test_a_tuned_variant_is_chosen_on_validation_and_run_at_its_value(tmp_path: Path) -> None:
-    from agentmerge_zoo.bench import BenchPlan, MethodRun, SeedBench
+    from agentmerge_zoo.bench import SeedBench
+    from agentmerge_zoo.benchplan import BenchPlan, MethodRun
     from agentmerge_zoo.config import ZooConfig
 
     run = MethodRun("v_ram_scaled", "ram", tune="scale")

@@ -171,7 +171,8 @@ def test_killed_bench_resumes(zoo: Path, tmp_path: Path) -> None:
     """SIGKILL in the middle of the test sweep, then a rerun: finished trials are kept, the rest run once."""
     import agentmerge
 
-    env = {**os.environ, "PYTHONPATH": str(Path(agentmerge.__file__).resolve().parents[1])}
+    src = str(Path(agentmerge.__file__).resolve().parents[1])
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([src, os.environ.get("PYTHONPATH", "")])}
     argv = [*_bench_argv(zoo, tmp_path), "--seeds", "0", "--smoke", "--regimes", "bf16", "--no-pairs"]
     cmd = [sys.executable, "-m", "agentmerge", *argv, "--threads", "1", "--max-concurrent", "1", "--quiet"]
     results = tmp_path / "work" / "bf16" / "seed0" / "sweep-test" / "results.jsonl"
@@ -179,6 +180,9 @@ def test_killed_bench_resumes(zoo: Path, tmp_path: Path) -> None:
     deadline = time.time() + 240
     while time.time() < deadline and len(Results(results).records()) < 2 and proc.poll() is None:
         time.sleep(0.1)
+    if proc.poll() is not None:  # ended on its own: a failure (or a bench too fast to kill), say which
+        err = proc.stderr.read().decode() if proc.stderr else ""
+        pytest.fail(f"the bench ended before it could be killed (exit {proc.returncode}): {err[-2000:]}")
     os.killpg(proc.pid, signal.SIGKILL)
     proc.wait()
     killed = Results(results).records()

@@ -6,6 +6,7 @@ import random
 
 import pytest
 
+from agentmerge_zoo.taskbase import Task
 from agentmerge_zoo.tasks import (
     SIX_DOMAINS,
     CodeTask,
@@ -14,15 +15,12 @@ from agentmerge_zoo.tasks import (
     ReverseTask,
     SearchTask,
     SortTask,
-    Task,
-    ToolTask,
     all_tasks,
-    call_f1,
     domain_tasks,
     metric_columns,
-    parse_calls,
     training_task,
 )
+from agentmerge_zoo.tooluse import ToolTask, call_f1, parse_calls
 from agentmerge_zoo.vocab import ALPHABET
 
 TASKS = [*all_tasks(SIX_DOMAINS).values(), training_task("memory")]

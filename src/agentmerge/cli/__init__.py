@@ -11,17 +11,19 @@ agentmerge convert-config --to mergekit CONFIG.yaml [-o FILE]   (the reverse, fo
 agentmerge convert SRC DST [--dtype keep|bf16|fp16|fp32]  (verl, DCP, LoRA, .bin -> a safetensors folder)
 agentmerge lm-eval OUTDIR --tasks T1,T2 [--limit N] [--include-path DIR]
 agentmerge sweep SWEEP.yaml --out DIR [--address ADDR] [--max-concurrent K] [--no-resume]
+agentmerge moe BASE --model A1 --prompts P1 --model A2 --prompts P2 -o OUT   (cli/moe_lora.py)
+agentmerge extract-lora MODEL --base BASE -o OUT (--rank R | --energy E)
 """
 
 from __future__ import annotations
 
 import argparse
 import errno
-import importlib.util
 import sys
 from collections.abc import Sequence
+from typing import Any
 
-from agentmerge import __version__
+from agentmerge import __version__, plugins
 from agentmerge.cli.common import heavy_imports, parse_value
 from agentmerge.cli.evaluating import _eval_parser, _fisher_parser, _lm_eval_parser, _sweep_parser
 from agentmerge.cli.merging import (
@@ -31,6 +33,7 @@ from agentmerge.cli.merging import (
     _methods_parser,
     _probe_parser,
 )
+from agentmerge.cli.moe_lora import register as register_moe_lora
 from agentmerge.errors import AgentMergeError
 from agentmerge.io.safety import Terminated, interrupted_message, terminate_as_exception
 
@@ -40,7 +43,8 @@ __all__ = ["build_parser", "heavy_imports", "main", "parse_value"]
 # --------------------------------------------------------------------------- main
 
 
-def build_parser() -> argparse.ArgumentParser:
+def build_parser(argv: Sequence[str] | None = None) -> argparse.ArgumentParser:
+    """The command-line parser; the plug-ins' commands too, unless ``argv`` names a built-in command."""
     parser = argparse.ArgumentParser(prog="agentmerge", description=__doc__.splitlines()[0] if __doc__ else None)
     parser.add_argument("--version", action="version", version=f"agentmerge {__version__}")
     sub = parser.add_subparsers(dest="command", required=True)
@@ -53,15 +57,25 @@ def build_parser() -> argparse.ArgumentParser:
     _lm_eval_parser(sub)
     _eval_parser(sub)
     _sweep_parser(sub)
-    if importlib.util.find_spec("agentmerge_zoo.cli") is not None:
-        from agentmerge_zoo.cli import register
-
-        register(sub)
+    register_moe_lora(sub)  # moe, extract-lora
+    word = next((a for a in argv if not a.startswith("-")), None) if argv is not None else None
+    if word is None or word not in sub.choices:
+        _plugin_commands(sub)
     return parser
 
 
+def _plugin_commands(sub: Any) -> None:
+    """Let each installed ``agentmerge.commands`` plug-in add its subcommands (a broken one is named, and skipped)."""
+    for name, target in plugins.entry_points(plugins.COMMANDS).items():
+        try:
+            plugins.load(plugins.COMMANDS, name, target)(sub)
+        except AgentMergeError as e:
+            print(f"agentmerge: warning: {e}", file=sys.stderr)
+
+
 def main(argv: Sequence[str] | None = None) -> int:
-    parser = build_parser()
+    argv = sys.argv[1:] if argv is None else argv
+    parser = build_parser(argv)
     args = parser.parse_args(argv)
     try:
         with terminate_as_exception():

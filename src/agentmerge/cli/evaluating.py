@@ -78,7 +78,7 @@ def _lm_eval_parser(sub: Any) -> None:
 
 
 def cmd_lm_eval(args: argparse.Namespace) -> int:
-    from agentmerge.evaluation.lmeval import LmEvalOptions, has_chat_template, results_table, run_lm_eval
+    from agentmerge.evaluation.lmeval import LmEvalEvaluator, LmEvalOptions, has_chat_template, results_table
 
     options = LmEvalOptions(
         limit=None if args.limit is None else (int(args.limit) if args.limit >= 1 else args.limit),
@@ -100,7 +100,8 @@ def cmd_lm_eval(args: argparse.Namespace) -> int:
             "(instruct models usually need it for generative tasks)",
             file=sys.stderr,
         )
-    results = run_lm_eval(args.checkpoint, [t.strip() for t in args.tasks.split(",") if t.strip()], options)
+    evaluator = LmEvalEvaluator([t.strip() for t in args.tasks.split(",") if t.strip()], options)
+    results = evaluator.score(args.checkpoint).record
     print(results_table(results))
     for path in results.get("samples_files", []):
         print(f"samples: {path}")
@@ -113,10 +114,12 @@ def cmd_lm_eval(args: argparse.Namespace) -> int:
 
 
 def _eval_parser(sub: Any) -> None:
-    p = sub.add_parser("eval", help="score checkpoints on your own tasks (JSONL) or the zoo suite; greedy, batched")
+    p = sub.add_parser("eval", help="score checkpoints on your own tasks (JSONL) or a plug-in's suite; greedy, batched")
     p.add_argument("checkpoints", nargs="+", help="model folders: BASE, then specialists and merges (merge.json)")
     p.add_argument("--tasks", help="FILE.jsonl of prompts and references (docs/evaluate.md); with --suite zoo: names")
-    p.add_argument("--suite", choices=("zoo",), help="the zoo's held-out suite instead of a task file (zoo models)")
+    p.add_argument(
+        "--suite", metavar="NAME", help="an evaluator plug-in's suite instead of a task file (zoo: the agent zoo's)"
+    )
     p.add_argument("--no-chat-template", action="store_true", help="use prompts as written, not in the chat template")
     p.add_argument("--system", help="system prompt (overrides the task file's)")
     p.add_argument("--samples", type=int, default=0, metavar="N", help="show N prompts with output per task")
@@ -127,8 +130,8 @@ def _eval_parser(sub: Any) -> None:
     p.add_argument("--dtype", default="float32", choices=("float32", "bfloat16", "float16"), help="compute dtype")
     p.add_argument("--json", dest="json_out", metavar="PATH", help="write the scores as JSON here ('-': stdout)")
     p.add_argument("--markdown", metavar="PATH", help="write the markdown table here")
-    p.add_argument("--split", default="test", choices=("val", "test"), help="zoo suite: split")
-    p.add_argument("--n", type=int, default=None, help="zoo suite: prompts per task (default 1000 test, 300 val)")
+    p.add_argument("--split", default="test", choices=("val", "test"), help="suite: split")
+    p.add_argument("--n", type=int, default=None, help="suite: prompts per task (zoo: default 1000 test, 300 val)")
     p.add_argument("--threads", type=int, default=None, help="torch threads (default: all cores)")
     p.add_argument("--quiet", action="store_true", help="no progress bar")
     p.set_defaults(func=cmd_eval)
@@ -141,28 +144,15 @@ def cmd_eval(args: argparse.Namespace) -> int:
         limit=args.limit, samples=args.samples, batch_size=1 if args.batch_size is None else args.batch_size,
         max_new_tokens=args.max_new_tokens, threads=args.threads,
     )  # fmt: skip
-    if args.suite == "zoo":
-        with heavy_imports():
-            from agentmerge_zoo.cli import cmd_eval as zoo_eval
-            from agentmerge_zoo.evaluate import evaluate as _  # noqa: F401  (torch, transformers)
-
-        args.batch_size = args.batch_size or 250
-        return zoo_eval(args)
+    if args.suite:
+        return _eval_suite(args)
     if not args.tasks:
         raise ConfigError("eval: pass --tasks FILE.jsonl (your prompts and references) or --suite zoo")
-    from agentmerge.evaluation.taskfile import load_tasks
+    from agentmerge.evaluation.scoring import TaskFileEvaluator
 
-    examples = load_tasks(args.tasks)  # a mistake in the file is refused before any model loads
-    with heavy_imports():
-        import torch
-
-        from agentmerge.evaluation.report import eval_markdown
-        from agentmerge.evaluation.scoring import evaluate
-    if args.threads:
-        torch.set_num_threads(args.threads)
-    run = evaluate(
-        args.checkpoints,
-        examples,
+    evaluator = TaskFileEvaluator(  # a mistake in the file is refused before any model loads
+        args.tasks,
+        threads=args.threads,
         chat_template=not args.no_chat_template,
         system=args.system,
         batch_size=16 if args.batch_size is None else args.batch_size,
@@ -173,7 +163,11 @@ def cmd_eval(args: argparse.Namespace) -> int:
         dtype=args.dtype,
         quiet=args.quiet,
     )
-    run.task_file = str(args.tasks)
+    with heavy_imports():
+        import torch  # noqa: F401  (loaded here, without collector pauses)
+
+        from agentmerge.evaluation.report import eval_markdown
+    run = evaluator.run(args.checkpoints)
     text = eval_markdown(run)
     if args.json_out == "-":
         print(json.dumps(run.to_dict(), indent=2))
@@ -183,6 +177,28 @@ def cmd_eval(args: argparse.Namespace) -> int:
             Path(args.json_out).write_text(json.dumps(run.to_dict(), indent=2) + "\n")
     if args.markdown:
         Path(args.markdown).write_text(text)
+    return 0
+
+
+def _eval_suite(args: argparse.Namespace) -> int:
+    """``eval CKPT ... --suite KIND``: an evaluator plug-in's suite, each checkpoint's metrics in percent."""
+    from agentmerge.evaluation.kinds import evaluator_class
+
+    cls = evaluator_class(args.suite, "eval --suite")
+    with heavy_imports():
+        evaluator = cls.from_command(args)
+    records = []
+    for ckpt in args.checkpoints:
+        score = evaluator.score(Path(ckpt))
+        print(f"{ckpt}:")
+        for metric, value in score.metrics.items():
+            known = metric in score.stderr and metric in score.count
+            spread = f" ± {score.stderr[metric] * 100:.2f}  (n={score.count[metric]})" if known else ""
+            print(f"  {metric:<16} {value * 100:6.2f} %{spread}")
+        records.append(score.record)
+    if args.json_out:
+        text = json.dumps(records[0] if len(records) == 1 else records, indent=2) + "\n"
+        write_report(args.json_out, text, "--json")
     return 0
 
 

@@ -110,12 +110,12 @@ def merge_config_data(args: argparse.Namespace) -> tuple[dict[str, Any], str]:
 
 
 def _read_config_file(path: str) -> dict[str, Any]:
-    """A config file (native, or mergekit translated); the translation's notes go to stderr."""
+    """A config file (native, or mergekit translated); the notes on it (translation, deprecated keys) go to stderr."""
     from agentmerge.config.schema import read_config
 
     data, notes = read_config(path)
     for note in notes:
-        print(f"agentmerge: mergekit config: {note}", file=sys.stderr)
+        print(f"agentmerge: note: {path}: {note}", file=sys.stderr)
     return data
 
 

@@ -1,6 +1,6 @@
 """Write a native agentmerge config as a mergekit YAML: the reverse of ``mergekit_compat.from_mergekit``.
 
-Only what both tools compute the same way is written (``registry.MERGEKIT`` names the shared methods);
+Only what both tools compute the same way is written (``mergekit_names.MERGEKIT`` names the shared methods);
 the rest is refused by name (``ConfigError``), never dropped: methods mergekit has no counterpart of
 (``unique_only``, ``fisher``, ``ram_ties``; ``ram_plus`` other than mergekit's tensor-local paper form),
 our own parameters away from the value mergekit computes (``MethodMap.ours_only``, ``fixed``), tensor
@@ -25,11 +25,12 @@ from collections.abc import Iterator, Mapping
 from typing import Any
 
 from agentmerge.config.mergekit import Converted
+from agentmerge.config.mergekit_names import MERGEKIT, MethodMap, Scalar
 from agentmerge.config.schema import MergeConfig, ModelSpec, resolve_params
 from agentmerge.errors import ConfigError
 from agentmerge.io.localpath import is_adapter
 from agentmerge.io.units import FLOAT_DTYPE_NAMES
-from agentmerge.methods.registry import MERGEKIT, METHODS, MethodMap, Scalar
+from agentmerge.methods.registry import METHODS
 
 MERGEKIT_DTYPES = ("bfloat16", "float16", "float32")
 _GLOB = set("*?[]")

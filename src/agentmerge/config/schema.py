@@ -37,11 +37,16 @@ from agentmerge.config.mergekit import from_mergekit, is_mergekit
 from agentmerge.config.userinput import did_you_mean, read_yaml
 from agentmerge.errors import ConfigError
 from agentmerge.io.units import FLOAT_DTYPE_NAMES, check_dtype_name, parse_size
+from agentmerge.methods.method import Method
 from agentmerge.methods.registry import METHODS
-from agentmerge.methods.spec import Method, ParamValue
+from agentmerge.methods.spec import ParamValue
 
 MAX_WEIGHT = 1e6  # |weight| above this is a typo or an attack, not a merge
 NEAR_ZERO_SUM = 1e-6  # |sum of weights| below this fraction of sum |weights| is refused
+DEPRECATED_KEYS = {  # accepted in a config and dropped, with a note: key -> the rest of the note
+    "allow_dtype_mismatch": "has no effect (models in another floating dtype than the base's are always "
+    "accepted); remove it",
+}
 
 
 def check_weight(v: float) -> float:
@@ -108,7 +113,6 @@ class MergeConfig(_Frozen):
     threads: int | None = Field(default=None, ge=1)
     max_memory: str | int = "1GB"
     chunk_size: int | None = Field(default=None, ge=1)  # elements per chunk; derived from max_memory if unset
-    allow_dtype_mismatch: bool = True  # no longer needed: floating dtypes may always differ from the base's
 
     _lists = field_validator("params", mode="before")(classmethod(lambda cls, v: join_lists(v)))
 
@@ -218,10 +222,7 @@ def resolve_params(method: Method, given: Mapping[str, Any], n_models: int) -> d
                 f"method {method.name!r} has no parameter {key!r}{did_you_mean(key, names)}; it takes: {known}"
             )
         out[key] = p.check(value, method.name)
-    if "agent" in out and int(out["agent"]) >= n_models:
-        raise ValueError(f"parameter 'agent' = {out['agent']} but there are only {n_models} models (0-based)")
-    if method.validate is not None:
-        method.validate(out)
+    method.check_params(out, n_models)  # the record's cross-parameter checks
     return out
 
 
@@ -243,7 +244,10 @@ def _check_model_spec(method: Method, spec: ModelSpec, index: int) -> None:
 
 
 def config_from_dict(data: Mapping[str, Any], source: str = "config") -> MergeConfig:
-    """Build a ``MergeConfig``, turning pydantic's errors into one readable ``ConfigError``."""
+    """Build a ``MergeConfig``, turning pydantic's errors into one readable ``ConfigError``.
+
+    Keys of ``DEPRECATED_KEYS`` are dropped (``read_config`` tells the user about them)."""
+    data = without_deprecated(data)[0]
     _check_keys(data, MergeConfig, source)
     if not isinstance(data.get("models") or [], list):
         raise ConfigError(f"{source}: 'models' must be a list of {{path: PATH}} entries")
@@ -260,7 +264,8 @@ def read_config(path: str | Path) -> tuple[dict[str, Any], list[str]]:
     """A YAML config file as a plain dict (validated later, after flags are applied), and notes for the user.
 
     A mergekit config (it has ``merge_method``) is translated here, the one place that tells the two
-    apart; its notes say what was translated approximately. Native configs have no notes.
+    apart; its notes say what was translated approximately. A native config's notes name the deprecated keys
+    it holds (accepted, without effect).
     """
     p = Path(path)
     data = read_yaml(p)
@@ -271,7 +276,13 @@ def read_config(path: str | Path) -> tuple[dict[str, Any], list[str]]:
         raise ConfigError(f"{p}: expected a mapping with keys such as method, base, models")
     if isinstance(data.get("models"), list):
         data["models"] = [{"path": m} if isinstance(m, str) else m for m in data["models"]]
-    return data, []
+    return without_deprecated(data)
+
+
+def without_deprecated(data: Mapping[str, Any]) -> tuple[dict[str, Any], list[str]]:
+    """``data`` without the keys of ``DEPRECATED_KEYS``, and a note for each one it had."""
+    kept = {k: v for k, v in data.items() if k not in DEPRECATED_KEYS}
+    return kept, [f"{k} {DEPRECATED_KEYS[k]}" for k in data if k in DEPRECATED_KEYS]
 
 
 def load_config(path: str | Path) -> dict[str, Any]:

@@ -3,7 +3,7 @@
 SRC is anything the merge reads (``trainer.open_weights``): a verl actor folder, a torch distributed
 checkpoint, a safetensors or ``pytorch_model.bin`` folder, or ``MODEL+ADAPTER`` (a LoRA adapter applied to
 its model). Tensors are copied chunk by chunk (``CHUNK`` elements), cast once to ``dtype`` (floating tensors
-only; ``keep`` writes the stored dtype), into shards planned up front by ``checkpoint.plan_shards``, inside a
+only; ``keep`` writes the stored dtype), into shards planned up front by ``shards.plan_shards``, inside a
 hidden folder renamed into place when complete. config.json and generation_config.json come from where SRC
 keeps them (``huggingface/`` for verl), the tokenizer from there or a ``tokenizer/`` beside SRC. DST must be
 new or empty and may not be, hold or lie inside SRC.
@@ -15,20 +15,16 @@ from pathlib import Path
 
 import torch
 
-from agentmerge.engine.stream import all_finite, open_model
+from agentmerge.engine.inputs import all_finite, open_model
 from agentmerge.errors import CheckpointError
-from agentmerge.io.checkpoint import (
-    PlannedTensor,
-    Readable,
-    ShardWriter,
-    atomic_output_dir,
-    dtype_from_name,
-    finish_model_files,
-    plan_shards,
-)
+from agentmerge.io.atomic import atomic_output_dir
+from agentmerge.io.checkpoint import Readable
 from agentmerge.io.lora import LoraModel, split_model_plus_adapter
 from agentmerge.io.safety import check_output_target
+from agentmerge.io.shards import PlannedTensor, plan_shards
+from agentmerge.io.tensorfile import dtype_from_name
 from agentmerge.io.units import TOKENIZER_FILES, parse_size
+from agentmerge.io.writer import ShardWriter, finish_model_files
 
 CHUNK = 1 << 20
 DTYPES = {"keep": None, "bf16": torch.bfloat16, "fp16": torch.float16, "fp32": torch.float32}

@@ -15,12 +15,13 @@ from pathlib import Path
 from typing import Any
 
 from agentmerge.config.schema import MergeConfig, input_refs
+from agentmerge.engine.inputs import Inputs
 from agentmerge.engine.plan import make_plan, planned_tensors
 from agentmerge.engine.report import input_lines
 from agentmerge.engine.sources import output_sources
-from agentmerge.engine.stream import Inputs
-from agentmerge.io.checkpoint import Readable, plan_shards
+from agentmerge.io.checkpoint import Readable
 from agentmerge.io.safety import check_output_target, check_writable_parent
+from agentmerge.io.shards import plan_shards
 from agentmerge.io.validate import check_tokenizer_source
 
 PROBE_BYTES = 64 * 1024 * 1024
@@ -41,7 +42,7 @@ class DryRunPlan:
     kernels: str  # "compiled" (numba) or "reference" (torch)
     memory_budget: int
     chunk_elements: int
-    passes: int  # reads of every merged tensor: 1, or 2 with the statistics pass
+    passes: int  # reads of every merged tensor: the write pass and each statistics pass (``MergePlan.reads``)
     bytes_read: int
     bytes_written: int
     disk_free: int | None
@@ -95,8 +96,7 @@ def plan_merge(
         plan = make_plan(cfg, inputs.reference, n, cfg.threads or os.cpu_count() or 1, inputs.vocab)
         shards = plan_shards(planned_tensors(plan.jobs), cfg.shard_bytes)
         sizes = {name: info.nbytes for name, info in inputs.reference.tensors.items()}
-        fisher_pass = cfg.spec.model_pass is not None and any(float(j.params.get("r", 0)) > 0 for j in plan.merged)
-        passes = 2 if cfg.spec.needs_model_stats or cfg.spec.prepare is not None or fisher_pass else 1
+        passes = plan.reads()
         merged = sum(sizes[j.name] for j in plan.merged)
         copied = sum(sizes[j.name] for j in plan.jobs if not j.merged)
         bytes_read = passes * merged * (n + 1) + copied

@@ -13,13 +13,16 @@ from dataclasses import dataclass, field
 import torch
 
 from agentmerge.config.schema import MergeConfig
-from agentmerge.io.checkpoint import PlannedTensor, Readable, dtype_from_name
+from agentmerge.io.checkpoint import Readable
+from agentmerge.io.shards import PlannedTensor
+from agentmerge.io.tensorfile import dtype_from_name
 from agentmerge.io.vocab import ResizedTensor, VocabPlan
 from agentmerge.methods.deltas import RNG_BLOCK
 from agentmerge.methods.fused.jit import available
-from agentmerge.methods.groups import GROUPED_SCOPES, group_of
+from agentmerge.methods.hooks import MaskLevels, Pass
 from agentmerge.methods.masks import grid_of
-from agentmerge.methods.spec import ChunkSpec, MaskRule, Method, Params, TensorStats, mask_rule, update_threshold
+from agentmerge.methods.method import Method
+from agentmerge.methods.spec import ChunkSpec, MaskRule, Params, TensorStats, mask_rule, update_threshold
 
 MAX_CHUNK = RNG_BLOCK  # elements per chunk at most (see chunk_elements)
 
@@ -38,7 +41,7 @@ class TensorJob:
     numel: int
     merged: bool  # False: copied from the reference unchanged
     chunks: tuple[tuple[int, int], ...]
-    params: Params = field(default_factory=dict)  # the method's parameters for this tensor (after overrides)
+    params: Params = field(default_factory=dict)  # the method's record for this tensor (after overrides)
     model_params: tuple[Params, ...] = ()  # per model, when any model sets params
     resized: ResizedTensor | None = None  # the vocabulary rows the agents added (vocab.py), else None
     rule: MaskRule = field(default_factory=MaskRule)  # what its masks and overlap statistics count as an update
@@ -93,9 +96,17 @@ class MergePlan:
         """Each merged tensor's mask rule (the overlap statistics pass counts with these)."""
         return {j.name: j.rule for j in self.merged}
 
-    def groups(self) -> dict[str, str]:
-        """The rescaling group (``groups.group_of``) of each merged tensor whose ``scope`` groups tensors."""
-        return {j.name: group_of(j.name, j.params) for j in self.merged if j.params.get("scope") in GROUPED_SCOPES}
+    @property
+    def passes(self) -> tuple[Pass, ...]:
+        """The statistics passes before the write pass, in order: the thresholds of adaptive mask rules (when a
+        tensor has one), then the method's own (``Method.passes``)."""
+        levels: tuple[Pass, ...] = (MaskLevels(),) if any(j.rule.adaptive for j in self.merged) else ()
+        return levels + self.method.passes
+
+    def reads(self) -> int:
+        """How many times the merge reads the merged tensors: the write pass and each statistics pass."""
+        params = [j.params for j in self.merged]
+        return 1 + sum(p.reads(params) for p in self.passes)
 
     def spec(self, job: TensorJob, start: int, stop: int, stats: TensorStats | None = None) -> ChunkSpec:
         """The ``ChunkSpec`` of elements ``start:stop`` of ``job``'s tensor."""
@@ -152,7 +163,7 @@ def chunk_elements(cfg: MergeConfig, n_models: int, threads: int) -> int:
 def plan_jobs(cfg: MergeConfig, ref: Readable, chunk: int, vocab: VocabPlan | None = None) -> list[TensorJob]:
     """Decide, per tensor of the reference, its output dtype, whether it is merged, its chunks and parameters."""
     out_dtype = dtype_from_name(cfg.dtype) if cfg.dtype else None
-    multiple = cfg.spec.chunk_multiple
+    multiple, record = cfg.spec.chunk_multiple, cfg.spec.record  # each tensor's parameters: one typed record
     jobs = []
     for name, info in ref.tensors.items():
         floating = info.dtype.is_floating_point
@@ -163,8 +174,8 @@ def plan_jobs(cfg: MergeConfig, ref: Readable, chunk: int, vocab: VocabPlan | No
             unit = multiple(info.shape)
             step = -(-chunk // unit) * unit
         ranges = tuple((s, min(s + step, info.numel)) for s in range(0, info.numel, step)) or ((0, 0),)
-        params = resolve_mask(cfg.tensor_params(name), info.dtype) if merged else {}
-        model_params = tuple(resolve_mask(p, info.dtype) for p in cfg.model_params(name)) if merged else ()
+        params = record.of(resolve_mask(cfg.tensor_params(name), info.dtype)) if merged else {}
+        model_params = tuple(record.of(resolve_mask(p, info.dtype)) for p in cfg.model_params(name)) if merged else ()
         rule = mask_rule(params, cfg.seed) if merged else MaskRule()
         resized = vocab.tensors.get(name) if vocab is not None else None
         job = TensorJob(

@@ -28,13 +28,15 @@ from typing import Any
 
 import torch
 
+from agentmerge.engine.counting import mask_levels, overlap_stats
+from agentmerge.engine.inputs import Inputs
+from agentmerge.engine.parallel import torch_threads
 from agentmerge.engine.plan import resolve_mask
-from agentmerge.engine.stream import Inputs, mask_levels, overlap_stats, torch_threads
 from agentmerge.io.checkpoint import Readable
 from agentmerge.methods.deltas import rho_from_histogram
 from agentmerge.methods.groups import layer_of, module_type
 from agentmerge.methods.masks import Levels, threshold_summary
-from agentmerge.methods.ram import ram_lambda
+from agentmerge.methods.records import paper_scale
 from agentmerge.methods.spec import EPSILON_DEFAULT, MaskRule, Params, mask_rule
 
 
@@ -112,7 +114,7 @@ def agent_stats(
     for i, (row, rho) in enumerate(zip(hist.tolist(), rho_from_histogram(hist), strict=True)):
         updated = sum(row)
         overlap = [c / updated if updated else 0.0 for c in row]
-        lam = ram_lambda(rho, {"r": r, "alpha": alpha})
+        lam = paper_scale(rho, r, alpha)
         out.append(AgentStats(labels[i], numel, updated, updated / numel if numel else 0.0, overlap, rho, lam))
     return out
 
@@ -170,7 +172,6 @@ def probe(
     threads: int | None = None,
     chunk_size: int = 1 << 22,
     quiet: bool = False,
-    allow_dtype_mismatch: bool = False,
     mask: Params | None = None,
     seed: int = 0,
 ) -> ProbeResult:
@@ -178,12 +179,12 @@ def probe(
 
     Vocabulary tensors with added rows count their base rows only; the added rows are reported per agent.
     ``mask``: the mask parameters (``mask_dtype``, ``mask_ulps``, ``epsilon_rule``, ``epsilon_q``) as a merge
-    takes them, already checked; ``seed``: the valley rule's subsample. ``allow_dtype_mismatch`` is kept for
-    old callers (models in another floating dtype than the base are accepted; task vectors are float32).
+    takes them, already checked; ``seed``: the valley rule's subsample. Models in another floating dtype than
+    the base's are accepted (task vectors are float32).
     """
     labels = list(labels) if labels else [Path(m).name or m for m in models]
     n_threads = threads or os.cpu_count() or 1
-    inputs = Inputs(base, list(models), allow_dtype_mismatch=allow_dtype_mismatch)
+    inputs = Inputs(base, list(models))
     try:
         names = [n for n, i in inputs.reference.tensors.items() if i.dtype.is_floating_point and i.numel]
         numels = {n: inputs.reference.tensors[n].numel for n in names}

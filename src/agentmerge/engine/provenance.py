@@ -34,7 +34,9 @@ class MergeResult:
     model_hist: list[list[int]] | None = None  # [N][N] overlap histogram over merged tensors
     model_labels: list[str] = field(default_factory=list)
     numel: int = 0
-    scales: list[dict[str, Any]] = field(default_factory=list)  # rho and lambda per rescaling group (group_scales)
+    scales: list[dict[str, Any]] = field(
+        default_factory=list
+    )  # rho and lambda per rescaling group (the method's Scales hook)
     vocab: dict[str, Any] | None = None  # added vocabulary rows (vocab.VocabPlan.record), None when none
     sources: dict[str, Any] | None = None  # tokenizer / generation config source and checks (sources.py)
     thresholds: dict[str, Any] | None = None  # adaptive mask rules only (masks.levels_record), else None

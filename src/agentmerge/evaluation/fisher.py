@@ -28,22 +28,19 @@ from typing import Any, TypeVar
 import torch
 
 from agentmerge.errors import AgentMergeError
-from agentmerge.io.checkpoint import (
-    Checkpoint,
-    PlannedTensor,
-    ShardWriter,
-    atomic_output_dir,
-    dtype_from_name,
-    plan_shards,
-)
+from agentmerge.io.atomic import atomic_output_dir
+from agentmerge.io.checkpoint import Checkpoint
+from agentmerge.io.shards import PlannedTensor, plan_shards
+from agentmerge.io.tensorfile import dtype_from_name
 from agentmerge.io.trainer import open_weights, trainer_config_folder
 from agentmerge.io.units import parse_size
 from agentmerge.io.validate import FISHER_MARK, check_fisher_role
+from agentmerge.io.writer import ShardWriter
 
 T = TypeVar("T")
 
 
-def _transformers_step(path: str | Path, what: str, step: Callable[[], T]) -> T:
+def transformers_step(path: str | Path, what: str, step: Callable[[], T]) -> T:
     """Run a transformers step; any failure of a bad model folder is one ``AgentMergeError`` line."""
     try:
         return step()
@@ -216,7 +213,7 @@ def check_causal_lm_folder(model_path: str | Path) -> None:
         stored = sum(i.numel for i in weights.tensors.values() if i.dtype.is_floating_point)
     finally:
         weights.close()
-    wanted = _transformers_step(model_path, "read its config.json", lambda: config_parameters(model_path))
+    wanted = transformers_step(model_path, "read its config.json", lambda: config_parameters(model_path))
     if wanted > 1.5 * stored + 1024:  # e.g. a config.json without sizes: transformers would build a 7B default
         raise AgentMergeError(
             f"{model_path}: config.json describes a model of {wanted:,} parameters but the weights hold {stored:,}; "
@@ -243,23 +240,23 @@ def estimate_fisher(
         raise AgentMergeError(f"fisher: samples ({samples}) and max_tokens ({max_tokens}) must be at least 1")
     check_causal_lm_folder(model_path)
     torch.manual_seed(seed)
-    model = _transformers_step(model_path, "load it as a transformers causal LM", lambda: load_causal_lm(model_path))
+    model = transformers_step(model_path, "load it as a transformers causal LM", lambda: load_causal_lm(model_path))
     if texts is not None:
         from transformers import AutoTokenizer
 
         chosen = list(texts)[:samples] if samples else list(texts)
         source = tokenizer or trainer_config_folder(model_path) or model_path
-        tok = _transformers_step(source, "load its tokenizer", lambda: AutoTokenizer.from_pretrained(str(source)))
+        tok = transformers_step(source, "load its tokenizer", lambda: AutoTokenizer.from_pretrained(str(source)))
         data = text_samples(tok, chosen, max_tokens)
         mode = "texts"
     else:
         cfg = model.config
         bos = cfg.bos_token_id if cfg.bos_token_id is not None else 0
         eos = cfg.eos_token_id if isinstance(cfg.eos_token_id, int) else None
-        data = _transformers_step(
+        data = transformers_step(
             model_path, "sample from it", lambda: sample_completions(model, samples or 64, max_tokens, seed, bos, eos)
         )
         mode = "sampled"
-    fisher = _transformers_step(model_path, "compute its gradients", lambda: diagonal_fisher(model, data))
+    fisher = transformers_step(model_path, "compute its gradients", lambda: diagonal_fisher(model, data))
     meta = {"mode": mode, "samples": len(data), "max_tokens": max_tokens, "seed": seed}
     return write_fisher(fisher, model_path, out, dtype=dtype, meta=meta)

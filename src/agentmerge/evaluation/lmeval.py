@@ -17,13 +17,14 @@ from __future__ import annotations
 
 import importlib.util
 import json
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
 from agentmerge.config.userinput import did_you_mean
 from agentmerge.errors import CheckpointError, ConfigError
+from agentmerge.evaluation.evaluator import Context, Evaluator, Score
 
 BACKENDS = ("hf", "vllm")
 INSTALL_HINT = "lm-eval is not installed: pip install 'agentmerge[eval]' (or pip install 'lm-eval[hf]>=0.4.3,<0.5')"
@@ -95,6 +96,43 @@ def run_lm_eval(
     if opts.log_samples is not None:
         kept["samples_files"] = write_samples(out.get("samples") or {}, Path(opts.log_samples))
     return kept
+
+
+class LmEvalEvaluator(Evaluator):
+    """lm-eval tasks (``evaluate: lm-eval:T1,T2``, ``agentmerge lm-eval``): metrics ``task.metric``.
+
+    ``Score.record`` is :func:`run_lm_eval`'s result; the metrics are its numbers, standard errors aside, each
+    named by the task and the metric without lm-eval's filter (``arc_easy.acc``).
+    """
+
+    kind = "lm-eval"
+    usage = "lm-eval:TASKS"
+
+    def __init__(self, tasks: Sequence[str], options: LmEvalOptions | None = None) -> None:
+        self.tasks = list(tasks)
+        self.lm_options = options or LmEvalOptions()
+
+    @property
+    def name(self) -> str:
+        return f"lm-eval:{','.join(self.tasks)}"
+
+    def score(self, checkpoint: Path) -> Score:
+        results = run_lm_eval(checkpoint, self.tasks, self.lm_options)
+        metrics = {}
+        for task, values in results.get("results", {}).items():
+            for name, value in values.items():
+                if isinstance(value, int | float) and not isinstance(value, bool) and "stderr" not in name:
+                    metrics[f"{task}.{name.split(',')[0]}"] = float(value)
+        return Score(metrics, record=results)
+
+    @classmethod
+    def check_spec(cls, spec: str, arg: str) -> None:
+        if not arg:
+            raise ConfigError(f"evaluate: {spec!r}: name the tasks, e.g. lm-eval:hellaswag,arc_easy")
+
+    @classmethod
+    def from_spec(cls, arg: str, options: Mapping[str, Any], context: Context) -> LmEvalEvaluator:
+        return cls([t for t in arg.split(",") if t])
 
 
 def _checked(checkpoint: str | Path, tasks: Sequence[str], opts: LmEvalOptions) -> Path:

@@ -21,12 +21,13 @@ from __future__ import annotations
 import math
 import sys
 import time
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from agentmerge.errors import CheckpointError, ConfigError
+from agentmerge.evaluation.evaluator import Context, Evaluator, Reads, Score, set_threads
 from agentmerge.evaluation.taskfile import Example, load_tasks
 
 MAX_NEW_TOKENS = 100_000  # as a task file's max_new_tokens
@@ -196,6 +197,70 @@ def check_counts(**values: object) -> None:
             raise ConfigError(f"eval: {flag} ({option}) must be a whole number >= {least} (got {value})")
         if option == "max_new_tokens" and value > MAX_NEW_TOKENS:
             raise ConfigError(f"eval: {flag} ({option}) must be at most {MAX_NEW_TOKENS} (got {value})")
+
+
+class TaskFileEvaluator(Evaluator):
+    """The user's task file (``evaluate: tasks:FILE.jsonl``, ``agentmerge eval --tasks FILE``).
+
+    The file is read and checked when the evaluator is made, so a mistake stops before any model loads.
+    ``score`` gives ``tasks.<task>`` (share right) and ``tasks_avg`` (their mean, the default objective);
+    ``run`` scores several checkpoints together (roles, shares of gain kept). ``settings`` are
+    :func:`evaluate`'s keywords (``chat_template``, ``system``, ``batch_size``, ``limit``, ...).
+    """
+
+    kind = "tasks"
+    usage = "tasks:FILE.jsonl"
+    objective = "tasks_avg"
+
+    def __init__(self, file: str | Path, *, threads: int | None = None, **settings: Any) -> None:
+        self.file = str(file)
+        self.examples = load_tasks(file)
+        self.threads = threads
+        self.settings = {"quiet": True, **settings}
+
+    @property
+    def name(self) -> str:
+        return f"tasks:{self.file}"
+
+    def run(self, checkpoints: Sequence[str | Path]) -> EvalRun:
+        """Every checkpoint on the task file (the first the base, see the module docstring)."""
+        set_threads(self.threads)
+        run = evaluate(checkpoints, self.examples, **self.settings)
+        run.task_file = self.file
+        return run
+
+    def score(self, checkpoint: Path) -> Score:
+        scores = self.run([checkpoint]).checkpoints[0]
+        metrics = {f"tasks.{t}": v for t, v in scores.mean.items()}
+        metrics["tasks_avg"] = sum(scores.mean.values()) / len(scores.mean)
+        stderr = {f"tasks.{t}": v for t, v in scores.se.items()}
+        count = {f"tasks.{t}": v for t, v in scores.count.items()}
+        record: dict[str, Any] = EvalRun(list(scores.mean), [scores], self.file).to_dict()
+        return Score(metrics, stderr, count, record)
+
+    @classmethod
+    def check_spec(cls, spec: str, arg: str) -> None:
+        if not arg:
+            raise ConfigError(f"evaluate: {spec!r}: name the task file, e.g. tasks:my-tasks.jsonl")
+
+    @classmethod
+    def reads(cls, arg: str, search_path: Sequence[str]) -> list[Reads]:
+        return [Reads("task file", str(cls.located(arg, search_path)))]
+
+    @classmethod
+    def check_inputs(cls, arg: str, search_path: Sequence[str], required: bool = True) -> None:
+        path = cls.located(arg, search_path)
+        if required or path.exists():
+            load_tasks(path)
+
+    @classmethod
+    def from_spec(cls, arg: str, options: Mapping[str, Any], context: Context) -> TaskFileEvaluator:
+        return cls(cls.located(arg, context.search_path), threads=context.threads, quiet=context.quiet)
+
+    @staticmethod
+    def located(file: str, search_path: Sequence[str]) -> Path:
+        """A relative FILE is looked up in ``search_path`` (the sweep file's folder) first."""
+        return next((p for f in search_path if (p := Path(f) / file).is_file()), Path(file))
 
 
 def _with(ex: Example, **changes: Any) -> Example:

@@ -13,10 +13,12 @@ A store that is not a regular file of at most ``MAX_STORE_BYTES``, not JSON or n
 empty.
 
 - ``sha256.json``, ``xxh3_128.json``: digests of input weight files (``digests.InputDigests``).
-- ``stats/<key>.json``: overlap histograms of one input set, per tensor and threshold (``stream.overlap_stats``),
-  so that RAM+ merges and probes of the same files (a sweep of r, say) count them once.
-- ``levels/<key>.json``: adaptive mask thresholds of one input set, per tensor and rule (``stream.mask_levels``),
-  so that a sweep of RAM trials with ``epsilon_rule`` percentile / valley computes them once.
+- ``stats/<key>.json``: overlap histograms of one input set, per tensor and threshold
+  (``engine.counting.overlap_stats``), so that RAM+ merges and probes of the same files (a sweep of r, say)
+  count them once.
+- ``levels/<key>.json``: adaptive mask thresholds of one input set, per tensor and rule
+  (``engine.counting.mask_levels``), so that a sweep of RAM trials with ``epsilon_rule`` percentile / valley
+  computes them once.
 
 ``<key>`` is ``files_key`` of the input set (``InputSetStore``): the identities of every file whose bytes
 decide the values, in order (a LoRA adapter's ``adapter_config.json`` among them: ``LoraModel.weight_files``).

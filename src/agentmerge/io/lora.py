@@ -12,7 +12,8 @@ modules, in float32. Per target module with ``lora_A`` ``[r, in]`` and ``lora_B`
 A read of elements ``start:stop`` of a target tensor multiplies only the rows those elements lie in
 (``B[rows] @ A``), so memory stays bounded by the chunk. Adapter tensors that name a host tensor with its
 shape (``modules_to_save``, trained biases, the ``base_layer`` peft saves of a targeted embedding) replace
-it whole, the module's update then added on top. DoRA, layer replication, convolution and
+it whole, the module's update then added on top (a ``lm_head.weight`` copy of a tied embedding is ignored: the
+host reads its head from the embedding). DoRA, layer replication, convolution and
 other adapter types are refused by name.
 """
 
@@ -29,9 +30,10 @@ import torch
 
 from agentmerge.errors import CheckpointError
 from agentmerge.io.bounded import check_reference, regular_file_size
-from agentmerge.io.checkpoint import Checkpoint, Readable, TensorInfo, resolve_model_path
+from agentmerge.io.checkpoint import Checkpoint, Readable, resolve_model_path
 from agentmerge.io.localpath import ADAPTER_CONFIG, is_adapter
 from agentmerge.io.lora_config import LoraSettings, read_lora_config
+from agentmerge.io.tensorfile import TensorInfo
 from agentmerge.io.validate import check_derived_values
 
 _PREFIX = "base_model.model."
@@ -208,6 +210,8 @@ def _plan(
             parts.setdefault(m["module"], {})[m["part"]] = key
         elif name in host.tensors and host.tensors[name].shape == info.shape:
             replaced[name] = key
+        elif name == "lm_head.weight" and name not in host.tensors:
+            continue  # peft's copy of a tied head (ensure_weight_tying): the host reads it from the embedding
         else:
             raise CheckpointError(f"{folder}: adapter tensor {key!r} matches no tensor of the base model")
     modules = {}

@@ -27,7 +27,7 @@ import torch
 
 from agentmerge.errors import CheckpointError
 from agentmerge.io.bounded import regular_file_size
-from agentmerge.io.checkpoint import TensorInfo
+from agentmerge.io.tensorfile import TensorInfo
 from agentmerge.io.trainer_dcp_layout import Layout, Piece, check_records, tensor_layout
 from agentmerge.io.trainer_files import DCP_METADATA, is_dcp, model_files_folder
 

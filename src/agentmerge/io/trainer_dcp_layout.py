@@ -28,7 +28,7 @@ import torch
 
 from agentmerge.errors import CheckpointError
 from agentmerge.io.bounded import regular_file_size
-from agentmerge.io.checkpoint import DTYPE_NAMES
+from agentmerge.io.tensorfile import DTYPE_NAMES
 
 MAX_NUMEL = 1 << 40  # elements of one tensor (4 TiB in fp32): anything larger is a corrupt size
 MAX_COMPARISONS = 1 << 22  # box pairs compared per tensor before giving up

@@ -38,8 +38,8 @@ import torch
 
 from agentmerge.errors import CheckpointError
 from agentmerge.io.bounded import regular_file_size
-from agentmerge.io.checkpoint import DTYPE_NAMES, TensorInfo
 from agentmerge.io.headers import read_json_object
+from agentmerge.io.tensorfile import DTYPE_NAMES, TensorInfo
 from agentmerge.io.trainer_files import RANK_FILE, RANK_LIKE, model_files_folder, verl_actor_folder
 
 _MESH = "torch.distributed.device_mesh.DeviceMesh"

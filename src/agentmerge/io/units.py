@@ -32,7 +32,7 @@ SAFETENSORS_DTYPES = ("F64", "F32", "F16", "BF16", "F8_E4M3", "F8_E5M2", "I64", 
 
 
 def check_dtype_name(name: str) -> str:
-    """``name`` if it names a dtype ``checkpoint.dtype_from_name`` knows, else ``ValueError``."""
+    """``name`` if it names a dtype ``tensorfile.dtype_from_name`` knows, else ``ValueError``."""
     if name.lower().removeprefix("torch.") in FLOAT_DTYPE_NAMES or name.upper() in SAFETENSORS_DTYPES:
         return name
     raise ValueError(f"unknown dtype {name!r}; use one of bfloat16, float16, float32")

@@ -36,7 +36,8 @@ from agentmerge.io.headers import read_json_object
 if TYPE_CHECKING:
     import torch
 
-    from agentmerge.io.checkpoint import Readable, TensorInfo
+    from agentmerge.io.checkpoint import Readable
+    from agentmerge.io.tensorfile import TensorInfo
 
 VOCAB_NAMES = re.compile(r"embed_tokens|lm_head|wte|word_embeddings|tok_embeddings|embed_in|embed_out|^output\.weight")
 

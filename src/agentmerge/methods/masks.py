@@ -28,7 +28,7 @@ Element p of agent i is *active* when ``|tau_i[p]| > t_i[p]``; the rule (``spec.
 
 Adaptive thresholds (``Levels``) come from the whole tensor (``tensor_levels``, streamed over its chunks)
 before its kernel runs, so the statistics pass and the merge pass use the very same values. They are cached
-per input set under ``levels_key`` (``stream.LevelsCache``, exact float32 values) and recorded in merge.json
+per input set under ``levels_key`` (``engine.caches.LevelsCache``, exact float32 values) and recorded in merge.json
 (``levels_record``: per agent min / median / max over tensors and valley fallbacks, then every tensor's values).
 """
 

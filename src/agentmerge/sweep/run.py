@@ -4,7 +4,9 @@ Ray is the scheduler (``ray.init`` on this machine by default, ``--address`` to 
 module only submits at most ``max_concurrent`` trials, records each result as it comes back and decides
 which merged folders to keep. ``DIR/results.jsonl`` is appended one whole line per finished trial and
 synced to disk, so a sweep killed at any moment loses only the trials that were running; a rerun skips
-every trial already recorded (finished or failed) and never evaluates it again.
+every trial already recorded (finished or failed) and never evaluates it again. A trial whose worker or
+node dies is run again by Ray (``resources.retries`` times), then recorded failed with Ray's reason: one
+record per trial, always. On a cluster, every node is checked first (``cluster.check_nodes``).
 """
 
 from __future__ import annotations
@@ -27,6 +29,7 @@ from agentmerge.errors import AgentMergeError, ConfigError
 from agentmerge.methods.registry import METHODS
 from agentmerge.methods.spec import MASK_PARAMS
 from agentmerge.sweep import evaluators
+from agentmerge.sweep.cluster import check_nodes, slots, where
 from agentmerge.sweep.records import append_record, check_out_folder, read_records, remove_trial_folder
 from agentmerge.sweep.spec import SweepConfig, Trial, choose, merge_config, trials
 
@@ -65,15 +68,7 @@ def run_trial(cfg_data: dict[str, Any], trial: Trial, folder: str, search_path: 
 
     cfg = SweepConfig.model_validate(cfg_data)
     s = trial.setting
-    record: dict[str, Any] = {
-        "trial": trial.id,
-        **({"name": s.name} if s.name else {}),
-        "method": s.method,
-        "params": dict(s.params),
-        "models": [cfg.models[i] for i in s.models],
-        "seed": trial.seed,
-        "metrics": {},
-    }
+    record = trial_record(cfg, trial)
     out = Path(folder)
     t0 = time.perf_counter()
     try:
@@ -89,6 +84,25 @@ def run_trial(cfg_data: dict[str, Any], trial: Trial, folder: str, search_path: 
     if cfg.keep == "none" or record["status"] != "ok":
         remove_trial_folder(out)  # only the merge output this trial wrote, never a folder that was there
     return record
+
+
+def trial_record(cfg: SweepConfig, trial: Trial) -> dict[str, Any]:
+    """The fields every record of ``trial`` starts with (what it merged, how), before its outcome."""
+    s = trial.setting
+    return {
+        "trial": trial.id,
+        **({"name": s.name} if s.name else {}),
+        "method": s.method,
+        "params": dict(s.params),
+        "models": [cfg.models[i] for i in s.models],
+        "seed": trial.seed,
+        "metrics": {},
+    }
+
+
+def remote_trial(cfg_data: dict[str, Any], trial: Trial, folder: str, search_path: list[str]) -> dict[str, Any]:
+    """:func:`run_trial` as a Ray task: its record also names the ``node`` (id, ``node_ip``) it ran on."""
+    return {**run_trial(cfg_data, trial, folder, search_path), **where()}
 
 
 def _first_line(e: BaseException) -> str:
@@ -134,7 +148,7 @@ def run_sweep(
     from agentmerge.sweep.report import best_record, objective_of, write_report
 
     t0 = time.perf_counter()
-    root = Path(out)
+    root = Path(out).absolute()  # trial folders are shipped to workers, whose working folder is not ours
     check_out_folder(root)
     root.mkdir(parents=True, exist_ok=True)
     results = Results(root / "results.jsonl")
@@ -143,7 +157,8 @@ def run_sweep(
     done = {r["trial"] for r in results.records()}
     search_path = [str(Path(source).resolve().parent)] if source else []
     search_path.append(os.getcwd())
-    evaluators.check_before_trials(cfg.evaluate, search_path)
+    cluster = (session.address if session is not None else address) is not None
+    evaluators.check_before_trials(cfg.evaluate, search_path, cluster)
     objective = objective_of(cfg, results.records())
     runner = _Runner(cfg, root, results, search_path, objective, quiet)
     _count_overlaps_once(cfg, done, quiet)
@@ -151,16 +166,24 @@ def run_sweep(
     with contextlib.ExitStack() as stack:
         if session is None:
             session = stack.enter_context(RaySession(address, quiet))
-        ran = 0
+        ran, notes = 0, []
         if expected:  # nothing to run: Ray is not started
             session.start()
-            ran = runner.run(_pending(cfg, done, runner), max_concurrent or _slots(cfg), expected)
+            if session.address is not None:  # a cluster: every node that can take a trial must read the inputs
+                notes = _say(check_nodes(cfg, root, search_path), quiet)
+            ran = runner.run(_pending(cfg, done, runner), max_concurrent or slots(cfg.resources), expected)
     records = results.records()
     write_report(cfg, records, root)
     failed = sum(r.get("status") != "ok" for r in records if r["trial"] in runner.ran)
     best = best_record(cfg, records)
     seconds = time.perf_counter() - t0
-    return Outcome(records, ran, len(done), failed, seconds, best, objective_of(cfg, records), [], runner.finished)
+    return Outcome(records, ran, len(done), failed, seconds, best, objective_of(cfg, records), notes, runner.finished)
+
+
+def _say(notes: list[str], quiet: bool) -> list[str]:
+    for note in notes if not quiet else []:
+        print(f"agentmerge sweep: note: {note}", file=sys.stderr)
+    return notes
 
 
 def _pending(cfg: SweepConfig, done: set[str], runner: _Runner) -> Iterator[Trial]:
@@ -179,7 +202,7 @@ def _count_overlaps_once(cfg: SweepConfig, done: set[str], quiet: bool) -> None:
     """Count the statistics each input set of the pending trials shares, once, before the trials start.
 
     The overlap histograms of RAM+ trials and the adaptive mask thresholds of any trial with ``epsilon_rule``
-    percentile / valley land in the cache (``stream.OverlapCache``, ``stream.LevelsCache``), so every such
+    percentile / valley land in the cache (``caches.OverlapCache``, ``caches.LevelsCache``), so every such
     trial reads them instead of its inputs, even when many start at once.
     A set whose inputs fail to open is left to its trials, which record the error.
     """
@@ -192,7 +215,7 @@ def _count_overlaps_once(cfg: SweepConfig, done: set[str], quiet: bool) -> None:
         if trial.id in done:
             continue
         merge_cfg = merge_config(cfg, trial)
-        hists = METHODS[trial.setting.method].needs_model_stats
+        hists = METHODS[trial.setting.method].caches_statistics
         tables = [merge_cfg.params, *(o.params for o in merge_cfg.overrides)]
         if not (hists or any(t.get("epsilon_rule", "fixed") != "fixed" for t in tables)):
             continue
@@ -211,11 +234,6 @@ def _expected(cfg: SweepConfig, done: set[str]) -> int:
     if cfg.search.kind == "optuna":
         return (cfg.search.n_trials or len(choose(cfg))) * len(cfg.seeds)
     return sum(t.id not in done for t in trials(cfg, choose(cfg)))
-
-
-def _slots(cfg: SweepConfig) -> int:
-    """Trials in flight by default: as many as the machine's CPUs hold at the per-trial request."""
-    return max(1, (os.cpu_count() or 1) // cfg.resources.cpus)
 
 
 class RaySession:
@@ -280,9 +298,10 @@ class _Runner:
         """Run the trials ``pending`` yields, ``window`` at a time; progress against ``expected`` on stderr."""
         import ray
 
-        task = ray.remote(num_cpus=self.cfg.resources.cpus, num_gpus=self.cfg.resources.gpus)(run_trial)
+        res = self.cfg.resources
+        task = ray.remote(num_cpus=res.cpus, num_gpus=res.gpus, max_retries=res.retries)(remote_trial)
         data = self.cfg.model_dump(mode="json")
-        in_flight: dict[Any, Trial] = {}
+        in_flight: dict[Any, tuple[Trial, float]] = {}
         exhausted = False
         with tqdm(total=expected, desc="sweep", unit="trial", disable=self.quiet, file=sys.stderr) as bar:
             while True:
@@ -292,15 +311,28 @@ class _Runner:
                         exhausted = True
                         break
                     folder = str(trial_folder(self.root, {"trial": trial.id, "name": trial.setting.name}))
-                    in_flight[task.remote(data, trial, folder, self.search_path)] = trial
+                    in_flight[task.remote(data, trial, folder, self.search_path)] = (trial, time.perf_counter())
                 if not in_flight:
                     return len(self.ran)
                 ready, _ = ray.wait(list(in_flight), num_returns=1)
-                in_flight.pop(ready[0])
-                self._record(ray.get(ready[0]))
+                self._record(self._outcome(ready[0], *in_flight.pop(ready[0])))
                 failed = sum(r["status"] != "ok" for r in self.finished)
                 bar.set_postfix(running=len(in_flight), failed=failed, refresh=False)
                 bar.update(1)
+
+    def _outcome(self, ref: Any, trial: Trial, started: float) -> dict[str, Any]:
+        """The trial's record; when Ray could not finish it (its worker or node died, after the retries),
+        a failed record with Ray's reason: a trial is never lost and never recorded twice."""
+        import ray
+
+        try:
+            record: dict[str, Any] = ray.get(ref)
+        except ray.exceptions.RayError as e:
+            record = trial_record(self.cfg, trial)
+            record["status"] = "failed"
+            record["error"] = f"{_first_line(e)} (resources.retries = {self.cfg.resources.retries})"
+            record["seconds"] = round(time.perf_counter() - started, 3)
+        return record
 
     def _record(self, record: dict[str, Any]) -> None:
         self.results.append(record)

@@ -13,7 +13,7 @@ seeds: [0]                        # each setting once per seed (the merge's seed
 evaluate: zoo                     # or zoo:test, lm-eval:TASKS, python:MODULE:FUNCTION
 objective: agentic_avg            # the metric to rank by (default: the evaluator's own, or the only metric)
 direction: max                    # or min
-resources: {cpus: 1, gpus: 0}     # per trial
+resources: {cpus: 1, gpus: 0}     # per trial; also retries: 3 (reruns of a trial whose worker or node died)
 keep: best                        # which merged folders to keep: none, best, all
 merge: {dtype: bfloat16}          # anything else a merge config takes (exclude, max_memory, ...)
 trials: []                        # explicit named settings besides the grid (below)
@@ -72,8 +72,11 @@ class Search(_Frozen):
 
 
 class Resources(_Frozen):
+    """Per trial: Ray's request (and the merge's threads); ``retries``: reruns when its worker or node dies."""
+
     cpus: int = Field(default=1, ge=1)
     gpus: float = Field(default=0, ge=0)
+    retries: int = Field(default=3, ge=0)
 
 
 def _known_method(name: str) -> str:
