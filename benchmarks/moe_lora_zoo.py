@@ -297,7 +297,7 @@ def lora_table(runs: list[dict[str, Any]]) -> list[str]:
         diff = pm([r["scores"][key]["agentic"] - r["scores"]["ta_tuned"]["agentic"] for r in runs])
         size = statistics.mean(r["bytes"][key] for r in runs)
         ranks = [r["ranks"][key] for r in runs]
-        spread = f"{statistics.mean(x['median'] for x in ranks):g} ({min(x['min'] for x in ranks)}-{max(x['max'] for x in ranks)})"
+        spread = f"{statistics.mean(x['median'] for x in ranks):.0f} ({min(x['min'] for x in ranks)}-{max(x['max'] for x in ranks)})"
         error = f"{statistics.mean(x['error'] for x in ranks):.3f}"
         agentic, heldout = (pm([r["scores"][key][c] for r in runs]) for c in ("agentic", "heldout"))
         lines.append(

@@ -109,22 +109,22 @@ def test_the_loaded_device_mesh_is_always_the_inert_one() -> None:
     (checked in a fresh interpreter too: there the first load imports torch.distributed.tensor, which adds it)."""
     out = bounded_python(
         "from torch import _weights_only_unpickler as unpickler\n"
-        "from agentmerge.io import trainer_verl\n"
-        "with trainer_verl._only_dtensor_globals():\n"
+        "from agentmerge.io import verl\n"
+        "with verl._only_dtensor_globals():\n"
         "    mapped = unpickler._get_user_allowed_globals()['torch.distributed.device_mesh.DeviceMesh']\n"
-        "print('inert:', mapped is trainer_verl._saved_mesh())\n"
+        "print('inert:', mapped is verl._saved_mesh())\n"
     )
     assert "inert: True" in out, out
     import torch.distributed.tensor  # adds the real DeviceMesh to torch's process-wide allowlist
     from torch import _weights_only_unpickler as unpickler
 
-    from agentmerge.io import trainer_verl
+    from agentmerge.io import verl
 
     before = torch.serialization.get_safe_globals()
     for _ in range(20):  # the set order that decided it changed from run to run
-        with trainer_verl._only_dtensor_globals():
+        with verl._only_dtensor_globals():
             mapped = unpickler._get_user_allowed_globals()["torch.distributed.device_mesh.DeviceMesh"]
-            assert mapped is trainer_verl._saved_mesh()
+            assert mapped is verl._saved_mesh()
     after = torch.serialization.get_safe_globals()
     assert len(after) == len(before) and all(g in after for g in before)  # put back as it was
 

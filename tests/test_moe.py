@@ -231,3 +231,17 @@ def test_yaml_config_with_jsonl_prompts(tmp_path: Path, capsys: pytest.CaptureFi
     record = json.loads((tmp_path / "out" / "merge.json").read_text())
     assert record["static_merge"]["config"]["params"] == {"lambda": 0.5}
     assert plan["bytes"] == (tmp_path / "out" / "model.safetensors").stat().st_size
+
+
+def test_sharded_bf16_output_loads(tmp_path: Path) -> None:
+    """--dtype and --max-shard-size as for merge: several shards with an index, in bf16, as the dry run said."""
+    base, agents = df.family(tmp_path / "fam", "llama", 2)
+    cfg = moe_config_from_dict(df.moe_dict(base, agents, dtype="bfloat16", max_shard_size="40KB"))
+    plan = plan_moe(cfg, tmp_path / "moe")
+    build_moe(cfg, tmp_path / "moe")
+    shards = sorted(p.name for p in (tmp_path / "moe").glob("model-*.safetensors"))
+    assert len(shards) > 1 and shards == sorted(f["name"] for f in plan["files"])
+    assert (tmp_path / "moe" / "model.safetensors.index.json").is_file()
+    moe, tok = load(tmp_path / "moe")
+    assert all(p.dtype == torch.bfloat16 for p in moe.parameters())
+    assert moe.generate(**tok("0123", return_tensors="pt"), max_new_tokens=3, do_sample=False).shape[1] == 7

@@ -1,7 +1,7 @@
 """RL-trainer checkpoint folders read as models: verl FSDP actor folders and torch distributed checkpoints.
 
 ``open_weights`` opens any weights folder with the reader its layout calls for (``trainer_files``): verl
-rank files (``trainer_verl.VerlCheckpoint``), a DCP folder (``trainer_dcp.DcpCheckpoint``), else a Hugging
+rank files (``verl.VerlCheckpoint``), a DCP folder (``dcp.DcpCheckpoint``), else a Hugging
 Face folder or file (``Checkpoint``). Both trainer readers keep the stored dtype (verl's fp32 master weights
 stay fp32); the merge casts its output to the base's. Hostile folders are refused before any tensor is read:
 stray or duplicate rank files, world sizes the files do not match, devices or FIFOs in place of files,
@@ -13,9 +13,9 @@ from __future__ import annotations
 from pathlib import Path
 
 from agentmerge.io.checkpoint import Checkpoint, Readable
-from agentmerge.io.trainer_dcp import DcpCheckpoint, read_dcp_metadata
+from agentmerge.io.dcp import DcpCheckpoint, read_dcp_metadata
 from agentmerge.io.trainer_files import RANK_FILE, is_dcp, model_files_folder, verl_actor_folder
-from agentmerge.io.trainer_verl import VerlCheckpoint, dtensor_globals, load_rank_file
+from agentmerge.io.verl import VerlCheckpoint, dtensor_globals, load_rank_file
 
 __all__ = [
     "RANK_FILE",

@@ -20,9 +20,9 @@ from agentmerge_zoo.real.tasks import SKILLS_VERSION
 
 def full_recipes() -> tuple[Recipe, ...]:
     return (
-        Recipe(skill="tool", lr=1e-5, steps=60, prompts_per_step=2, group_size=8),
+        Recipe(skill="tool", lr=5e-5, steps=60, prompts_per_step=2, group_size=8),
         Recipe(skill="code", lr=5e-5, steps=60, prompts_per_step=2, group_size=8, storage="bf16"),
-        Recipe(skill="memory", lr=1e-5, steps=80, prompts_per_step=2, group_size=8),
+        Recipe(skill="memory", lr=5e-5, steps=80, prompts_per_step=2, group_size=8),
     )
 
 

@@ -2,7 +2,7 @@
 
 The ``.metadata`` pickle (a regular file of at most ``MAX_METADATA_BYTES``) is read by a restricted unpickler
 that builds only DCP's metadata records (``DCP_METADATA_GLOBALS``; torch's own reader would unpickle
-anything). Every tensor's layout is then proved exact (``trainer_dcp_layout``: pieces inside the tensor,
+anything). Every tensor's layout is then proved exact (``dcp_layout``: pieces inside the tensor,
 disjoint, covering it; their bytes inside regular data files) before anything else is read. A tensor is
 read whole: DCP stores each rank's piece (offsets and sizes per dim) as one ``torch.save`` item at a byte
 range of a ``.distcp`` file, which is loaded with ``weights_only=True`` straight from that range and put in
@@ -27,8 +27,8 @@ import torch
 
 from agentmerge.errors import CheckpointError
 from agentmerge.io.bounded import regular_file_size
+from agentmerge.io.dcp_layout import Layout, Piece, check_records, tensor_layout
 from agentmerge.io.tensorfile import TensorInfo
-from agentmerge.io.trainer_dcp_layout import Layout, Piece, check_records, tensor_layout
 from agentmerge.io.trainer_files import DCP_METADATA, is_dcp, model_files_folder
 
 MAX_METADATA_BYTES = 1 << 30
