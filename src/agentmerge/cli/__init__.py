@@ -18,6 +18,7 @@ agentmerge extract-lora MODEL --base BASE -o OUT (--rank R | --energy E)
 from __future__ import annotations
 
 import argparse
+import errno
 import sys
 from collections.abc import Sequence
 from typing import Any
@@ -81,6 +82,12 @@ def main(argv: Sequence[str] | None = None) -> int:
             return int(args.func(args))
     except AgentMergeError as e:
         print(f"agentmerge: error: {e}", file=sys.stderr)
+        return 2
+    except OSError as e:  # a name no file system holds, wherever it was asked about: one line, not a traceback
+        if e.errno != errno.ENAMETOOLONG:
+            raise
+        name = str(e.filename or "")
+        print(f"agentmerge: error: {name[:60]}... ({len(name)} characters): too long for a file name", file=sys.stderr)
         return 2
     except (KeyboardInterrupt, Terminated) as e:  # cleanup already ran on the way out
         line, status = interrupted_message(e)

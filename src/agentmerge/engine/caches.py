@@ -33,7 +33,7 @@ class OverlapCache:
         out = {}
         for name, rule in rules.items():
             rows = found.get(self._key(name, rule))
-            if isinstance(rows, list) and len(rows) == n and all(isinstance(r, list) and len(r) == n for r in rows):
+            if isinstance(rows, list) and len(rows) == n and all(_counts(r, n) for r in rows):
                 out[name] = torch.tensor(rows, dtype=torch.int64)
         return out
 
@@ -64,3 +64,8 @@ class LevelsCache:
 
     def put(self, levels: Mapping[str, Levels], rules: Mapping[str, MaskRule]) -> None:
         self.store.put({levels_key(name, rules[name]): levels_to_json(lv) for name, lv in levels.items()})
+
+
+def _counts(row: object, n: int) -> bool:
+    """A histogram row as counted: ``n`` whole numbers >= 0 (anything else in the cache is recomputed)."""
+    return isinstance(row, list) and len(row) == n and all(type(v) is int and 0 <= v < 1 << 62 for v in row)

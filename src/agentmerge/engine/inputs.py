@@ -23,7 +23,7 @@ from agentmerge.io.localpath import is_adapter
 from agentmerge.io.lora import LoraModel, split_model_plus_adapter
 from agentmerge.io.tensorfile import TensorInfo
 from agentmerge.io.trainer import open_weights
-from agentmerge.io.validate import check_fisher_role
+from agentmerge.io.validate import check_derived_values, check_fisher_role
 from agentmerge.io.vocab import VocabPlan, plan_vocab
 
 
@@ -120,11 +120,7 @@ class Inputs:
         values = torch.empty(len(adders), stop - start)
         for row, i in enumerate(adders):
             values[row] = self.models[i].read(name, start, stop)
-            if not all_finite(values[row]):
-                raise MergeError(
-                    f"{self.models[i].path}: tensor {name!r} contains NaN or Inf values in its added rows; "
-                    "this checkpoint is broken, re-export it"
-                )
+            check_derived_values(f"{self.models[i].path}: tensor {name!r} (added vocabulary rows)", start, values[row])
         return values
 
     def read_stored(

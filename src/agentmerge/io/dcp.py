@@ -1,21 +1,21 @@
-"""**Distributed checkpoints (DCP)** (``.metadata`` + ``__R_I.distcp``; NeMo RL, AReaL, torchtitan). The
-``.metadata`` pickle is read by a restricted unpickler that builds only DCP's metadata records
-(``DCP_METADATA_GLOBALS``; torch's own reader would unpickle anything). Each tensor is then read whole: DCP
-stores each rank's piece (``ChunkStorageMetadata``: offsets and sizes per dim) as one ``torch.save`` item at a
-byte range of a ``.distcp`` file, which is loaded with ``weights_only=True`` straight from that range and put in
+"""Torch distributed checkpoints (DCP: ``.metadata`` + ``__R_I.distcp``; NeMo RL, AReaL, torchtitan) as models.
+
+The ``.metadata`` pickle (a regular file of at most ``MAX_METADATA_BYTES``) is read by a restricted unpickler
+that builds only DCP's metadata records (``DCP_METADATA_GLOBALS``; torch's own reader would unpickle
+anything). Every tensor's layout is then proved exact (``dcp_layout``: pieces inside the tensor,
+disjoint, covering it; their bytes inside regular data files) before anything else is read. A tensor is
+read whole: DCP stores each rank's piece (offsets and sizes per dim) as one ``torch.save`` item at a byte
+range of a ``.distcp`` file, which is loaded with ``weights_only=True`` straight from that range and put in
 place (a single piece is the tensor itself: no copy); pieces stored through a transform (compression) go
 through ``torch.distributed.checkpoint.load`` with no process group. A state dict saved wrapped
 (``{"model": state_dict}``, NeMo RL) is named by its inner keys. The last two tensors read are kept
 (``DcpCheckpoint.keep``), so memory holds a few whole tensors, never the model.
-
-Both keep the stored dtype (verl's fp32 master weights stay fp32); the merge casts its output to the base's.
 """
 
 from __future__ import annotations
 
 import importlib
 import io
-import math
 import pickle
 import threading
 import warnings
@@ -26,16 +26,19 @@ from typing import IO, Any, cast
 import torch
 
 from agentmerge.errors import CheckpointError
+from agentmerge.io.bounded import regular_file_size
+from agentmerge.io.dcp_layout import Layout, Piece, check_records, tensor_layout
 from agentmerge.io.tensorfile import TensorInfo
-from agentmerge.io.trainer_files import (
-    DCP_METADATA,
-    DCP_METADATA_GLOBALS,
-    MAX_METADATA_BYTES,
-    is_dcp,
-    model_files_folder,
-)
+from agentmerge.io.trainer_files import DCP_METADATA, is_dcp, model_files_folder
 
-# --------------------------------------------------------------------------- DCP
+MAX_METADATA_BYTES = 1 << 30
+_DCP_META = "torch.distributed.checkpoint.metadata"
+DCP_METADATA_GLOBALS = frozenset(
+    {(_DCP_META, n) for n in ("Metadata", "TensorStorageMetadata", "TensorProperties", "ChunkStorageMetadata")}
+    | {(_DCP_META, n) for n in ("BytesStorageMetadata", "MetadataIndex", "StorageMeta", "_MEM_FORMAT_ENCODING")}
+    | {("torch.distributed.checkpoint.filesystem", "_StorageInfo"), ("torch", "Size")}
+    | {("torch.serialization", "_get_layout"), ("pathlib", "PosixPath"), ("pathlib", "PurePosixPath")}
+)
 
 
 class _MetadataUnpickler(pickle.Unpickler):
@@ -51,8 +54,7 @@ class _MetadataUnpickler(pickle.Unpickler):
 def read_dcp_metadata(path: Path) -> Any:
     """The ``Metadata`` of a DCP folder, read by ``_MetadataUnpickler`` (never plain ``pickle.load``)."""
     f = path / DCP_METADATA
-    if f.stat().st_size > MAX_METADATA_BYTES:
-        raise CheckpointError(f"{f}: larger than {MAX_METADATA_BYTES} bytes; not a checkpoint's metadata")
+    regular_file_size(f, "DCP .metadata file", MAX_METADATA_BYTES)
     try:
         with open(f, "rb") as stream:
             metadata = _MetadataUnpickler(stream).load()
@@ -62,10 +64,7 @@ def read_dcp_metadata(path: Path) -> Any:
 
     if not isinstance(metadata, Metadata):
         raise CheckpointError(f"{f}: holds a {type(metadata).__name__}, not DCP metadata")
-    for info in metadata.storage_data.values():
-        rel = Path(str(info.relative_path))
-        if rel.is_absolute() or ".." in rel.parts:
-            raise CheckpointError(f"{f}: data file {str(rel)!r} points outside {path}; refusing to read it")
+    check_records(f, metadata)
     return metadata
 
 
@@ -99,13 +98,16 @@ class DcpCheckpoint:
         self.keys = dcp_names(self.dcp_metadata)
         if not self.keys:
             raise CheckpointError(f"{self.path}: the checkpoint holds no tensors")
-        self.tensors = {n: self._info(n, k) for n, k in self.keys.items()}
+        sizes: dict[str, int] = {}  # each data file's size, checked once
+        entries = self.dcp_metadata.state_dict_metadata
+        self.layouts = {
+            n: tensor_layout(self.path, self.dcp_metadata, k, entries[k], sizes) for n, k in self.keys.items()
+        }
+        self.tensors = {
+            n: TensorInfo(n, lay.dtype, lay.shape, self.path / DCP_METADATA, 0) for n, lay in self.layouts.items()
+        }
         self._cache: OrderedDict[str, torch.Tensor] = OrderedDict()
         self._lock = threading.Lock()
-
-    def _info(self, name: str, key: str) -> TensorInfo:
-        md = self.dcp_metadata.state_dict_metadata[key]
-        return TensorInfo(name, md.properties.dtype, tuple(int(s) for s in md.size), self.path / DCP_METADATA, 0)
 
     def __enter__(self) -> DcpCheckpoint:
         return self
@@ -140,41 +142,37 @@ class DcpCheckpoint:
             return value
 
     def _load(self, name: str) -> torch.Tensor:
-        """Tensor ``name`` whole: its stored pieces read one by one (each a ``torch.save`` item, ``weights_only``)
-        into place; pieces stored through a transform (compression) go through ``torch.distributed.checkpoint``."""
-        from torch.distributed.checkpoint.metadata import MetadataIndex
-
-        info, key = self.tensors[name], self.keys[name]
-        chunks = self.dcp_metadata.state_dict_metadata[key].chunks
-        items = [self.dcp_metadata.storage_data.get(MetadataIndex(key, c.offsets)) for c in chunks]
-        covered = sum(math.prod(c.sizes) for c in chunks) == info.numel
-        if not covered or any(i is None or i.transform_descriptors for i in items):
+        """Tensor ``name`` whole: its pieces (proved to cover it exactly once) read one by one into place, each a
+        ``torch.save`` item loaded ``weights_only``; pieces stored through a transform go through torch's DCP."""
+        layout: Layout = self.layouts[name]
+        if any(p.transformed for p in layout.pieces):
             return self.load_with_dcp(name)
-        if len(chunks) == 1:
-            return self._piece(name, items[0], tuple(info.shape))
-        value = torch.empty(info.shape, dtype=info.dtype)
-        for chunk, item in zip(chunks, items, strict=True):
+        if len(layout.pieces) == 1:
+            return self._piece(name, layout.pieces[0])
+        value = torch.empty(layout.shape, dtype=layout.dtype)
+        for piece in layout.pieces:
             region = value
-            for dim, (offset, size) in enumerate(zip(chunk.offsets, chunk.sizes, strict=True)):
+            for dim, (offset, size) in enumerate(zip(piece.offsets, piece.sizes, strict=True)):
                 region = region.narrow(dim, offset, size)
-            region.copy_(self._piece(name, item, tuple(chunk.sizes)))
+            region.copy_(self._piece(name, piece))
         return value
 
-    def _piece(self, name: str, item: Any, shape: tuple[int, ...]) -> torch.Tensor:
+    def _piece(self, name: str, piece: Piece) -> torch.Tensor:
+        item = piece.item
         f = self.path / str(item.relative_path)
         try:
             with open(f, "rb") as stream:
                 view = cast(IO[bytes], _FileView(stream, item.offset, item.length))
-                piece = torch.load(view, map_location="cpu", weights_only=True)
+                value = torch.load(view, map_location="cpu", weights_only=True)
         except Exception as e:
             raise CheckpointError(
                 f"{f}: cannot read a piece of tensor {name!r} ({type(e).__name__}: {str(e).splitlines()[0][:200]}); "
                 "the checkpoint is incomplete or corrupt"
             ) from None
         dtype = self.tensors[name].dtype
-        if not isinstance(piece, torch.Tensor) or tuple(piece.shape) != shape or piece.dtype != dtype:
+        if not isinstance(value, torch.Tensor) or tuple(value.shape) != piece.sizes or value.dtype != dtype:
             raise CheckpointError(f"{f}: a piece of tensor {name!r} does not have the shape and dtype .metadata gives")
-        return piece
+        return value
 
     def load_with_dcp(self, name: str) -> torch.Tensor:
         """Tensor ``name`` whole through ``torch.distributed.checkpoint.load`` (no process group)."""

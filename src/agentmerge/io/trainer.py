@@ -1,5 +1,11 @@
-"""RL-trainer checkpoint folders read as models: verl FSDP actor folders (``verl``) and torch distributed
-checkpoints (``dcp``); ``open_weights`` picks the reader, ``trainer_files`` tells the folders apart.
+"""RL-trainer checkpoint folders read as models: verl FSDP actor folders and torch distributed checkpoints.
+
+``open_weights`` opens any weights folder with the reader its layout calls for (``trainer_files``): verl
+rank files (``verl.VerlCheckpoint``), a DCP folder (``dcp.DcpCheckpoint``), else a Hugging
+Face folder or file (``Checkpoint``). Both trainer readers keep the stored dtype (verl's fp32 master weights
+stay fp32); the merge casts its output to the base's. Hostile folders are refused before any tensor is read:
+stray or duplicate rank files, world sizes the files do not match, devices or FIFOs in place of files,
+pickles that would build a process group, DCP metadata whose pieces do not cover each tensor exactly once.
 """
 
 from __future__ import annotations
@@ -7,11 +13,23 @@ from __future__ import annotations
 from pathlib import Path
 
 from agentmerge.io.checkpoint import Checkpoint, Readable
-from agentmerge.io.dcp import DcpCheckpoint
-from agentmerge.io.trainer_files import is_dcp, model_files_folder, verl_actor_folder
-from agentmerge.io.verl import VerlCheckpoint
+from agentmerge.io.dcp import DcpCheckpoint, read_dcp_metadata
+from agentmerge.io.trainer_files import RANK_FILE, is_dcp, model_files_folder, verl_actor_folder
+from agentmerge.io.verl import VerlCheckpoint, dtensor_globals, load_rank_file
 
-__all__ = ["DcpCheckpoint", "VerlCheckpoint", "open_weights", "trainer_config_folder"]
+__all__ = [
+    "RANK_FILE",
+    "DcpCheckpoint",
+    "VerlCheckpoint",
+    "dtensor_globals",
+    "is_dcp",
+    "load_rank_file",
+    "model_files_folder",
+    "open_weights",
+    "read_dcp_metadata",
+    "trainer_config_folder",
+    "verl_actor_folder",
+]
 
 
 def open_weights(ref: str | Path) -> Readable:

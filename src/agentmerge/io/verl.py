@@ -1,10 +1,9 @@
-"""RL-trainer checkpoint folders read as models: verl FSDP actor folders and torch distributed checkpoints.
+"""verl FSDP actor folders read as models: one ``torch.save`` of each rank's sharded state dict.
 
-**verl FSDP** (``actor/model_world_size_W_rank_R.pt``, one file per rank, ``huggingface/`` beside them with
-config.json and the tokenizer). Each rank file is ``torch.save`` of that rank's sharded state dict: DTensors
-(FSDP2, or FSDP1 with a device mesh) whose ``_local_tensor`` is the rank's piece, or plain tensors (older
-FSDP1). FSDP shards dim 0, ``torch.chunk``-style (uneven last pieces, no padding in the saved pieces), so a
-tensor ``T`` of shape ``[R, ...]`` held by the ranks ``r_0 .. r_{k-1}`` of its shard dimension is
+Each rank file holds DTensors (FSDP2, or FSDP1 with a device mesh) whose ``_local_tensor`` is the rank's
+piece, or plain tensors (older FSDP1). FSDP shards dim 0, ``torch.chunk``-style (uneven last pieces, no
+padding in the saved pieces), so a tensor ``T`` of shape ``[R, ...]`` held by the ranks ``r_0 .. r_{k-1}``
+of its shard dimension is
 
     T = cat(piece_{r_0}, ..., piece_{r_{k-1}}; dim 0)      flat(T) = flat(piece_{r_0}) ++ ... ++ flat(piece_{r_{k-1}})
 
@@ -12,16 +11,24 @@ so elements ``start:stop`` of ``flat(T)`` are read from the pieces they fall in,
 DTensor's placements say which ranks those are: the ranks at coordinate 0 of every ``Replicate`` mesh
 dimension (HSDP's replica dimension), ordered by their coordinate on the one ``Shard(0)`` dimension. Other
 placements (``Shard(d)`` with ``d > 0``, ``Partial``, two sharded dimensions) are refused by name. Plain
-tensors are concatenated over all ranks in rank order, as verl's own merger does. Rank files are loaded with
-``weights_only=True`` and ``mmap=True`` (pages are read only when a chunk touches them), allowing only the
-DTensor classes (``DTENSOR_GLOBALS``); anything else in the pickle (code, ShardedTensor) is refused.
+tensors are concatenated over all ranks in rank order, as verl's own merger does.
+
+The folder must hold exactly the files ``model_world_size_W_rank_R.pt`` for ``R = 0 .. W-1`` (named as
+``trainer_files`` says), each a regular file. Rank files are loaded with ``weights_only=True`` and
+``mmap=True`` (pages are read only when a chunk touches them), allowing only the DTensor classes
+(``dtensor_globals``); anything else in the pickle (code, ShardedTensor) is refused. The ``DeviceMesh`` a
+pickle names is an inert stand-in (``_SavedMesh``): it takes the saved state, but a pickle that *calls* it
+(which would run ``init_process_group``, open a TCP port, or wait for other ranks) is refused, so reading
+weights never starts anything of ``torch.distributed``.
 """
 
 from __future__ import annotations
 
 import contextlib
+import functools
 import logging
 import math
+import threading
 import zipfile
 from collections.abc import Iterator
 from pathlib import Path
@@ -30,21 +37,69 @@ from typing import Any
 import torch
 
 from agentmerge.errors import CheckpointError
+from agentmerge.io.bounded import regular_file_size
 from agentmerge.io.headers import read_json_object
-from agentmerge.io.tensorfile import TensorInfo
-from agentmerge.io.trainer_files import RANK_FILE, model_files_folder, verl_actor_folder
+from agentmerge.io.tensorfile import DTYPE_NAMES, TensorInfo
+from agentmerge.io.trainer_files import RANK_FILE, RANK_LIKE, model_files_folder, verl_actor_folder
 
-# --------------------------------------------------------------------------- verl
+_MESH = "torch.distributed.device_mesh.DeviceMesh"
+
+
+class MeshConstructed(Exception):
+    """A pickle called ``DeviceMesh(...)``: building one would start a process group."""
+
+
+@functools.cache
+def _saved_mesh() -> type:
+    """``DeviceMesh`` as a pickle may restore it (state only), never construct it."""
+    from torch.distributed.device_mesh import DeviceMesh
+
+    class _SavedMesh(DeviceMesh):
+        def __init__(self, *args: Any, **kwargs: Any) -> None:
+            raise MeshConstructed(
+                "the pickle constructs a DeviceMesh, which would start a process group; only saved meshes are read"
+            )
+
+        def __setstate__(self, state: dict[str, Any]) -> None:
+            self.__dict__.update(state)  # no process-group lookups: none exists, none is wanted
+            self._pg_registry = {}
+
+    return _SavedMesh
 
 
 def dtensor_globals() -> list[Any]:
-    """The classes a DTensor pickle names, and nothing else: the narrowest allowlist that loads verl's files."""
+    """The classes a DTensor pickle names, and nothing else: the narrowest allowlist that loads verl's files
+    (placements agentmerge refuses by name, ``Partial`` and ``_StridedShard``, are loaded so as to be named)."""
     from torch.distributed._mesh_layout import _FlatLayout, _MeshLayout
-    from torch.distributed.device_mesh import DeviceMesh
-    from torch.distributed.tensor import DTensor, Replicate, Shard
+    from torch.distributed.tensor import DTensor, Partial, Replicate, Shard, placement_types
     from torch.distributed.tensor._dtensor_spec import DTensorSpec, ShardOrderEntry, TensorMeta
 
-    return [DTensor, DTensorSpec, TensorMeta, ShardOrderEntry, DeviceMesh, _MeshLayout, _FlatLayout, Shard, Replicate]
+    classes: list[Any] = [DTensor, DTensorSpec, TensorMeta, ShardOrderEntry, _MeshLayout, _FlatLayout, Shard, Replicate]
+    strided = getattr(placement_types, "_StridedShard", None)
+    return [*classes, Partial, *([strided] if strided else []), (_saved_mesh(), _MESH)]
+
+
+_GLOBALS_LOCK = threading.Lock()
+
+
+@contextlib.contextmanager
+def _only_dtensor_globals() -> Iterator[None]:
+    """For the block, the weights-only allowlist is exactly ``dtensor_globals()``.
+
+    Importing ``torch.distributed.tensor`` adds the real ``DeviceMesh`` to torch's process-wide allowlist
+    under the very name our stand-in takes; which of the two a load would use depends on set order (it
+    changes from run to run), so the process-wide entries are set aside for the block and put back after.
+    """
+    ours = dtensor_globals()  # first: importing torch.distributed.tensor adds its own entries to the allowlist
+    with _GLOBALS_LOCK:
+        before = torch.serialization.get_safe_globals()
+        torch.serialization.clear_safe_globals()
+        torch.serialization.add_safe_globals(ours)
+        try:
+            yield
+        finally:
+            torch.serialization.clear_safe_globals()
+            torch.serialization.add_safe_globals(before)
 
 
 @contextlib.contextmanager
@@ -61,12 +116,13 @@ def _quiet_device_mesh() -> Iterator[None]:
 
 def load_rank_file(f: Path) -> dict[str, Any]:
     """One rank's state dict, memory-mapped, with ``weights_only=True`` and only the DTensor classes allowed."""
+    regular_file_size(f, "verl rank file")
     if not zipfile.is_zipfile(f):
         raise CheckpointError(f"{f}: not a torch zip archive (truncated, or saved by torch < 1.6); save it again")
     try:
-        with torch.serialization.safe_globals(dtensor_globals()), _quiet_device_mesh():
+        with _only_dtensor_globals(), _quiet_device_mesh():
             state = torch.load(f, map_location="cpu", weights_only=True, mmap=True)
-    except Exception as e:  # code in the pickle, a ShardedTensor, a corrupt file
+    except Exception as e:  # code in the pickle, a ShardedTensor, a mesh built, a corrupt file
         raise CheckpointError(
             f"{f}: refused to load ({type(e).__name__}: {str(e).splitlines()[0][:200]}). Only tensors and "
             "DTensors are read (weights_only=True); ShardedTensor checkpoints: convert them with verl's model_merger"
@@ -76,22 +132,42 @@ def load_rank_file(f: Path) -> dict[str, Any]:
     return state
 
 
-def _rank_files(actor: Path) -> list[Path]:
-    """``model_world_size_W_rank_R.pt`` for R = 0 .. W-1, checked complete and against ``fsdp_config.json``."""
-    found = {(int(m[1]), int(m[2])): p for p in actor.iterdir() if (m := RANK_FILE.match(p.name))}
-    sizes = sorted({w for w, _ in found})
-    if len(sizes) != 1:
-        raise CheckpointError(f"{actor}: rank files of several world sizes {sizes}; keep one checkpoint per folder")
-    (w,) = sizes
-    missing = [r for r in range(w) if (w, r) not in found]
-    if missing:
-        raise CheckpointError(f"{actor}: model_world_size_{w}_rank_{missing[0]}.pt is missing ({len(missing)} of {w})")
+def rank_files(actor: Path) -> list[Path]:
+    """``model_world_size_W_rank_R.pt`` for R = 0 .. W-1, exactly those, checked against ``fsdp_config.json``."""
+    found: dict[int, Path] = {}
+    worlds: set[int] = set()
+    for p in sorted(actor.iterdir()):
+        if not RANK_LIKE.match(p.name):
+            continue
+        m = RANK_FILE.match(p.name)
+        if m is None:
+            raise CheckpointError(
+                f"{p}: not a verl rank file name (verl writes model_world_size_W_rank_R.pt, W and R in ASCII "
+                "digits with no leading zero); rename or remove it"
+            )
+        worlds.add(int(m[1]))
+        found[int(m[2])] = p
+    if len(worlds) != 1:
+        raise CheckpointError(f"{actor}: rank files of several world sizes {sorted(worlds)}; keep one per folder")
+    (w,) = worlds
+    stray = [r for r in sorted(found) if r >= w]
+    if stray:
+        raise CheckpointError(f"{found[stray[0]]}: rank {stray[0]} is outside 0..{w - 1} (world size {w})")
+    if len(found) != w:  # the first gap, found among the files present (never a loop over w)
+        missing = next((r for r, have in enumerate(sorted(found)) if r != have), len(found))
+        raise CheckpointError(
+            f"{actor}: model_world_size_{w}_rank_{missing}.pt is missing (world size {w}, {len(found)} rank files)"
+        )
+    _check_fsdp_config(actor, w)
+    return [found[r] for r in range(w)]
+
+
+def _check_fsdp_config(actor: Path, w: int) -> None:
     config = actor / "fsdp_config.json"
     if config.is_file():
         declared = read_json_object(config, "fsdp_config.json").get("world_size")
         if declared is not None and declared != w:
-            raise CheckpointError(f"{config}: world_size {declared}, but the folder holds {w} rank files")
-    return [found[(w, r)] for r in range(w)]
+            raise CheckpointError(f"{config}: world_size {str(declared)[:40]}, but the folder holds {w} rank files")
 
 
 def _shard_ranks(name: str, d: Any, rank: int) -> tuple[int, int]:
@@ -129,7 +205,7 @@ class VerlCheckpoint:
             raise CheckpointError(f"{ref}: no model_world_size_W_rank_R.pt files here or in actor/")
         self.path = actor
         self.folder = model_files_folder(actor)
-        self.files = _rank_files(actor)
+        self.files = rank_files(actor)
         self.metadata: dict[Path, dict[str, str]] = {}
         self._pieces: dict[str, list[torch.Tensor]] = {}
         self.tensors: dict[str, TensorInfo] = {}
@@ -225,9 +301,11 @@ def _check_pieces(name: str, shape: tuple[int, ...], pieces: list[torch.Tensor],
     dtypes = {p.dtype for p in pieces}
     trailing = {tuple(p.shape[1:]) for p in pieces}
     numel = sum(p.numel() for p in pieces)
-    if len(dtypes) > 1 or len(trailing) > 1 or numel != math.prod(shape):
+    if len(dtypes) > 1 or len(trailing) > 1 or numel != math.prod(shape) or any(s < 0 for s in shape):
         got = [list(p.shape) for p in pieces]
         raise CheckpointError(
             f"{f.parent}: tensor {name!r}: the rank pieces {got} ({sorted(map(str, dtypes))}) do not make its "
             f"shape {list(shape)} (a rank file from another run?)"
         )
+    if pieces[0].dtype not in DTYPE_NAMES:
+        raise CheckpointError(f"{f.parent}: tensor {name!r} has dtype {pieces[0].dtype}, which agentmerge cannot write")

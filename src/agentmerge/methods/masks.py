@@ -248,7 +248,9 @@ def levels_from_json(entry: Any, n: int) -> Levels | None:
     values, fallback = entry.get("values"), entry.get("fallback")
     if not (isinstance(values, list) and isinstance(fallback, list) and len(values) == len(fallback) == n):
         return None
-    if not all(isinstance(v, float) for v in values) or not all(isinstance(f, bool) for f in fallback):
+    if not all(isinstance(v, float) and math.isfinite(v) and v >= 0 for v in values):  # thresholds of |tau|
+        return None
+    if not all(isinstance(f, bool) for f in fallback):
         return None
     return Levels(torch.tensor(values, dtype=torch.float32), tuple(fallback))
 
