@@ -59,6 +59,10 @@ MERGEKIT: dict[str, tuple[str, dict[str, float], bool]] = {
     "breadcrumbs": ("breadcrumbs", {"weight": 1.0, "density": 0.9, "gamma": 0.01}, True),
     "della": ("della", {"weight": 1.0, "density": 0.5, "epsilon": 0.1}, True),
     "model_stock": ("model_stock", {}, True),
+    "sce": ("sce", {}, True),
+    "karcher": ("karcher", {}, False),  # on the raw weights: mergekit would average a base_model in
+    "multislerp": ("multislerp", {"weight": 1.0}, True),
+    "nuslerp": ("nuslerp", {"weight": 1.0}, True),  # two agents (benchmarks/field_speed.py)
 }
 
 

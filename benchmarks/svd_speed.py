@@ -13,7 +13,7 @@ kernels run (``TensorJob.svds``), scheduled as the merge schedules them (tensors
 the budget on the thread pool with one torch thread each, the others one at a time with every thread), and
 nothing else. The I/O floor (read every input once, write the output once, fsync) is ``speed.py``'s.
 ``--memory`` measures, per kernel, the peak resident memory of a process merging one 4096 x 1024 tensor of 3
-task vectors beyond its float32 inputs, in copies of that tensor: the ``copies`` of ``spec.WholeTensor``.
+task vectors beyond its float32 inputs, in copies of that tensor: the ``copies`` of ``hooks.WholeTensor``.
 Results: stdout (markdown) and ``WORK/svd-results.json``. The machine is shared: compare ratios of one run.
 """
 
@@ -40,7 +40,8 @@ from concurrent.futures import ThreadPoolExecutor
 from agentmerge import MergeConfig, ModelSpec
 from agentmerge.engine.plan import make_plan
 from agentmerge.methods.spectral import svd
-from agentmerge.engine.stream import Inputs, torch_threads
+from agentmerge.engine.inputs import Inputs
+from agentmerge.engine.parallel import torch_threads
 method, base, params, threads, memory, *agents = sys.argv[1:]
 params = {k: (v == "true" if v in ("true", "false") else v) for k, v in (p.split("=") for p in params.split(",") if p)}
 cfg = MergeConfig(method=method, base=base, models=[ModelSpec(path=a) for a in agents], params=params,

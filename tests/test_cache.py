@@ -77,3 +77,16 @@ def test_levels_json_is_exact() -> None:
 )
 def test_levels_json_refuses_what_is_not_an_entry(entry: object) -> None:
     assert levels_from_json(entry, 2) is None
+
+
+def test_an_edited_entry_reads_as_missing(inputs: list[list[Path]]) -> None:
+    store = InputSetStore("stats", inputs)
+    store.put({"x": [[1, 2], [3, 4]], "y": [0.5]})
+    assert store.path is not None
+    data = json.loads(store.path.read_text())
+    data["x"]["value"][0][0] = 9  # a damaged entry: its checksum no longer matches
+    data["y"] = [0.5]  # an entry without its seal (an older format, or written by hand)
+    store.path.write_text(json.dumps(data))
+    assert store.get(["x", "y"]) == {}
+    store.put({"x": [[1, 2], [3, 4]]})  # recomputed, and replaced
+    assert store.get(["x"]) == {"x": [[1, 2], [3, 4]]}

@@ -77,8 +77,9 @@ def test_cache_hits_misses_and_a_changed_file(tmp_path: Path, monkeypatch: pytes
     first = InputDigests(files, "fast").result()
     full = InputDigests(files, "sha256").result()
     stores = {a: json.loads((tmp_path / "cache" / f"{a}.json").read_text()) for a in ("xxh3_128", "sha256")}
-    assert sorted(stores["xxh3_128"].values()) == sorted(d.xxh3_128 for d in first.values())
-    assert sorted(stores["sha256"].values()) == sorted(d.sha256 for d in full.values())
+    values = {a: sorted(e["value"] for e in stores[a].values()) for a in stores}  # entries sealed with a checksum
+    assert values["xxh3_128"] == sorted(d.xxh3_128 for d in first.values())
+    assert values["sha256"] == sorted(d.sha256 for d in full.values())
     calls: list[Path] = []
     monkeypatch.setattr(digests, "_feed", lambda p, update, stop: calls.append(p))
     # a sha256 already known is free: fast mode reports it rather than an xxh3_128
@@ -97,6 +98,7 @@ def test_cache_hits_misses_and_a_changed_file(tmp_path: Path, monkeypatch: pytes
 
 
 def test_hub_blob_gives_its_sha256_without_reading(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """fast: the blob's name, marked as such; sha256: the bytes, always read (issue 23)."""
     data = b"weights"
     digest = hashlib.sha256(data).hexdigest()
     (tmp_path / "blobs").mkdir()
@@ -104,9 +106,12 @@ def test_hub_blob_gives_its_sha256_without_reading(tmp_path: Path, monkeypatch: 
     (tmp_path / "snap").mkdir()
     link = tmp_path / "snap" / "model.safetensors"
     link.symlink_to(Path("..") / "blobs" / digest)
+    assert InputDigests([link], "sha256").result() == {str(link): Digest(sha256=digest)}
+    (tmp_path / "cache" / "sha256.json").unlink()  # forget the bytes read: the name alone is left
     _no_reads(monkeypatch, "hashed a file the Hub already named")
-    for mode in ("fast", "sha256"):
-        assert InputDigests([link], mode).result() == {str(link): Digest(sha256=digest)}
+    named = InputDigests([link], "fast").result()[str(link)]
+    assert named == Digest(sha256=digest, from_name=True)
+    assert named.fields() == {"sha256": digest, "sha256_from": "hub blob name"}
     (tmp_path / "blobs" / "not-a-digest").write_bytes(data)
     assert digests.hub_blob_digest(tmp_path / "blobs" / "not-a-digest") is None
 

@@ -1,8 +1,10 @@
 """Fuzz every subcommand with generated bad inputs: each run ends with a status and at most a one-line error,
 never a traceback. (``zoo build``/``zoo bench`` read no user files, only their own cache, and are left out.)
 
-Inputs are drawn from a pool of broken model folders, broken YAML files, odd numbers and odd paths, mixed
-with one good family, so runs get past the first check too.
+Inputs are drawn from a pool of broken model folders (safetensors, verl rank files, DCP metadata, LoRA
+adapters), broken YAML and sweep files, task files, damaged ``results.jsonl`` and cache stores, odd numbers
+and odd paths, mixed with one good family, so runs get past the first check too. Sweeps run with Ray
+unavailable: every one stops at a check or at "needs Ray", before any trial.
 """
 
 from __future__ import annotations
@@ -11,10 +13,12 @@ import json
 import os
 import shutil
 import struct
+import sys
 from pathlib import Path
 
 import pytest
 import torch
+import yaml
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from safetensors.torch import save_file
@@ -37,6 +41,76 @@ def _raw(folder: Path, header: bytes, data: bytes = b"", name: str = "model.safe
     folder.mkdir(parents=True, exist_ok=True)
     (folder / name).write_bytes(struct.pack("<Q", len(header)) + header + data)
     return folder
+
+
+def _trainer_and_adapter_folders(root: Path) -> list[Path]:
+    """Hostile trainer folders and adapters of issue 23 (tests.test_hostile_trainer / _adapters build them)."""
+    from tests.hostile import model_folder
+    from tests.test_hostile_adapters import adapter
+    from tests.test_hostile_trainer import _overlap_and_gap, _set, dcp_folder, edit_metadata, verl_folder
+
+    llama = model_folder(root / "lbase", 0)  # what the adapters were trained on
+    out = [llama]
+    dup = verl_folder(root / "verl_dup")
+    shutil.copy(dup / "model_world_size_2_rank_1.pt", dup / "model_world_size_2_rank_01.pt")
+    huge = root / "verl_huge" / "actor"
+    huge.mkdir(parents=True)
+    torch.save({"x": torch.ones(2)}, huge / "model_world_size_99999999999_rank_0.pt")
+    out += [dup, huge, verl_folder(root / "verl_good")]
+    out += [edit_metadata(dcp_folder(root / "dcp_gap"), _overlap_and_gap)]
+    out += [edit_metadata(dcp_folder(root / "dcp_none"), _set("chunks", None))]
+    out += [edit_metadata(dcp_folder(root / "dcp_dtype"), _set("dtype", "float32"))]
+    for name, cfg in (("lora_zero", {"lora_alpha": 0}), ("lora_regex", {"rank_pattern": {"(": 2}}),
+                      ("lora_big", {"lora_alpha": 1e9}), ("lora_r", {"r": 8}), ("lora_ok", {})):  # fmt: skip
+        out.append(adapter(root / name, llama, **cfg))
+    (root / "lora_nested").mkdir()
+    shutil.copy(out[-1] / "adapter_model.safetensors", root / "lora_nested")
+    (root / "lora_nested" / "adapter_config.json").write_text("[" * 50_000)
+    return [*out, root / "lora_nested"]
+
+
+def _task_and_sweep_files(root: Path, good: list[Path]) -> dict[str, list[str]]:
+    """Task files and sweep files (each with a results.jsonl beside it in its --out folder)."""
+    tasks = {
+        "t_nested": "[" * 50_000,
+        "t_regex": json.dumps({"prompt": "p", "reference": "(a|a)+$", "match": "regex"}),
+        "t_bad": '{"prompt": 1}',
+        "t_good": json.dumps({"prompt": "Say 7", "reference": "7", "max_new_tokens": 1}),
+    }
+    for name, text in tasks.items():
+        (root / f"{name}.jsonl").write_text(text + "\n")
+    sweeps = []
+    models = [str(g) for g in good]
+    grids: dict[str, dict[str, object]] = {
+        "s_good": {"methods": {"ram": {}}, "evaluate": "python:m:f"},
+        "s_tasks": {"methods": {"ram": {}}, "evaluate": f"tasks:{root / 't_bad.jsonl'}"},
+        "s_huge": {"methods": {"ties": {k: list(range(1, 30)) for k in ("density", "lambda", "a", "b")}}, "evaluate": "zoo"},
+        "s_named": {"trials": [{"name": "../x", "method": "ram"}], "evaluate": "zoo"},
+    }  # fmt: skip
+    for name, data in grids.items():
+        (root / f"{name}.yaml").write_text(yaml.safe_dump({"base": models[0], "models": models[1:], **data}))
+        sweeps.append(str(root / f"{name}.yaml"))
+    return {"tasks": [str(root / f"{n}.jsonl") for n in tasks] + ["/dev/zero"], "sweeps": sweeps}
+
+
+def _results_lines() -> list[str]:
+    record = {"trial": "f" * 16, "method": "ram", "params": {}, "models": ["a"], "seed": 0, "status": "ok",
+              "metrics": {"score": 1.0}}  # fmt: skip
+    return [
+        json.dumps({**record, "name": "../../x"}),
+        json.dumps({**record, "metrics": {"score": "high"}}),
+        "[" * 50_000,
+        '{"trial": "torn',
+        json.dumps(record),
+    ]
+
+
+def _damaged_cache(root: Path) -> Path:
+    cache = root / "cache"
+    (cache / "stats").mkdir(parents=True)
+    (cache / "sha256.json").write_text("[" * 100_000)
+    (cache / "xxh3_128.json").write_text(json.dumps({"x": {"value": "zz", "check": "0"}}))
+    return cache
 
 
 @pytest.fixture(scope="module")
@@ -91,8 +165,21 @@ def pool(tmp_path_factory: pytest.TempPathFactory) -> dict[str, list[str]]:
         p = root / f"{name}.yaml"
         p.write_bytes(text if isinstance(text, bytes) else text.encode())
         yamls.append(p)
+    bad += _trainer_and_adapter_folders(root)
+    files = _task_and_sweep_files(root, good)
     return {
-        "models": [str(p) for p in good + bad] + ["mdoels/good0", "./nope", "someone/some-model", ""],
+        **files,
+        "results": _results_lines(),
+        "cache": [str(_damaged_cache(root))],
+        "models": [str(p) for p in good + bad]
+        + [
+            "mdoels/good0",
+            "./nope",
+            "someone/some-model",
+            "",
+            "org/" + "x" * 5000,
+            f"{root / 'lbase'}+{root / 'lora_ok'}",
+        ],
         "good": [str(p) for p in good],
         "yamls": [str(p) for p in yamls] + [str(root / "missing.yaml"), str(root)],
         "numbers": ["0", "-1", "1", "nan", "inf", "-inf", "1e309", "9" * 400, "abc", "0.5", "", "2", "1,abc"],
@@ -107,7 +194,14 @@ def _token(draw: st.DrawFn, pool: dict[str, list[str]], kind: str) -> str:
 @st.composite
 def argvs(draw: st.DrawFn, pool: dict[str, list[str]]) -> list[str]:
     out = str(Path(pool["root"][0]) / "outs" / f"o{draw(st.integers(0, 3))}")
-    command = draw(st.sampled_from(["merge", "merge-yaml", "probe", "methods", "fisher", "convert", "lm-eval", "eval"]))
+    command = draw(
+        st.sampled_from(
+            ["merge", "merge-yaml", "probe", "methods", "fisher", "convert", "lm-eval", "eval", "convert-weights",
+             "eval-tasks", "sweep"]
+        )
+    )  # fmt: skip
+    if command in ("convert-weights", "eval-tasks", "sweep"):
+        return _new_commands(draw, pool, command, out)
     models = draw(st.lists(st.one_of(st.sampled_from(pool["good"]), st.sampled_from(pool["models"])), max_size=3))
     number = st.sampled_from(pool["numbers"])
     if command == "merge":
@@ -153,9 +247,28 @@ def argvs(draw: st.DrawFn, pool: dict[str, list[str]]) -> list[str]:
     return ["eval", _token(draw, pool, "models"), "--n", draw(st.sampled_from(["0", "-1", "1"]))]
 
 
+def _new_commands(draw: st.DrawFn, pool: dict[str, list[str]], command: str, out: str) -> list[str]:
+    """convert (weights), eval with a task file and counts, sweep with a damaged results.jsonl."""
+    number = st.sampled_from(["-3", "0", "1", "2"])
+    if command == "convert-weights":
+        return ["convert", _token(draw, pool, "models"), out, *draw(st.lists(st.just("--force"), max_size=1))]
+    if command == "eval-tasks":
+        argv = ["eval", _token(draw, pool, "models"), "--tasks", _token(draw, pool, "tasks"), "--quiet"]
+        for flag in draw(st.lists(st.sampled_from(["--limit", "--samples", "--batch-size", "--max-new-tokens"]))):
+            argv += [flag, draw(number)]
+        return argv
+    lines = draw(st.lists(st.sampled_from(pool["results"]), max_size=3))
+    Path(out).mkdir(parents=True, exist_ok=True)
+    (Path(out) / "results.jsonl").write_text("".join(line + "\n" for line in lines))
+    return ["sweep", _token(draw, pool, "sweeps"), "--out", out, "--quiet"]
+
+
 def test_every_subcommand_on_bad_input_gives_a_status_not_a_traceback(
-    pool: dict[str, list[str]], capsys: pytest.CaptureFixture[str]
+    pool: dict[str, list[str]], capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
 ) -> None:
+    monkeypatch.setitem(sys.modules, "ray", None)  # sweeps stop before their first trial
+    monkeypatch.setenv("AGENTMERGE_CACHE", pool["cache"][0])  # damaged stores: read as empty or recomputed
+
     @settings(max_examples=EXAMPLES, deadline=None, suppress_health_check=list(HealthCheck), database=None)
     @given(argvs(pool))
     def run(argv: list[str]) -> None:

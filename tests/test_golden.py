@@ -53,6 +53,26 @@ CASES: list[tuple[str, str, dict[str, Any]]] = [
     ("slerp", "slerp", {"t": 0.3}),
     ("ram_ties", "ram_ties", {}),
     ("fisher", "fisher", {}),
+    ("magmax", "magmax", {}),
+    ("consensus", "consensus", {}),
+    ("consensus-k1", "consensus", {"k": 1, "tall_lambda": 0.3, "lambda": 0.8}),
+    ("sce", "sce", {}),
+    ("sce-select", "sce", {"select_topk": 0.4}),
+    ("karcher", "karcher", {}),
+    ("multislerp", "multislerp", {}),
+    ("nuslerp", "nuslerp", {}),
+    ("nuslerp-rows", "nuslerp", {"nuslerp_flatten": False}),
+    ("nuslerp-columns", "nuslerp", {"nuslerp_flatten": False, "nuslerp_row_wise": True}),
+    ("task_arithmetic-lines", "task_arithmetic", {"lambda": 0.7, "lines_beta": 0.5}),
+    ("magmax-lines", "magmax", {"lines_beta": 0.5}),
+    ("ties-lines-alpha", "ties", {"lines_beta": 0.3, "lines_alpha": 0.2}),
+    ("tsv", "tsv", {}),
+    ("iso_c", "iso_c", {}),
+    ("iso_cts", "iso_cts", {"common_space_fraction": 0.6}),
+    ("cart", "cart", {}),
+    ("resmerge", "resmerge", {}),
+    ("task_arithmetic-svc", "task_arithmetic", {"lambda": 0.7, "calibrate": "svc"}),
+    ("tsv-svc-no-embeddings", "tsv", {"calibrate": "svc", "svd_embeddings": False}),
 ]
 FISHER_METHODS = {"fisher", "ram_fisher"}
 PATHS = [("fused", None), ("reference", None), ("fused", 997), ("reference", 997)]  # kernel path, chunk size
@@ -90,7 +110,7 @@ def run_case(
     family: tuple[Path, list[Path], list[Path]], method: str, params: dict[str, Any], chunk: int | None, out: Path
 ) -> str:
     base, agents, fishers = family
-    if method == "slerp":
+    if method in ("slerp", "nuslerp"):
         agents = agents[:2]
     fisher = method in FISHER_METHODS
     models = [ModelSpec(path=str(a), fisher=str(f) if fisher else None) for a, f in zip(agents, fishers, strict=False)]

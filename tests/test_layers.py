@@ -100,7 +100,7 @@ def test_no_import_circles() -> None:
 
 def test_probe_dry_run_and_streaming_do_not_import_the_driver() -> None:
     graph = import_graph()
-    for name in ("probe", "dryrun", "stream", "plan", "report"):
+    for name in ("probe", "dryrun", "inputs", "parallel", "caches", "counting", "plan", "report"):
         mod = f"agentmerge.engine.{name}"
         assert "agentmerge.engine.merge" not in graph[mod], mod
 
@@ -240,3 +240,52 @@ def test_few_loose_files_and_no_big_rooms() -> None:
     ]
     assert len(loose) <= 10, loose
     assert big == []
+
+
+# --------------------------------------------------------------------------- the engine runs every method alike
+
+# the driver, the dry run, the report and the engine modules under them (the probe is RAM+'s own tool)
+METHOD_BLIND = ("merge", "dryrun", "report", "plan", "passes", "counting", "inputs", "parallel", "caches")
+
+
+def method_literals(source: str, names: set[str]) -> list[str]:
+    """The string literals of ``source`` that are a method's name (``"ram_plus"``, ``== "ties"``, dict keys)."""
+    found = []
+    for node in ast.walk(ast.parse(source)):
+        if isinstance(node, ast.Constant) and isinstance(node.value, str) and node.value in names:
+            found.append(f"line {node.lineno}: {node.value!r}")
+    return found
+
+
+def test_the_engine_names_no_method() -> None:
+    """What a method needs is in its registry entry (parameters, hooks), so the driver never asks which one it runs.
+
+    An extra per-model input is named like the method that reads it (``fisher``): that name is an input kind.
+    """
+    from agentmerge.methods.registry import METHODS
+
+    kinds = {kind for m in METHODS.values() for kind in m.needs.extras}
+    names = set(METHODS) - kinds
+    assert method_literals('if plan.method.name == "ram_plus" or p["scope"] == "global": pass', names)
+    found = {m: method_literals((SRC / "engine" / f"{m}.py").read_text(), names) for m in METHOD_BLIND}
+    assert {m: f for m, f in found.items() if f} == {}
+
+
+def test_a_method_entry_is_small() -> None:
+    """``Method`` had 16 fields (kernel, parameters and five ways to ask for a pre-pass); its hooks bundle them."""
+    from dataclasses import fields
+
+    from agentmerge.methods.method import Method
+
+    assert len(fields(Method)) < 16
+    assert [f.name for f in fields(Method)] == [
+        "name",
+        "summary",
+        "kernel",
+        "record",
+        "needs",
+        "passes",
+        "scales",
+        "compiled_at",
+        "paper",
+    ]

@@ -14,8 +14,9 @@ from safetensors.torch import load_file, save_file
 from agentmerge import MergeConfig, ModelSpec, merge
 from agentmerge.cli import main
 from agentmerge.config.schema import resolve_params
+from agentmerge.engine.counting import mask_levels, overlap_stats
+from agentmerge.engine.inputs import Inputs
 from agentmerge.engine.plan import make_plan
-from agentmerge.engine.stream import Inputs, mask_levels, overlap_stats
 from agentmerge.methods.deltas import update_mask
 from agentmerge.methods.fused.jit import available
 from agentmerge.methods.masks import (

@@ -11,9 +11,10 @@ from safetensors.torch import load_file
 
 from agentmerge.cli import main
 from agentmerge.config.mergekit import from_mergekit
+from agentmerge.config.mergekit_names import MERGEKIT
 from agentmerge.config.schema import config_from_dict, load_config
 from agentmerge.errors import ConfigError
-from agentmerge.methods.registry import MERGEKIT, METHODS
+from agentmerge.methods.registry import METHODS
 
 # mergekit's own documentation example (examples/linear.yml), keys and structure unchanged; only the three
 # model names are replaced by local folders in the test.
@@ -157,7 +158,7 @@ def test_density_maps_to_our_names() -> None:
     ("doc", "needle"),
     [
         ({"merge_method": "linearr", "models": [{"model": "a"}]}, "did you mean 'linear'"),
-        ({"merge_method": "nuslerp", "models": [{"model": "a"}]}, "no agentmerge counterpart"),
+        ({"merge_method": "nearswap", "models": [{"model": "a"}]}, "no agentmerge counterpart"),
         ({"merge_method": "linear", "slices": [], "models": [{"model": "a"}]}, "'slices' is not supported"),
         ({"merge_method": "linear", "models": [{"model": "a"}], "tokenizer_source": "union"}, "union"),
         ({"merge_method": "linear", "models": [{"model": "a"}], "chat_template": "chatml"}, "chat_template"),
@@ -223,3 +224,26 @@ def test_model_plus_lora_references_are_translated() -> None:
     }
     conv = from_mergekit(doc, "mk.yaml")
     assert [m["path"] for m in conv.config["models"]] == ["org/m+org/lora", "x+y"]
+
+
+def test_karcher_base_model_joins_as_one_more_model() -> None:
+    """mergekit's planner adds a base_model the models do not list to karcher's inputs; we make it the last model."""
+    conv = from_mergekit({"merge_method": "karcher", "base_model": "B", "models": [{"model": "a"}, {"model": "b"}]})
+    assert "base" not in conv.config and [m["path"] for m in conv.config["models"]] == ["a", "b", "B"]
+    assert any("joins 'karcher'" in n for n in conv.notes)
+    listed = from_mergekit({"merge_method": "karcher", "base_model": "B", "models": [{"model": "a"}, {"model": "B"}]})
+    assert [m["path"] for m in listed.config["models"]] == ["a", "B"]
+
+
+def test_field_methods_take_mergekits_parameters() -> None:
+    models = [{"model": "a", "parameters": {"weight": 0.3}}, {"model": "b", "parameters": {"weight": 1.0}}]
+    nu = _conv(
+        {"merge_method": "nuslerp", "base_model": "B", "models": models, "parameters": {"nuslerp_flatten": False}}
+    )
+    assert nu["params"] == {"nuslerp_flatten": False} and nu["models"][0]["weight"] == 0.3  # type: ignore[index]
+    multi = _conv({"merge_method": "multislerp", "models": models, "parameters": {"normalize_weights": False}})
+    assert multi["params"] == {"normalize_weights": False} and "base" not in multi
+    sce = _conv({"merge_method": "sce", "base_model": "B", "models": models[1:], "parameters": {"select_topk": 0.2}})
+    assert sce["params"] == {"select_topk": 0.2}
+    with pytest.raises(ConfigError, match="does not weight models"):
+        from_mergekit({"merge_method": "sce", "base_model": "B", "models": models})

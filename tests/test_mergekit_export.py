@@ -12,9 +12,10 @@ import yaml
 from agentmerge.cli import main
 from agentmerge.config.mergekit import from_mergekit
 from agentmerge.config.mergekit_export import to_mergekit
+from agentmerge.config.mergekit_names import MERGEKIT
 from agentmerge.config.schema import MergeConfig, config_from_dict
 from agentmerge.errors import ConfigError
-from agentmerge.methods.registry import MERGEKIT, METHODS
+from agentmerge.methods.registry import METHODS
 
 TENSORS = ("model.layers.0.mlp.up_proj.weight", "model.layers.0.self_attn.q_proj.weight", "model.embed_tokens.weight")
 MODELS = [{"path": "org/a@v1", "weight": 0.5}, {"path": "./agents/b", "weight": 1.5}, {"path": "org/c"}]
@@ -42,6 +43,13 @@ SHARED: dict[str, dict[str, Any]] = {
     "della": {"models": MODELS, "params": {"p": 0.4, "eps": 0.2, "lambda": 0.6}},
     "model_stock": {},
     "slerp": {"base": None, "models": [{"path": "org/a@v1"}, {"path": "./agents/b"}], "params": {"t": 0.3}},
+    "sce": {"params": {"select_topk": 0.3}, "overrides": [{"pattern": "*mlp*", "params": {"select_topk": 0.6}}]},
+    "karcher": {"base": None, "params": {"max_iter": 20, "tol": 1e-6}},
+    "multislerp": {"models": MODELS, "params": {"normalize_weights": False, "eps": 1e-7}},
+    "nuslerp": {
+        "models": [{"path": "org/a@v1", "weight": 0.3}, {"path": "./agents/b"}],
+        "params": {"nuslerp_flatten": False, "nuslerp_row_wise": True},
+    },
 }
 
 
@@ -249,3 +257,16 @@ def test_a_lora_adapter_is_written_as_model_plus_lora(tmp_path: Path) -> None:
     assert any("LoRA adapter" in n for n in exported.notes)
     back = from_mergekit(yaml.safe_load(exported.to_yaml())).config
     assert [m["path"] for m in back["models"]] == [f"org/base@v1+{adapter}", "org/b"]  # the same adapter on the base
+
+
+def test_weights_are_written_where_mergekit_requires_them() -> None:
+    for method in ("multislerp", "nuslerp"):
+        doc = native(method, models=[{"path": "org/a"}, {"path": "org/b"}])
+        out = to_mergekit(config_from_dict(doc)).config
+        assert [m["parameters"]["weight"] for m in out["models"]] == [1.0, 1.0]
+
+
+def test_karcher_base_is_left_out_with_a_note() -> None:
+    conv = to_mergekit(config_from_dict(native("karcher", base="org/base")))
+    assert "base_model" not in conv.config
+    assert any("would average base_model in" in n for n in conv.notes)

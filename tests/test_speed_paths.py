@@ -14,7 +14,7 @@ from safetensors.torch import save_file
 
 from agentmerge.config.schema import MergeConfig, ModelSpec
 from agentmerge.engine.merge import merge
-from agentmerge.engine.stream import run_parallel
+from agentmerge.engine.parallel import run_parallel
 from agentmerge.errors import MergeError
 from agentmerge.methods.deltas import (
     histogram_from_patterns,

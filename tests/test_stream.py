@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from agentmerge import MergeConfig, ModelSpec, merge, probe
-from agentmerge.engine import stream
+from agentmerge.engine import counting
 from agentmerge.io.cache import cache_dir
 from agentmerge.methods.masks import Levels
 from agentmerge.methods.spec import MaskRule
@@ -29,13 +29,13 @@ def family(tiny_family: tuple[Path, list[Path]], tmp_path: Path) -> tuple[Path, 
 def counted(monkeypatch: pytest.MonkeyPatch) -> list[str]:
     """The tensors whose chunks the statistics pass really counts."""
     seen: list[str] = []
-    task = stream._hist_task
+    task = counting._hist_task
 
-    def spy(inputs: stream.Inputs, name: str, *args: object) -> object:
+    def spy(inputs: counting.Inputs, name: str, *args: object) -> object:
         seen.append(name)
         return task(inputs, name, *args)  # type: ignore[arg-type]
 
-    monkeypatch.setattr(stream, "_hist_task", spy)
+    monkeypatch.setattr(counting, "_hist_task", spy)
     return seen
 
 
@@ -96,13 +96,13 @@ def computed(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> list[str]:
     """The tensors whose adaptive thresholds are really computed (``masks.tensor_levels`` calls), own cache."""
     monkeypatch.setenv("AGENTMERGE_CACHE", str(tmp_path / "cache"))
     seen: list[str] = []
-    levels = stream.tensor_levels
+    levels = counting.tensor_levels
 
     def spy(rule: MaskRule, name: str, *args: object) -> Levels:
         seen.append(name)
         return levels(rule, name, *args)  # type: ignore[arg-type]
 
-    monkeypatch.setattr(stream, "tensor_levels", spy)
+    monkeypatch.setattr(counting, "tensor_levels", spy)
     return seen
 
 

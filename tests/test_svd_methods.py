@@ -15,7 +15,7 @@ from typing import Any
 
 import pytest
 import torch
-from safetensors.torch import load_file, save_file
+from safetensors.torch import save_file
 
 import svd_reference as ref
 from agentmerge import MergeConfig, ModelSpec, merge
@@ -24,6 +24,7 @@ from agentmerge.errors import ConfigError, MergeError
 from agentmerge.methods.registry import METHODS
 from agentmerge.methods.spec import Chunk
 from agentmerge.synthetic import write_family
+from fieldrefs import tensors as load
 
 SVD_METHODS = ["tsv", "iso_c", "iso_cts", "cart", "resmerge"]
 RES = {"rank_topk": 1, "beta_min": 0.7, "beta_max": 1.0, "head_ratio_budget": 0.2}
@@ -85,13 +86,6 @@ def assert_within_bf16_step(got: Mapping[str, T], want: Mapping[str, T], base: M
         diff = (got[name].double() - w).abs()
         bad = diff > bf16_step(torch.maximum(w.abs(), b.abs())) + 1e-5 * (w - b).abs().max()
         assert not bad.any(), f"{name}: {int(bad.sum())} of {w.numel()} off by more than one bf16 step"
-
-
-def load(folder: Path) -> dict[str, T]:
-    out: dict[str, T] = {}
-    for f in sorted(folder.glob("*.safetensors")):
-        out.update(load_file(f))
-    return out
 
 
 def merge_api(method: str, base: Path, agents: list[Path], out: Path, **cfg: Any) -> dict[str, T]:
@@ -303,6 +297,20 @@ def test_methods_are_listed(capsys: pytest.CaptureFixture[str]) -> None:
     assert "calibrate" in out and "svc_alpha" in out
 
 
+@pytest.mark.parametrize(
+    ("method", "params", "why"),
+    [(m, {}, "mergekit has no counterpart") for m in SVD_METHODS]
+    + [("task_arithmetic", {"calibrate": "svc"}, "calibrate = 'svc' cannot be written for mergekit")],
+)
+def test_mergekit_export_refuses_svd_methods_and_svc(method: str, params: dict[str, Any], why: str) -> None:
+    from agentmerge.config.mergekit_export import to_mergekit
+
+    models = [ModelSpec(path="a"), ModelSpec(path="b")]
+    with pytest.raises(ConfigError, match=why):
+        to_mergekit(MergeConfig(method=method, base="base", models=models, params=params))
+    to_mergekit(MergeConfig(method="task_arithmetic", base="base", models=models))  # the same, without SVC
+
+
 # --------------------------------------------------------------------------- defining properties
 
 
@@ -396,8 +404,8 @@ def test_svc_leaves_one_model_and_undoes_identical_ones() -> None:
 
 
 def plan_of(base: Path, agents: list[Path], method: str, **cfg: Any) -> Any:
+    from agentmerge.engine.inputs import Inputs
     from agentmerge.engine.plan import make_plan
-    from agentmerge.engine.stream import Inputs
 
     config = MergeConfig(method=method, base=str(base), models=[ModelSpec(path=str(a)) for a in agents], **cfg)
     inputs = Inputs.for_merge(config)
@@ -436,6 +444,33 @@ def test_svd_embeddings_false_leaves_the_embeddings_to_the_mean(families: Any, t
     assert "model.embed_tokens.weight" not in whole and "lm_head.weight" not in whole
     assert "model.layers.0.mlp.up_proj.weight" in whole
     assert next(j for j in plan.jobs if j.name == "lm_head.weight").steps == ()
+
+
+def test_lines_scales_the_calibrated_delta(families: Any, tmp_path: Path) -> None:
+    """Post-steps run in order: SVC on the method's delta, then LiNeS on SVC's (its alpha from a pass that sees
+    SVC's delta, not task arithmetic's closed form)."""
+    import json
+
+    from agentmerge.methods.lines import depth_scale, layer_count
+
+    base, agents = families("qwen2-tied", torch.float32)
+    b = load(base)
+    svc = {"lambda": 0.5, "calibrate": "svc"}
+    calibrated = merge_api("task_arithmetic", base, agents, tmp_path / "svc", params=svc)
+    fixed = merge_api(
+        "task_arithmetic", base, agents, tmp_path / "f", params={**svc, "lines_beta": 0.5, "lines_alpha": 0.3}
+    )
+    layers = layer_count(b)
+    assert layers >= 2
+    for k in b:
+        assert torch.equal(fixed[k], (calibrated[k] - b[k]).mul_(depth_scale(k, layers, 0.3, 0.5)).add_(b[k])), k
+    merge_api("task_arithmetic", base, agents, tmp_path / "auto", params={**svc, "lines_beta": 0.5})
+    alpha = json.loads((tmp_path / "auto" / "merge.json").read_text())["lines"]["reference_alpha"]
+    models = [load(a) for a in agents]
+    summed = sum(float(sum(m[k].double() - b[k].double() for m in models).abs().sum()) for k in b)
+    merged = sum(float((calibrated[k].double() - b[k].double()).abs().sum()) for k in b)
+    assert alpha == pytest.approx(summed / (len(agents) * merged), rel=1e-5)
+    assert alpha != pytest.approx(1.0 / (len(agents) * 0.5), rel=1e-3)  # not the closed form of plain TA
 
 
 # --------------------------------------------------------------------------- bad input, warnings

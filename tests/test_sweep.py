@@ -265,7 +265,7 @@ def test_ram_plus_trials_find_their_statistics_counted(
     """Before a sweep starts, each input set of its RAM+ trials is counted once; the trials then count nothing."""
     import shutil
 
-    from agentmerge.engine import stream
+    from agentmerge.engine import counting
     from agentmerge.engine.merge import merge
     from agentmerge.sweep.run import _count_overlaps_once
     from agentmerge.sweep.spec import merge_config
@@ -274,8 +274,8 @@ def test_ram_plus_trials_find_their_statistics_counted(
     family = (tmp_path / "fam" / "base", [tmp_path / "fam" / a.name for a in tiny_family[1]])
     cfg = load_sweep(write_sweep(tmp_path, family, subsets="pairs"))
     seen: list[str] = []
-    task = stream._hist_task
-    monkeypatch.setattr(stream, "_hist_task", lambda inputs, name, *a: seen.append(name) or task(inputs, name, *a))
+    task = counting._hist_task
+    monkeypatch.setattr(counting, "_hist_task", lambda inputs, name, *a: seen.append(name) or task(inputs, name, *a))
     _count_overlaps_once(cfg, set(), quiet=True)
     counted = len(seen)
     assert counted > 0
@@ -291,7 +291,7 @@ def test_adaptive_rule_trials_find_their_thresholds_computed(
     """RAM trials with an adaptive mask rule: each input set and rule's thresholds computed once, before the trials."""
     import shutil
 
-    from agentmerge.engine import stream
+    from agentmerge.engine import counting
     from agentmerge.engine.merge import merge
     from agentmerge.sweep.run import _count_overlaps_once
     from agentmerge.sweep.spec import merge_config
@@ -303,9 +303,11 @@ def test_adaptive_rule_trials_find_their_thresholds_computed(
     cfg = load_sweep(write_sweep(tmp_path, family, methods=methods, seeds=[0, 1]))
     computed: list[str] = []
     counted: list[str] = []
-    levels, task = stream.tensor_levels, stream._hist_task
-    monkeypatch.setattr(stream, "tensor_levels", lambda rule, name, *a: computed.append(name) or levels(rule, name, *a))
-    monkeypatch.setattr(stream, "_hist_task", lambda inputs, name, *a: counted.append(name) or task(inputs, name, *a))
+    levels, task = counting.tensor_levels, counting._hist_task
+    monkeypatch.setattr(
+        counting, "tensor_levels", lambda rule, name, *a: computed.append(name) or levels(rule, name, *a)
+    )
+    monkeypatch.setattr(counting, "_hist_task", lambda inputs, name, *a: counted.append(name) or task(inputs, name, *a))
     _count_overlaps_once(cfg, set(), quiet=True)
     tensors = len(set(computed))
     assert tensors > 0

@@ -33,6 +33,9 @@ def register(subparsers: argparse._SubParsersAction) -> None:  # type: ignore[ty
     _build_parser(zoo_sub)
     _bench_parser(zoo_sub)
     _many_parser(zoo_sub)
+    from agentmerge_zoo.real.cli import register_real
+
+    register_real(zoo_sub)
 
 
 def _common(p: argparse.ArgumentParser) -> None:

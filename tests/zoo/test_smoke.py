@@ -180,6 +180,9 @@ def test_killed_bench_resumes(zoo: Path, tmp_path: Path) -> None:
     deadline = time.time() + 240
     while time.time() < deadline and len(Results(results).records()) < 2 and proc.poll() is None:
         time.sleep(0.1)
+    if proc.poll() is not None:  # ended on its own: a failure (or a bench too fast to kill), say which
+        err = proc.stderr.read().decode() if proc.stderr else ""
+        pytest.fail(f"the bench ended before it could be killed (exit {proc.returncode}): {err[-2000:]}")
     os.killpg(proc.pid, signal.SIGKILL)
     proc.wait()
     killed = Results(results).records()

@@ -11,11 +11,14 @@ agentmerge convert-config --to mergekit CONFIG.yaml [-o FILE]   (the reverse, fo
 agentmerge convert SRC DST [--dtype keep|bf16|fp16|fp32]  (verl, DCP, LoRA, .bin -> a safetensors folder)
 agentmerge lm-eval OUTDIR --tasks T1,T2 [--limit N] [--include-path DIR]
 agentmerge sweep SWEEP.yaml --out DIR [--address ADDR] [--max-concurrent K] [--no-resume]
+agentmerge moe BASE --model A1 --prompts P1 --model A2 --prompts P2 -o OUT   (cli/moe_lora.py)
+agentmerge extract-lora MODEL --base BASE -o OUT (--rank R | --energy E)
 """
 
 from __future__ import annotations
 
 import argparse
+import errno
 import sys
 from collections.abc import Sequence
 from typing import Any
@@ -30,6 +33,7 @@ from agentmerge.cli.merging import (
     _methods_parser,
     _probe_parser,
 )
+from agentmerge.cli.moe_lora import register as register_moe_lora
 from agentmerge.errors import AgentMergeError
 from agentmerge.io.safety import Terminated, interrupted_message, terminate_as_exception
 
@@ -53,6 +57,7 @@ def build_parser(argv: Sequence[str] | None = None) -> argparse.ArgumentParser:
     _lm_eval_parser(sub)
     _eval_parser(sub)
     _sweep_parser(sub)
+    register_moe_lora(sub)  # moe, extract-lora
     word = next((a for a in argv if not a.startswith("-")), None) if argv is not None else None
     if word is None or word not in sub.choices:
         _plugin_commands(sub)
@@ -77,6 +82,12 @@ def main(argv: Sequence[str] | None = None) -> int:
             return int(args.func(args))
     except AgentMergeError as e:
         print(f"agentmerge: error: {e}", file=sys.stderr)
+        return 2
+    except OSError as e:  # a name no file system holds, wherever it was asked about: one line, not a traceback
+        if e.errno != errno.ENAMETOOLONG:
+            raise
+        name = str(e.filename or "")
+        print(f"agentmerge: error: {name[:60]}... ({len(name)} characters): too long for a file name", file=sys.stderr)
         return 2
     except (KeyboardInterrupt, Terminated) as e:  # cleanup already ran on the way out
         line, status = interrupted_message(e)

@@ -138,6 +138,12 @@ def _eval_parser(sub: Any) -> None:
 
 
 def cmd_eval(args: argparse.Namespace) -> int:
+    from agentmerge.evaluation.scoring import check_counts
+
+    check_counts(
+        limit=args.limit, samples=args.samples, batch_size=1 if args.batch_size is None else args.batch_size,
+        max_new_tokens=args.max_new_tokens, threads=args.threads,
+    )  # fmt: skip
     if args.suite:
         return _eval_suite(args)
     if not args.tasks:
@@ -149,7 +155,7 @@ def cmd_eval(args: argparse.Namespace) -> int:
         threads=args.threads,
         chat_template=not args.no_chat_template,
         system=args.system,
-        batch_size=args.batch_size or 16,
+        batch_size=16 if args.batch_size is None else args.batch_size,
         samples=args.samples,
         limit=args.limit,
         max_new_tokens=args.max_new_tokens,

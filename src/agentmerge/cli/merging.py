@@ -17,9 +17,9 @@ from agentmerge.io.safety import (
     write_report,
     write_report_with,
 )
-from agentmerge.methods.poststeps import step_params
-from agentmerge.methods.registry import METHODS, OWN_PARAMS
-from agentmerge.methods.spec import EPSILON_DEFAULT, Param, ParamValue, check_mask
+from agentmerge.methods.params import POST_STEP_PARAMS, Param
+from agentmerge.methods.registry import METHODS
+from agentmerge.methods.spec import EPSILON_DEFAULT, ParamValue, check_mask
 
 # --------------------------------------------------------------------------- merge
 
@@ -254,17 +254,16 @@ def cmd_methods(args: argparse.Namespace) -> int:
         }
         print(json.dumps(table, indent=2))
         return 0
-    shared = {p.name: p for p in step_params("", ())}  # every method's post-step parameters (SVC)
     for m in sorted(METHODS.values(), key=lambda m: m.name):
         notes = [] if m.needs_base else ["base optional"]
         notes += ["uses weights"] if m.uses_weights else []
         notes += [f"exactly {m.min_models} models"] if m.max_models == m.min_models else []
         print(f"{m.name}: {m.summary}" + (f" [{', '.join(notes)}]" if notes else ""))
         for p in m.params:
-            if p.name in OWN_PARAMS[m.name] or shared.get(p.name) != p:  # its own, or a default of its own
+            if p not in POST_STEP_PARAMS:  # those are listed once below; a method's own default of one here
                 _print_param(p)
-    print("every method, after its kernel (post steps; a method above may set its own default):")
-    for p in shared.values():
+    print("every method (with a base model) also takes these post-steps on its merged task vector:")
+    for p in POST_STEP_PARAMS:
         _print_param(p)
     return 0
 

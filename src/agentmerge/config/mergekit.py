@@ -1,7 +1,7 @@
 """Read mergekit YAML configs: translate them into agentmerge's native config, or refuse clearly.
 
 A mergekit config is recognised by its ``merge_method`` key. The translation covers the methods both
-tools have (``registry.MERGEKIT``), top-level and per-model ``parameters`` (plain values, and filtered
+tools have (``mergekit_names.MERGEKIT``), top-level and per-model ``parameters`` (plain values, and filtered
 values for global parameters, which become ``overrides``), ``base_model``, ``dtype`` / ``out_dtype``
 and ``tokenizer_source``; model references (``org/name@rev`` and ``{path, revision}`` become our
 ``org/name@rev``, ``model+lora`` our ``MODEL+ADAPTER``). Everything else (``slices``, ``modules``,
@@ -22,11 +22,12 @@ from typing import Any
 
 import yaml
 
-from agentmerge.config.mergekit_models import endpoints, model_list, model_ref, param_mapping
+from agentmerge.config.mergekit_models import endpoints, join_base, model_list, model_ref, param_mapping
+from agentmerge.config.mergekit_names import MERGEKIT, MERGEKIT_WITHOUT_COUNTERPART, MethodMap, Scalar
 from agentmerge.config.userinput import did_you_mean, read_yaml
 from agentmerge.errors import ConfigError
-from agentmerge.methods.registry import MERGEKIT, MERGEKIT_WITHOUT_COUNTERPART, METHODS, MethodMap, Scalar
-from agentmerge.methods.spec import Method
+from agentmerge.methods.method import Method
+from agentmerge.methods.registry import METHODS
 
 TOP_KEYS = (
     "merge_method",
@@ -82,10 +83,13 @@ def from_mergekit(data: object, source: str = "mergekit config") -> Converted:
     notes: list[str] = []
     base = model_ref(data["base_model"], f"{source}: base_model") if data.get("base_model") is not None else None
     top = param_mapping(data.get("parameters"), f"{source}: parameters")
-    if base is not None and not mmap.uses_base:
+    joins = base is not None and mmap.base_joins  # mergekit's planner adds it as one more input (karcher)
+    if base is not None and not mmap.uses_base and not joins:
         notes.append(f"base_model is not used by {method.name!r}; models listed under 'models' are averaged")
         base = None
-    models = model_list(data.get("models"), base, source, notes)
+    models = model_list(data.get("models"), None if joins else base, source, notes)
+    if base is not None and joins:
+        models, base = join_base(models, base, method.name, notes), None
     if mmap.endpoints:
         models = endpoints(models, base, source)
         base = None

@@ -1,6 +1,6 @@
 """Write a native agentmerge config as a mergekit YAML: the reverse of ``mergekit_compat.from_mergekit``.
 
-Only what both tools compute the same way is written (``registry.MERGEKIT`` names the shared methods);
+Only what both tools compute the same way is written (``mergekit_names.MERGEKIT`` names the shared methods);
 the rest is refused by name (``ConfigError``), never dropped: methods mergekit has no counterpart of
 (``unique_only``, ``fisher``, ``ram_ties``; ``ram_plus`` other than mergekit's tensor-local paper form),
 our own parameters away from the value mergekit computes (``MethodMap.ours_only``, ``fixed``), tensor
@@ -25,15 +25,15 @@ from collections.abc import Iterator, Mapping
 from typing import Any
 
 from agentmerge.config.mergekit import Converted
+from agentmerge.config.mergekit_names import MERGEKIT, MethodMap, Scalar
 from agentmerge.config.schema import MergeConfig, ModelSpec, resolve_params
 from agentmerge.errors import ConfigError
 from agentmerge.io.localpath import is_adapter
 from agentmerge.io.units import FLOAT_DTYPE_NAMES
-from agentmerge.methods.poststeps import step_param_names
-from agentmerge.methods.registry import MERGEKIT, METHODS, MethodMap, Scalar
+from agentmerge.methods.params import POST_STEP_NAMES
+from agentmerge.methods.registry import METHODS
 
 MERGEKIT_DTYPES = ("bfloat16", "float16", "float32")
-_STEP_PARAMS = step_param_names()  # the post steps' (SVC's) parameters: mergekit has none, so at defaults only
 _GLOB = set("*?[]")
 
 
@@ -50,6 +50,8 @@ def to_mergekit(cfg: MergeConfig, source: str = "config") -> Converted:
         out["base_model"], models = _reference(models[0].path, cfg.base, notes), models[1:]
     elif cfg.base is not None and mmap.uses_base:
         out["base_model"] = cfg.base
+    elif cfg.base is not None and mmap.base_joins:
+        notes.append(f"base {cfg.base} left out: mergekit's {name} would average base_model in as one more model")
     elif cfg.base is not None:
         notes.append(f"base {cfg.base} left out: mergekit's {name} does not use base_model")
     per_model = sorted({k for m in models for k in m.params})
@@ -91,7 +93,7 @@ def _places(cfg: MergeConfig) -> Iterator[tuple[str, Mapping[str, Any]]]:
 
 
 def _check_expressible(cfg: MergeConfig, name: str, mmap: MethodMap, source: str) -> None:
-    ours = set(mmap.ours_only) | _STEP_PARAMS
+    ours = (*mmap.ours_only, *POST_STEP_NAMES)
     required = dict(mmap.fixed) | {p.name: p.default for p in cfg.spec.params if p.name in ours}
     for where, values in _places(cfg):
         for key, want in required.items():
@@ -137,8 +139,8 @@ def _theirs(key: str, value: Any, mmap: MethodMap) -> tuple[str, Scalar]:
 
 def _exported_keys(cfg: MergeConfig, mmap: MethodMap) -> list[str]:
     """Our parameter names that mergekit reads (not fixed by its method, not ours only)."""
-    ours = set(mmap.ours_only) | _STEP_PARAMS
-    return [p.name for p in cfg.spec.params if p.name not in mmap.fixed and p.name not in ours]
+    ours = (*mmap.fixed, *mmap.ours_only, *POST_STEP_NAMES)
+    return [p.name for p in cfg.spec.params if p.name not in ours]
 
 
 def _top_parameters(cfg: MergeConfig, per_model: list[str], mmap: MethodMap) -> dict[str, Any]:
@@ -171,7 +173,7 @@ def _model_entry(
 ) -> dict[str, Any]:
     """``{model: PATH, parameters: {weight, per-model values}}``."""
     params: dict[str, Any] = {}
-    if cfg.spec.uses_weights and m.weight != 1.0:
+    if cfg.spec.uses_weights and (m.weight != 1.0 or mmap.weights_required):
         params["weight"] = m.weight
     shared = resolve_params(cfg.spec, cfg.params, len(cfg.models))
     for key in per_model:

@@ -92,6 +92,16 @@ def model_list(raw: object, base: str | None, source: str, notes: list[str]) -> 
     return out
 
 
+def join_base(
+    models: list[tuple[str, dict[str, Any]]], base: str, method: str, notes: list[str]
+) -> list[tuple[str, dict[str, Any]]]:
+    """mergekit's planner adds a base_model that the models do not list as one more input model (karcher)."""
+    if any(_same_model(path, base) for path, _ in models):
+        return models
+    notes.append(f"base_model joins {method!r} as one more model (the last), as mergekit's planner adds it")
+    return [*models, (base, {})]
+
+
 def _same_model(a: str, b: str) -> bool:
     """The same reference, or two spellings of one local folder."""
     pa, pb = Path(a).expanduser(), Path(b).expanduser()

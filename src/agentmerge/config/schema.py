@@ -37,9 +37,11 @@ from agentmerge.config.mergekit import from_mergekit, is_mergekit
 from agentmerge.config.userinput import did_you_mean, read_yaml
 from agentmerge.errors import ConfigError
 from agentmerge.io.units import FLOAT_DTYPE_NAMES, check_dtype_name, parse_size
+from agentmerge.methods.lines import lines_on
+from agentmerge.methods.method import Method
 from agentmerge.methods.poststeps import check_base
 from agentmerge.methods.registry import METHODS
-from agentmerge.methods.spec import Method, ParamValue
+from agentmerge.methods.spec import ParamValue
 
 MAX_WEIGHT = 1e6  # |weight| above this is a typo or an attack, not a merge
 NEAR_ZERO_SUM = 1e-6  # |sum of weights| below this fraction of sum |weights| is refused
@@ -155,6 +157,11 @@ class MergeConfig(_Frozen):
         for i, spec in enumerate(self.models):
             _check_model_spec(m, spec, i)
             resolve_params(m, {**self.params, **spec.params}, n)
+        if self.base is None and any(lines_on(p) for p in [self.params, *(o.params for o in self.overrides)]):
+            raise ValueError(
+                f"LiNeS (lines_beta / lines_alpha) scales {m.name!r}'s merged task vector against a base model; "
+                "give one (base: PATH)"
+            )
         check_base(m.name, [self.params, *(o.params for o in self.overrides)], self.base is not None)
         return self
 
@@ -223,10 +230,7 @@ def resolve_params(method: Method, given: Mapping[str, Any], n_models: int) -> d
                 f"method {method.name!r} has no parameter {key!r}{did_you_mean(key, names)}; it takes: {known}"
             )
         out[key] = p.check(value, method.name)
-    if "agent" in out and int(out["agent"]) >= n_models:
-        raise ValueError(f"parameter 'agent' = {out['agent']} but there are only {n_models} models (0-based)")
-    if method.validate is not None:
-        method.validate(out)
+    method.check_params(out, n_models)  # the record's cross-parameter checks
     return out
 
 

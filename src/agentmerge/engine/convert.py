@@ -15,7 +15,7 @@ from pathlib import Path
 
 import torch
 
-from agentmerge.engine.stream import all_finite, open_model
+from agentmerge.engine.inputs import all_finite, open_model
 from agentmerge.errors import CheckpointError
 from agentmerge.io.atomic import atomic_output_dir
 from agentmerge.io.checkpoint import Readable

@@ -15,10 +15,11 @@ from pathlib import Path
 from typing import Any
 
 from agentmerge.config.schema import MergeConfig, input_refs
+from agentmerge.engine.inputs import Inputs
+from agentmerge.engine.lines_pass import needs_pass
 from agentmerge.engine.plan import MergePlan, make_plan, planned_tensors
 from agentmerge.engine.report import input_lines
 from agentmerge.engine.sources import output_sources
-from agentmerge.engine.stream import Inputs
 from agentmerge.io.checkpoint import Readable
 from agentmerge.io.safety import check_output_target, check_writable_parent
 from agentmerge.io.shards import plan_shards
@@ -42,7 +43,7 @@ class DryRunPlan:
     kernels: str  # "compiled" (numba) or "reference" (torch)
     memory_budget: int
     chunk_elements: int
-    passes: int  # reads of every merged tensor: 1, or 2 with the statistics pass
+    passes: int  # reads of every merged tensor: the write pass and each statistics pass (``MergePlan.reads``)
     bytes_read: int
     bytes_written: int
     disk_free: int | None
@@ -102,8 +103,7 @@ def plan_merge(
         plan = make_plan(cfg, inputs.reference, n, cfg.threads or os.cpu_count() or 1, inputs.vocab)
         shards = plan_shards(planned_tensors(plan.jobs), cfg.shard_bytes)
         sizes = {name: info.nbytes for name, info in inputs.reference.tensors.items()}
-        fisher_pass = cfg.spec.model_pass is not None and any(float(j.params.get("r", 0)) > 0 for j in plan.merged)
-        passes = 2 if cfg.spec.needs_model_stats or cfg.spec.prepare is not None or fisher_pass else 1
+        passes = plan.reads() + (1 if needs_pass(plan) else 0)  # LiNeS's alpha from the whole merged vector
         merged = sum(sizes[j.name] for j in plan.merged)
         copied = sum(sizes[j.name] for j in plan.jobs if not j.merged)
         bytes_read = passes * merged * (n + 1) + copied

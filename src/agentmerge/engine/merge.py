@@ -1,23 +1,22 @@
 """The driver: open inputs -> plan -> statistics pass -> write pass (chunks through the kernel) -> finish the folder.
 
-The plan (``plan.py``) is frozen before any weight is read. The statistics pass collects what whole
-tensors must tell a kernel before it sees one chunk: the overlap histograms (RAM+) and a compiled
-method's exact thresholds (``Compiled.rounds``). The write pass then runs one job per chunk: it reads
+The plan (``plan.py``) is frozen before any weight is read. The statistics pass (``passes.py``) runs the
+passes the plan lists (the method's own, declared in its registry entry) and collects what whole tensors
+and the whole model must tell a kernel before it sees one chunk. The write pass then runs one job per chunk: it reads
 the chunk's range from the base and each model (``pread``), merges it with the compiled kernel (or the
 reference kernel, which also names any broken input), casts once to the output dtype and writes the
 bytes at their planned offset. Jobs are independent, so they run on a thread pool in any order, and
 the output is bit-identical whatever the chunk size, shard size or thread count. Whole tensors (SVD
-methods, ``spec.WholeTensor``) are one job each, through the reference kernel and the post steps (SVC);
-those larger than a thread's share of the budget run after the pool, one at a time, on every thread
-(their LAPACK sums, unlike everything else, round with the thread count).
+methods, ``hooks.WholeTensor``) are one job each, through the reference kernel and the post-steps (SVC,
+``TensorJob.steps``); those larger than a thread's share of the budget run after the pool, one at a time,
+on every thread (their LAPACK sums, unlike everything else, round with the thread count).
 """
 
 from __future__ import annotations
 
-import math
 import os
-import threading
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
@@ -26,19 +25,14 @@ import torch
 from tqdm import tqdm
 
 from agentmerge.config.schema import MergeConfig, input_refs
+from agentmerge.engine.inputs import Inputs, Scratch
+from agentmerge.engine.lines_pass import depth_scaling
+from agentmerge.engine.parallel import run_parallel, torch_threads
+from agentmerge.engine.passes import Collected, model_stats, statistics_pass
 from agentmerge.engine.plan import MergePlan, TensorJob, make_plan, planned_tensors
 from agentmerge.engine.provenance import MergeResult, record_text, reproducibility_record
 from agentmerge.engine.report import model_card
 from agentmerge.engine.sources import OutputSources, output_sources
-from agentmerge.engine.stream import (
-    Inputs,
-    Scratch,
-    mask_levels,
-    overlap_stats,
-    run_parallel,
-    run_rounds,
-    torch_threads,
-)
 from agentmerge.io.atomic import atomic_output_dir
 from agentmerge.io.digests import InputDigests, hash_mode
 from agentmerge.io.safety import check_output_target
@@ -46,15 +40,12 @@ from agentmerge.io.shards import plan_shards
 from agentmerge.io.validate import check_output_chunk, check_tokenizer_source
 from agentmerge.io.vocab import new_rows
 from agentmerge.io.writer import ShardWriter, finish_model_files
-from agentmerge.methods.deltas import histogram_from_patterns, overlap_histogram, rho_from_histogram
-from agentmerge.methods.masks import Levels, levels_record, tensor_mask
-from agentmerge.methods.poststeps import POST_STEPS
-from agentmerge.methods.ram import ram_lambda
-from agentmerge.methods.spec import Params, TensorSource, TensorStats
+from agentmerge.methods.deltas import histogram_from_patterns, overlap_histogram, sum_agents
+from agentmerge.methods.masks import levels_record, tensor_mask
+from agentmerge.methods.poststeps import STEPS
+from agentmerge.methods.spec import CompiledResult
 
 __all__ = ["MergeResult", "count_overlaps", "merge"]
-
-STEPS = {s.name: s for s in POST_STEPS}
 
 
 def merge(
@@ -100,8 +91,8 @@ def merge(
 
 
 def count_overlaps(cfg: MergeConfig, *, quiet: bool = True) -> None:
-    """Only the statistics pass of ``cfg``: its adaptive mask thresholds (any method) and overlap histograms
-    (methods that need them) land in the cache for the merges to come.
+    """Only the cached passes of ``cfg``'s statistics pass: its adaptive mask thresholds (any method) and overlap
+    histograms (methods with an ``OverlapCounts`` pass) land in the cache for the merges to come.
 
     A sweep runs it once per input set before its RAM+ and adaptive-rule trials, so none of them reads its
     inputs twice.
@@ -110,94 +101,9 @@ def count_overlaps(cfg: MergeConfig, *, quiet: bool = True) -> None:
     try:
         plan = make_plan(cfg, inputs.reference, len(inputs.models), cfg.threads or os.cpu_count() or 1, inputs.vocab)
         with torch_threads(1):
-            levels = mask_levels(inputs, plan.rules(), plan.threads, plan.chunk, quiet)
-            if plan.method.needs_model_stats:
-                overlap_stats(inputs, plan.rules(), plan.threads, plan.chunk, quiet, levels)
+            statistics_pass(plan, inputs, quiet, cached_only=True)
     finally:
         inputs.close()
-
-
-# --------------------------------------------------------------------------- what the passes collect
-
-
-@dataclass
-class Collected:
-    """Per tensor: overlap histograms and whole-tensor statistics; filled by the passes, from any thread."""
-
-    hists: dict[str, torch.Tensor] = field(default_factory=dict)  # [N, N] per merged tensor
-    prepared: dict[str, Any] = field(default_factory=dict)  # whole-tensor statistics (prepare / rounds)
-    model_hist: torch.Tensor | None = None  # [N, N] summed over the tensors, once the statistics pass is done
-    groups: dict[str, str] = field(default_factory=dict)  # tensor -> its RAM+ rescaling group (grouped scopes)
-    group_hists: dict[str, torch.Tensor] = field(default_factory=dict)  # [N, N] summed over each group
-    model_stat: Any = None  # the method's whole-model statistics (``Method.model_pass``)
-    levels: dict[str, Levels] = field(default_factory=dict)  # adaptive mask rules: per-agent thresholds per tensor
-    warnings: dict[str, list[str]] = field(default_factory=dict)  # a kernel's warning -> the tensors it concerns
-    _lock: threading.Lock = field(default_factory=threading.Lock)
-    _preparing: dict[str, threading.Lock] = field(default_factory=dict)
-
-    def warner(self, name: str) -> Any:
-        """The ``ChunkSpec.warn`` of tensor ``name``: its kernel's warnings, gathered by text."""
-
-        def warn(text: str) -> None:
-            with self._lock:
-                self.warnings.setdefault(text, []).append(name)
-
-        return warn
-
-    def warning_lines(self) -> list[str]:
-        """One line per warning text, naming up to three of its tensors."""
-        lines = []
-        for text, names in self.warnings.items():
-            shown = ", ".join(names[:3]) + (f" and {len(names) - 3} more" if len(names) > 3 else "")
-            lines.append(f"{text} ({len(names)} tensor{'s' if len(names) > 1 else ''}: {shown})")
-        return lines
-
-    def add_hist(self, name: str, hist: torch.Tensor) -> None:
-        with self._lock:
-            self.hists[name] = self.hists[name] + hist if name in self.hists else hist
-
-    def total(self, n: int) -> torch.Tensor:
-        """``[N, N]``: the histograms summed over every tensor counted so far."""
-        return sum(self.hists.values(), torch.zeros(n, n, dtype=torch.int64))
-
-    def stats(self, name: str, prepared: Any = None) -> TensorStats:
-        group = self.group_hists.get(self.groups[name]) if name in self.groups else None
-        return TensorStats(
-            self.hists.get(name), self.model_hist, prepared, group, self.model_stat, self.levels.get(name)
-        )
-
-    def group_by(self, groups: dict[str, str]) -> None:
-        """Sum the tensors' histograms (each under its tensor's mask rule) over their groups, in plan order."""
-        self.groups = groups
-        for name, group in groups.items():
-            hist = self.hists[name]
-            self.group_hists[group] = self.group_hists[group] + hist if group in self.group_hists else hist.clone()
-
-    def prepared_once(self, source: TensorSource, prepare: Any) -> Any:
-        """``prepare(source)`` computed once per tensor, whichever chunk job asks first (the others wait)."""
-        with self._lock:
-            lock = self._preparing.setdefault(source.name, threading.Lock())
-        with lock:
-            if source.name not in self.prepared:
-                self.prepared[source.name] = prepare(source)
-            return self.prepared[source.name]
-
-
-def statistics_pass(plan: MergePlan, inputs: Inputs, quiet: bool) -> Collected:
-    """What must be known before merging: adaptive mask thresholds, overlap histograms (RAM+), compiled thresholds."""
-    collected = Collected()
-    collected.levels = mask_levels(inputs, plan.rules(), plan.threads, plan.chunk, quiet)
-    if plan.method.needs_model_stats:
-        collected.hists = overlap_stats(inputs, plan.rules(), plan.threads, plan.chunk, quiet, collected.levels)
-        collected.model_hist = collected.total(len(inputs.models))
-        collected.group_by(plan.groups())
-    if plan.method.model_pass is not None:
-        collected.model_stat = plan.method.model_pass(inputs, plan, quiet, collected.levels)
-    rounds = plan.method.compiled.rounds if plan.compiled and plan.method.compiled else None
-    if rounds is not None:
-        jobs = [j for j in plan.merged if j.chunked and rounds.wanted(plan.spec(j, 0, j.numel))]
-        collected.prepared = run_rounds(inputs, plan, jobs, rounds, quiet)
-    return collected
 
 
 # --------------------------------------------------------------------------- the write pass
@@ -208,6 +114,7 @@ def write_pass(plan: MergePlan, inputs: Inputs, collected: Collected, folder: Pa
     tensors = planned_tensors(plan.jobs)
     writer = ShardWriter(folder, plan_shards(tensors, plan.shard_bytes), tensors)
     chunks = ChunkWriter(plan, inputs, collected, writer)
+    collected.depth = depth_scaling(plan, chunks.deltas, quiet)  # LiNeS's alpha: a pass of its own when needed
     alone = [j for j in plan.jobs if plan.alone(j)]
     pooled = sorted((j for j in plan.jobs if not plan.alone(j)), key=lambda j: -j.numel if j.whole else 0)
     tasks = [chunks.task(job, s, e) for job in pooled for s, e in job.chunks]  # whole tensors (SVDs) first
@@ -219,7 +126,7 @@ def write_pass(plan: MergePlan, inputs: Inputs, collected: Collected, folder: Pa
             merge_alone(chunks, alone, plan.threads, bar)
     finally:
         writer.close()
-    if not plan.method.needs_model_stats:
+    if not collected.counted:  # the histograms were counted by the write pass itself
         collected.model_hist = collected.total(len(inputs.models))
 
 
@@ -259,36 +166,60 @@ class ChunkWriter:
     def write(self, job: TensorJob, start: int, stop: int) -> None:
         if not job.merged:
             self._put(job, start, self.inputs.reference.read(job.name, start, stop).to(job.out_dtype))
-        elif job.whole or job.steps or not (self.plan.compiled and self._compiled(job, start, stop)):
+        elif self.plan.reference(job) or not self._compiled(job, start, stop):
             self._reference(job, start, stop)
 
     def _compiled(self, job: TensorJob, start: int, stop: int) -> bool:
         """Merge with the compiled kernel; False when an input is not finite (the reference path then names it)."""
+        result, ref, _ = self._compiled_merge(job, start, stop, self.scratch.get("merged", stop - start, torch.float32))
+        if result is None or result.merged is None:
+            return False
+        if not self.collected.counted:
+            self.collected.add_hist(job.name, histogram_from_patterns(result.patterns))
+        merged = self._depth(job, ref, result.merged)
+        self._put(job, start, self.scratch.get("out", stop - start, job.out_dtype).copy_(merged))
+        return True
+
+    def _compiled_merge(
+        self, job: TensorJob, start: int, stop: int, out: torch.Tensor
+    ) -> tuple[CompiledResult | None, torch.Tensor, torch.Tensor]:
+        """``(result or None when an input is not finite, ref, models)``, both as stored (this thread's buffers)."""
         compiled = self.plan.method.compiled
         assert compiled is not None
         ref, models = self.inputs.read_stored(job.name, start, stop, self.scratch)
-        spec = self.plan.spec(job, start, stop, self.collected.stats(job.name, self.collected.prepared.get(job.name)))
-        result = compiled.kernel(ref, models, spec, self.scratch.get("merged", stop - start, torch.float32))
-        if not result.finite or result.merged is None:
-            return False
-        if not self.plan.method.needs_model_stats:
-            self.collected.add_hist(job.name, histogram_from_patterns(result.patterns))
-        self._put(job, start, self.scratch.get("out", stop - start, job.out_dtype).copy_(result.merged))
-        return True
+        spec = self.plan.spec(job, start, stop, self.collected.stats(job.name))
+        result = compiled.kernel(ref, models, spec, out)
+        return (result if result.finite else None), ref, models
 
-    def _reference(self, job: TensorJob, start: int, stop: int) -> None:
+    def deltas(self, job: TensorJob, start: int, stop: int) -> tuple[torch.Tensor, torch.Tensor]:
+        """``(sum_i tau_i, merged - theta_0)``, ``[E]`` float32, of a chunk by the plan's kernels; nothing written."""
+        if not self.plan.reference(job):
+            result, ref, models = self._compiled_merge(job, start, stop, torch.empty(stop - start))
+            if result is not None and result.merged is not None:
+                r = ref.float()
+                return sum_agents(models.float() - r), result.merged - r
+        ref, tau, delta = self._merged(job, start, stop)
+        return sum_agents(tau), (ref + delta) - ref
+
+    def _merged(
+        self, job: TensorJob, start: int, stop: int, warn: Callable[[str], None] | None = None
+    ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        """``(ref, tau, merged delta)`` of a chunk by the reference kernel, then the tensor's post-steps in order
+        (``warn``: where the kernel's warnings go; the write pass's, not LiNeS's alpha pass's)."""
         ref, models = self.inputs.read(job.name, start, stop)
         tau = models.sub_(ref)  # = task_vectors(ref, models), in place: models is ours
-        stats = self.collected.stats(job.name, self._prepared(job))
-        chunk = self.plan.spec(job, start, stop, stats, self.collected.warner(job.name)).with_values(
-            ref, tau, self._extras(job, start, stop)
-        )
+        spec = self.plan.spec(job, start, stop, self.collected.stats(job.name), warn)
+        chunk = spec.with_values(ref, tau, self._extras(job, start, stop))
         delta = self.plan.method.kernel(chunk)
-        for step in job.steps:  # post steps (SVC) rewrite the merged delta, in order
+        for step in job.steps:  # post-steps (SVC) rewrite the merged delta
             delta = STEPS[step].apply(chunk, delta)
-        if not self.plan.method.needs_model_stats:
+        return ref, tau, delta
+
+    def _reference(self, job: TensorJob, start: int, stop: int) -> None:
+        ref, tau, delta = self._merged(job, start, stop, self.collected.warner(job.name))
+        if not self.collected.counted:
             self.collected.add_hist(job.name, self._histogram(job, tau, ref))
-        self._put(job, start, (ref + delta).to(job.out_dtype))
+        self._put(job, start, self._depth(job, ref, ref + delta).to(job.out_dtype))
 
     def _histogram(self, job: TensorJob, tau: torch.Tensor, ref: torch.Tensor) -> torch.Tensor:
         """``[N, N]`` overlap histogram of a chunk, its mask made a chunk's worth at a time (a whole tensor
@@ -299,6 +230,14 @@ class ChunkWriter:
             hist += overlap_histogram(tensor_mask(tau[:, s : s + step], ref[s : s + step], job.rule, levels))
         return hist
 
+    def _depth(self, job: TensorJob, ref: torch.Tensor, merged: torch.Tensor) -> torch.Tensor:
+        """LiNeS: ``theta_0 + lambda(l) (merged - theta_0)`` in float32 (the same bits from either kernel path)."""
+        scale = self.collected.depth.scale(job) if self.collected.depth is not None else None
+        if scale is None:
+            return merged
+        r = ref.float()
+        return (merged - r).mul_(scale).add_(r)
+
     def _put(self, job: TensorJob, start: int, values: torch.Tensor) -> None:
         """Write a chunk, unless it holds NaN or Inf (an overflow of the output dtype: the merge fails, naming it)."""
         check_output_chunk(job.name, start, values)
@@ -306,23 +245,6 @@ class ChunkWriter:
 
     def _extras(self, job: TensorJob, start: int, stop: int) -> dict[str, torch.Tensor]:
         return self.inputs.read_extras(job.name, start, stop) if self.inputs.extras else {}
-
-    def _prepared(self, job: TensorJob) -> Any:
-        """The reference kernel's whole-tensor statistics of a multi-chunk tensor (None for a one-chunk tensor)."""
-        prepare = self.plan.method.prepare
-        if prepare is None or not job.chunked:
-            return None
-        source = TensorSource(job.name, job.shape, len(job.chunks), job.params, job.model_params, self._chunks(job))
-        return self.collected.prepared_once(source, prepare)
-
-    def _chunks(self, job: TensorJob) -> Any:
-        def chunks() -> Any:
-            for s, e in job.chunks:
-                ref, models = self.inputs.read(job.name, s, e)
-                spec = self.plan.spec(job, s, e, self.collected.stats(job.name))
-                yield spec.with_values(ref, models.sub_(ref), self._extras(job, s, e))
-
-        return chunks
 
 
 # --------------------------------------------------------------------------- the folder
@@ -339,41 +261,17 @@ def _result(cfg: MergeConfig, plan: MergePlan, collected: Collected, out: Path, 
         model_hist=collected.model_hist.tolist() if collected.model_hist is not None else None,
         model_labels=[m.label for m in cfg.models],
         numel=sum(j.numel for j in plan.merged),
-        scales=group_scales(plan, collected, [m.label for m in cfg.models]),
+        scales=_scales(plan, collected, [m.label for m in cfg.models]),
         thresholds=levels_record(collected.levels, plan.rules(), [m.label for m in cfg.models]),
+        lines=collected.depth.record() if collected.depth is not None else None,
         warnings=collected.warning_lines(),
     )
 
 
-def group_scales(plan: MergePlan, collected: Collected, labels: list[str]) -> list[dict[str, Any]]:
-    """rho_i and lambda_i per rescaling group, as merge.json and the summary report them.
-
-    RAM+ with a grouped scope: one row per group (lambda with the parameters of the group's first tensor);
-    RAM+ with scope global: one row ``model``; ram_fisher with r > 0: one row from the Fisher masses.
-    """
-    if collected.group_hists:
-        params: dict[str, Params] = {}
-        for job in plan.merged:
-            if job.name in collected.groups:
-                params.setdefault(collected.groups[job.name], job.params)
-        hists = collected.group_hists.items()
-        return [_scale_row(g, rho_from_histogram(h), params[g], labels) for g, h in hists]
-    if isinstance(collected.model_stat, torch.Tensor) and plan.merged:
-        rho = [s / u if u else math.inf for u, s in collected.model_stat.tolist()]
-        return [_scale_row("model (Fisher mass)", rho, plan.merged[0].params, labels)]
-    if plan.method.name == "ram_plus" and collected.model_hist is not None and plan.merged:
-        first = plan.merged[0].params
-        if first["scope"] == "global":
-            return [_scale_row("model", rho_from_histogram(collected.model_hist), first, labels)]
-    return []
-
-
-def _scale_row(group: str, rho: list[float], params: Params, labels: list[str]) -> dict[str, Any]:
-    agents = [
-        {"agent": name, "rho": x if math.isfinite(x) else "inf", "lambda": ram_lambda(x, params)}
-        for name, x in zip(labels, rho, strict=True)
-    ]
-    return {"group": group, "agents": agents}
+def _scales(plan: MergePlan, collected: Collected, labels: list[str]) -> list[dict[str, Any]]:
+    """The method's per-agent scales, as merge.json and the summary report them (its ``Scales`` hook)."""
+    hook = plan.method.scales
+    return hook.rows(model_stats(plan, collected), labels) if hook is not None and plan.merged else []
 
 
 def _finish_folder(

@@ -1,8 +1,10 @@
 """The merge plan: which tensors are merged or copied, their chunks and parameters; pure, nothing is read.
 
 Every tensor is treated as a flat array and cut into element ranges ("chunks") small enough that
-``threads`` chunks in flight fit the memory budget. The plan is frozen before any weight is read; the
-driver (``merge.py``) and the dry run (``dryrun.py``) both work from it.
+``threads`` chunks in flight fit the memory budget; a tensor the method or a post-step needs whole (an SVD:
+``Needs.whole``, ``PostStep.whole``) is one chunk, run after the pool when it is larger than a thread's share.
+The plan is frozen before any weight is read; the driver (``merge.py``) and the dry run (``dryrun.py``) both
+work from it.
 """
 
 from __future__ import annotations
@@ -20,10 +22,12 @@ from agentmerge.io.tensorfile import dtype_from_name
 from agentmerge.io.vocab import ResizedTensor, VocabPlan
 from agentmerge.methods.deltas import RNG_BLOCK
 from agentmerge.methods.fused.jit import available
-from agentmerge.methods.groups import GROUPED_SCOPES, group_of
+from agentmerge.methods.hooks import MaskLevels, Pass
+from agentmerge.methods.lines import check_layers, layer_count
 from agentmerge.methods.masks import grid_of
+from agentmerge.methods.method import Method
 from agentmerge.methods.poststeps import active_steps
-from agentmerge.methods.spec import ChunkSpec, MaskRule, Method, Params, TensorStats, mask_rule, update_threshold
+from agentmerge.methods.spec import ChunkSpec, MaskRule, Params, TensorStats, mask_rule, update_threshold
 
 MAX_CHUNK = RNG_BLOCK  # elements per chunk at most (see chunk_elements)
 
@@ -42,12 +46,12 @@ class TensorJob:
     numel: int
     merged: bool  # False: copied from the reference unchanged
     chunks: tuple[tuple[int, int], ...]
-    params: Params = field(default_factory=dict)  # the method's parameters for this tensor (after overrides)
+    params: Params = field(default_factory=dict)  # the method's record for this tensor (after overrides)
     model_params: tuple[Params, ...] = ()  # per model, when any model sets params
     resized: ResizedTensor | None = None  # the vocabulary rows the agents added (vocab.py), else None
     rule: MaskRule = field(default_factory=MaskRule)  # what its masks and overlap statistics count as an update
-    whole: bool = False  # one chunk: the method or a post step decomposes the whole matrix (``spec.WholeTensor``)
-    steps: tuple[str, ...] = ()  # the post steps that run on it after the kernel (``poststeps.POST_STEPS``)
+    whole: bool = False  # one chunk: the method or a post-step decomposes the whole matrix (``hooks.WholeTensor``)
+    steps: tuple[str, ...] = ()  # the post-steps that run on it after the kernel (``poststeps.POST_STEPS``)
     copies: float = 0.0  # whole: float32 copies of the tensor its kernel and steps hold beyond the N + 1 inputs
     svds: tuple[tuple[int, int], ...] = ()  # whole: the (rows, cols) of every SVD its kernel and steps run
 
@@ -83,6 +87,8 @@ class MergePlan:
     seed: int
     shard_bytes: int
     compiled: bool  # the method's compiled kernel runs (numba present, at most 16 agents, plain mask rules)
+    has_base: bool = True  # False: no base model, the first model is the reference
+    layers: int = 0  # decoder layers of the reference (``.layers.N.`` in names): LiNeS depth scaling's L
     memory: int = 1 << 30  # the memory budget (``max_memory``) in bytes
 
     def whole_bytes(self, job: TensorJob) -> int:
@@ -96,6 +102,10 @@ class MergePlan:
     @property
     def whole_jobs(self) -> list[TensorJob]:
         return [j for j in self.jobs if j.whole]
+
+    def reference(self, job: TensorJob) -> bool:
+        """Whether the reference kernel merges this tensor: always for a whole tensor or one with post-steps."""
+        return not self.compiled or job.whole or bool(job.steps)
 
     @property
     def merged(self) -> list[TensorJob]:
@@ -114,9 +124,17 @@ class MergePlan:
         """Each merged tensor's mask rule (the overlap statistics pass counts with these)."""
         return {j.name: j.rule for j in self.merged}
 
-    def groups(self) -> dict[str, str]:
-        """The rescaling group (``groups.group_of``) of each merged tensor whose ``scope`` groups tensors."""
-        return {j.name: group_of(j.name, j.params) for j in self.merged if j.params.get("scope") in GROUPED_SCOPES}
+    @property
+    def passes(self) -> tuple[Pass, ...]:
+        """The statistics passes before the write pass, in order: the thresholds of adaptive mask rules (when a
+        tensor has one), then the method's own (``Method.passes``)."""
+        levels: tuple[Pass, ...] = (MaskLevels(),) if any(j.rule.adaptive for j in self.merged) else ()
+        return levels + self.method.passes
+
+    def reads(self) -> int:
+        """How many times the merge reads the merged tensors: the write pass and each statistics pass."""
+        params = [j.params for j in self.merged]
+        return 1 + sum(p.reads(params) for p in self.passes)
 
     def spec(
         self,
@@ -137,6 +155,7 @@ class MergePlan:
             seed=self.seed,
             shape=job.shape,
             model_params=job.model_params,
+            has_base=self.has_base,
             warn=warn,
         )
 
@@ -151,6 +170,9 @@ def make_plan(
     # other mask rules, and parameters the compiled kernels do not implement (``Param.reference_only``), run
     # on the reference kernels
     plain = all(j.rule.plain and not method.needs_reference(j.params) for j in jobs if j.merged)
+    layers = layer_count(j.name for j in jobs)
+    if any(float(j.params.get("lines_beta", 0.0)) > 0 for j in jobs if j.merged):
+        check_layers(layers, str(ref.path))
     return MergePlan(
         method=method,
         jobs=jobs,
@@ -160,6 +182,8 @@ def make_plan(
         seed=cfg.seed,
         shard_bytes=cfg.shard_bytes,
         compiled=plain and method.compiled is not None and available(n_models),
+        has_base=cfg.base is not None,
+        layers=layers,
         memory=cfg.memory_bytes,
     )
 
@@ -182,7 +206,7 @@ def chunk_elements(cfg: MergeConfig, n_models: int, threads: int) -> int:
 def plan_jobs(cfg: MergeConfig, ref: Readable, chunk: int, vocab: VocabPlan | None = None) -> list[TensorJob]:
     """Decide, per tensor of the reference, its output dtype, whether it is merged, its chunks and parameters."""
     out_dtype = dtype_from_name(cfg.dtype) if cfg.dtype else None
-    multiple = cfg.spec.chunk_multiple
+    multiple, record = cfg.spec.chunk_multiple, cfg.spec.record  # each tensor's parameters: one typed record
     jobs = []
     for name, info in ref.tensors.items():
         floating = info.dtype.is_floating_point
@@ -192,12 +216,12 @@ def plan_jobs(cfg: MergeConfig, ref: Readable, chunk: int, vocab: VocabPlan | No
         if multiple is not None and merged:  # round up to the method's unit
             unit = multiple(info.shape)
             step = -(-chunk // unit) * unit
-        params = resolve_mask(cfg.tensor_params(name), info.dtype) if merged else {}
+        params = record.of(resolve_mask(cfg.tensor_params(name), info.dtype)) if merged else {}
         whole = whole_work(cfg, name, info.shape, params) if merged else WholeWork()
         if whole.whole:
             step = max(info.numel, 1)
         ranges = tuple((s, min(s + step, info.numel)) for s in range(0, info.numel, step)) or ((0, 0),)
-        model_params = tuple(resolve_mask(p, info.dtype) for p in cfg.model_params(name)) if merged else ()
+        model_params = tuple(record.of(resolve_mask(p, info.dtype)) for p in cfg.model_params(name)) if merged else ()
         rule = mask_rule(params, cfg.seed) if merged else MaskRule()
         resized = vocab.tensors.get(name) if vocab is not None else None
         job = TensorJob(
@@ -209,7 +233,7 @@ def plan_jobs(cfg: MergeConfig, ref: Readable, chunk: int, vocab: VocabPlan | No
 
 @dataclass(frozen=True)
 class WholeWork:
-    """Whether a tensor is merged whole, which post steps run on it, what its kernel and steps hold."""
+    """Whether a tensor is merged whole, which post-steps run on it, what its kernel and steps hold."""
 
     whole: bool = False
     steps: tuple[str, ...] = ()
@@ -221,15 +245,15 @@ class WholeWork:
 
 
 def whole_work(cfg: MergeConfig, name: str, shape: tuple[int, ...], params: Params) -> WholeWork:
-    """The method's and the post steps' claims on one merged tensor; a tensor the method refuses raises here,
-    before anything is read or written (``Method.check_tensor``)."""
-    method, n = cfg.spec, len(cfg.models)
-    if method.check_tensor is not None:
+    """The method's and the post-steps' claims on one merged tensor (``Needs.whole``, ``PostStep.whole``); a
+    tensor the method refuses (``Needs.check_tensor``) raises here, before anything is read or written."""
+    needs, n = cfg.spec.needs, len(cfg.models)
+    if needs.check_tensor is not None:
         try:
-            method.check_tensor(name, shape, params, n)
+            needs.check_tensor(name, shape, params, n)
         except ValueError as e:
             raise MergeError(str(e)) from None
-    wholes = [method.whole] if method.whole is not None and method.whole.wanted(name, shape, params) else []
+    wholes = [needs.whole] if needs.whole is not None and needs.whole.wanted(name, shape, params) else []
     steps = active_steps(name, shape, params)
     wholes += [s.whole for s in steps if s.whole is not None and s.whole.wanted(name, shape, params)]
     svds = tuple(svd for w in wholes for svd in w.svds(shape, params, n))

@@ -28,13 +28,15 @@ from typing import Any
 
 import torch
 
+from agentmerge.engine.counting import mask_levels, overlap_stats
+from agentmerge.engine.inputs import Inputs
+from agentmerge.engine.parallel import torch_threads
 from agentmerge.engine.plan import resolve_mask
-from agentmerge.engine.stream import Inputs, mask_levels, overlap_stats, torch_threads
 from agentmerge.io.checkpoint import Readable
 from agentmerge.methods.deltas import rho_from_histogram
 from agentmerge.methods.groups import layer_of, module_type
 from agentmerge.methods.masks import Levels, threshold_summary
-from agentmerge.methods.ram import ram_lambda
+from agentmerge.methods.records import paper_scale
 from agentmerge.methods.spec import EPSILON_DEFAULT, MaskRule, Params, mask_rule
 
 
@@ -112,7 +114,7 @@ def agent_stats(
     for i, (row, rho) in enumerate(zip(hist.tolist(), rho_from_histogram(hist), strict=True)):
         updated = sum(row)
         overlap = [c / updated if updated else 0.0 for c in row]
-        lam = ram_lambda(rho, {"r": r, "alpha": alpha})
+        lam = paper_scale(rho, r, alpha)
         out.append(AgentStats(labels[i], numel, updated, updated / numel if numel else 0.0, overlap, rho, lam))
     return out
 

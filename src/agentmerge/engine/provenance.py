@@ -34,10 +34,13 @@ class MergeResult:
     model_hist: list[list[int]] | None = None  # [N][N] overlap histogram over merged tensors
     model_labels: list[str] = field(default_factory=list)
     numel: int = 0
-    scales: list[dict[str, Any]] = field(default_factory=list)  # rho and lambda per rescaling group (group_scales)
+    scales: list[dict[str, Any]] = field(
+        default_factory=list
+    )  # rho and lambda per rescaling group (the method's Scales hook)
     vocab: dict[str, Any] | None = None  # added vocabulary rows (vocab.VocabPlan.record), None when none
     sources: dict[str, Any] | None = None  # tokenizer / generation config source and checks (sources.py)
     thresholds: dict[str, Any] | None = None  # adaptive mask rules only (masks.levels_record), else None
+    lines: dict[str, Any] | None = None  # LiNeS depth scaling: its layer count and alpha (lines_pass), else None
     warnings: list[str] = field(default_factory=list)  # what the kernels warned about (e.g. Iso-C on a low-rank sum)
 
     def to_dict(self) -> dict[str, Any]:
@@ -55,6 +58,7 @@ class MergeResult:
             "vocab": self.vocab,
             "sources": self.sources,
             **({"thresholds": self.thresholds} if self.thresholds else {}),
+            **({"lines": self.lines} if self.lines else {}),
             **({"warnings": self.warnings} if self.warnings else {}),
         }
 
@@ -97,6 +101,7 @@ def reproducibility_record(
         "vocab": result.vocab,
         "sources": result.sources,
         **({"thresholds": result.thresholds} if result.thresholds else {}),
+        **({"lines": result.lines} if result.lines else {}),
         **({"warnings": result.warnings} if result.warnings else {}),
         "seconds": round(result.seconds, 3),
     }

@@ -12,15 +12,13 @@ from agentmerge._version import __version__
 from agentmerge.config.schema import MergeConfig
 from agentmerge.engine.probe import AgentStats, ProbeResult
 from agentmerge.engine.provenance import MergeResult, hub_ids, input_ref, recorded_config
-from agentmerge.methods.spec import EPSILON_DEFAULT, ParamValue
+from agentmerge.methods.hooks import ScaleSummary
+from agentmerge.methods.scales import rho_text
+from agentmerge.methods.spec import EPSILON_DEFAULT
 
 
 def _pct(x: float) -> str:
     return f"{100 * x:.1f}"
-
-
-def _rho(x: float) -> str:
-    return f"{x:.3f}" if x != float("inf") else "inf"
 
 
 def agents_table(agents: list[AgentStats], independent: list[list[float]] | None = None) -> str:
@@ -31,7 +29,7 @@ def agents_table(agents: list[AgentStats], independent: list[list[float]] | None
         head.append("w.0 % if independent")
     lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
     for i, a in enumerate(agents):
-        cells = [a.name, _pct(a.density), *[_pct(x) for x in a.overlap], _rho(a.rho), f"{a.lam:.4f}"]
+        cells = [a.name, _pct(a.density), *[_pct(x) for x in a.overlap], rho_text(a.rho), f"{a.lam:.4f}"]
         if independent:
             cells.append(_pct(independent[i][0]))
         lines.append("| " + " | ".join(cells) + " |")
@@ -180,13 +178,6 @@ def card_front_matter(cfg: MergeConfig) -> list[str]:
 
 # --------------------------------------------------------------------------- what a merge did, on stderr
 
-# (method, parameter) -> why its default usually needs tuning when more than one model is merged
-TUNE_HINTS = {
-    ("task_arithmetic", "lambda"): "lambda = 1 adds every task vector whole; try 1/N to 0.5 or a small sweep",
-    ("dare_linear", "lambda"): "lambda = 1 adds every rescaled task vector whole; try 1/N to 0.5 or a sweep",
-    ("breadcrumbs", "lambda"): "lambda = 1 adds every pruned task vector whole; try 1/N to 0.5 or a sweep",
-}
-
 
 def merge_summary(cfg: MergeConfig, result: MergeResult, warnings: list[str]) -> str:
     """A few lines: per agent density, unique share, rho and lambda; the regions; then every warning."""
@@ -232,32 +223,17 @@ _WHY = {"tokenizer_source": "tokenizer_source", "added tokens": "it added the vo
 
 
 def _agent_lines(cfg: MergeConfig, result: MergeResult, agents: list[AgentStats]) -> list[str]:
-    from agentmerge.methods.ram import ram_lambda
-
-    plus = cfg.method == "ram_plus" and result.params.get("scope") == "global"
-    lines = []
-    for a in agents:
-        line = (
-            f"  {a.name}: density {_pct(a.density)} %, unique {_pct(a.overlap[0])} % of its updates, rho {_rho(a.rho)}"
-        )
-        if plus:
-            line += f", lambda {ram_lambda(a.rho, result.params):.4f}"
-        lines.append(line)
-    if plus:
-        bound = lambda_bound(result.params)
-        at_bound = [a.name for a in agents if ram_lambda(a.rho, result.params) == bound[1]]
-        if len(at_bound) == len(agents):
-            lines.append(
-                f"  every lambda sits at its clip bound ({bound[0]}): RAM+ here is RAM with unique updates "
-                f"scaled by the constant {bound[1]:g}"
-            )
-        elif at_bound:
-            lines.append(f"  lambda at its clip bound ({bound[0]}) for {', '.join(at_bound)}")
-    elif result.scales:
-        lines += _scale_lines(result.scales, str(result.params.get("scope", "global")))
-    elif cfg.method == "ram_plus":
-        lines.append("  lambda per tensor (scope: tensor); merge.json has the overlap statistics")
-    return lines
+    """Per agent: density, unique share, rho, and what the method's ``Scales`` hook adds (its lambda, groups)."""
+    hook = cfg.spec.scales
+    rho = [(a.name, a.rho) for a in agents]
+    extra = hook.summary(result.params, result.scales, rho) if hook is not None else ScaleSummary()
+    cells = extra.cells or ("",) * len(agents)
+    lines = [
+        f"  {a.name}: density {_pct(a.density)} %, unique {_pct(a.overlap[0])} % of its updates, rho {rho_text(a.rho)}"
+        + cell
+        for a, cell in zip(agents, cells, strict=True)
+    ]
+    return lines + list(extra.lines)
 
 
 def _threshold_line(thresholds: dict[str, Any]) -> str:
@@ -268,28 +244,6 @@ def _threshold_line(thresholds: dict[str, Any]) -> str:
         cells.append(cell + (f" (no valley in {row['fallbacks']}: epsilon)" if row["fallbacks"] else ""))
     count = len(thresholds["tensors"])
     return f"  mask thresholds min / median / max over {count} tensors (merge.json has each): " + "; ".join(cells)
-
-
-MAX_GROUP_LINES = 40  # groups listed on stderr; merge.json has them all
-
-
-def _scale_lines(scales: list[dict[str, Any]], scope: str) -> list[str]:
-    """One line per rescaling group: each agent's lambda and rho."""
-    what = "from Fisher mass" if scales[0]["group"].startswith("model (") else f"per group (scope: {scope})"
-    lines = [f"  lambda {what}:"]
-    for row in scales[:MAX_GROUP_LINES]:
-        cells = [f"{a['agent']} {a['lambda']:.4f} (rho {_rho(float(a['rho']))})" for a in row["agents"]]
-        lines.append(f"    {row['group']}: " + ", ".join(cells))
-    if len(scales) > MAX_GROUP_LINES:
-        lines.append(f"    ... {len(scales) - MAX_GROUP_LINES} more groups in merge.json")
-    return lines
-
-
-def lambda_bound(params: dict[str, ParamValue]) -> tuple[str, float]:
-    """RAM+'s largest lambda and when it is reached (``rho >= alpha`` in the paper form)."""
-    if params.get("form", "paper") == "authors":
-        return "rho >= 1", float(params["rescale_factor"])
-    return f"rho >= alpha = {params['alpha']:g}", 1.0 + float(params["r"]) * float(params["alpha"])
 
 
 def _regions_line(result: MergeResult) -> str:
@@ -305,11 +259,11 @@ def _regions_line(result: MergeResult) -> str:
 
 
 def tuning_warnings(cfg: MergeConfig) -> list[str]:
-    """Parameters left at a default that usually needs tuning for this many models."""
-    out = []
-    for (method, name), why in TUNE_HINTS.items():
-        if cfg.method == method and len(cfg.models) > 1 and name not in cfg.params:
-            out.append(
-                f"{method}: {name} left at its default with {len(cfg.models)} models; {why} (--param {name}=...)"
-            )
-    return out
+    """Parameters left at a default that usually needs tuning for this many models (``Param.tune``)."""
+    if len(cfg.models) < 2:
+        return []
+    return [
+        f"{cfg.method}: {p.name} left at its default with {len(cfg.models)} models; {p.tune} (--param {p.name}=...)"
+        for p in cfg.spec.params
+        if p.tune and p.name not in cfg.params
+    ]

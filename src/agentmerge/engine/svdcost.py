@@ -2,7 +2,7 @@
 
 A whole tensor of ``E`` elements holds ``E * (4 (N + 1 + copies) + out_bytes)`` bytes while it is merged
 (``plan.MergePlan.whole_bytes``): its N + 1 inputs in float32, the kernel's own copies (SVD work space
-included, ``spec.WholeTensor.copies``) and the cast output. Those that fit one thread's share of the budget
+included, ``hooks.WholeTensor.copies``) and the cast output. Those that fit one thread's share of the budget
 run in the pool (at most ``threads`` at once, within the budget); the others one at a time after it, so the
 peak is ``max(budget, the largest of them)``, besides what the process holds anyway (Python, torch, numba:
 about 0.2 GB of anonymous memory, measured by ``benchmarks/speed.py``).
@@ -20,8 +20,8 @@ from dataclasses import dataclass
 
 import torch
 
+from agentmerge.engine.parallel import torch_threads
 from agentmerge.engine.plan import MergePlan, TensorJob
-from agentmerge.engine.stream import torch_threads
 from agentmerge.methods.spectral import svd
 from agentmerge.methods.spectral_rules import is_vocab, svd_flops
 

@@ -96,6 +96,13 @@ class Evaluator(ABC):
         return []
 
     @classmethod
+    def check_inputs(cls, arg: str, search_path: Sequence[str], required: bool = True) -> None:
+        """Read and check, before any trial, the inputs of ``KIND:ARG`` that are the user's own files (a task
+        file), so that a mistake stops a sweep at once; ``required`` False: only those present here (default:
+        nothing; modules are imported in the trials)."""
+        return None
+
+    @classmethod
     def from_command(cls, args: argparse.Namespace) -> Evaluator:
         """The evaluator of ``agentmerge eval CKPT ... --suite KIND`` (the eval command's flags in ``args``)."""
         raise ConfigError(f"eval: --suite {cls.kind}: this evaluator is not a suite; name it in a sweep file")

@@ -8,6 +8,12 @@ from typing import Any
 from agentmerge.evaluation.scoring import EvalRun
 
 
+def md_cell(text: object) -> str:
+    """``text`` as one markdown table cell: ``|`` escaped, line breaks and other control characters as spaces."""
+    flat = "".join(" " if (ord(c) < 32 or c in "\x7f\u2028\u2029\x85") else c for c in str(text))
+    return flat.replace("\\", "\\\\").replace("|", "\\|")
+
+
 def percent(mean: float, se: float) -> str:
     """``0.725, 0.05`` -> ``72.5 % ± 5.0``."""
     return f"{100 * mean:.1f} % ± {100 * se:.1f}"
@@ -16,10 +22,11 @@ def percent(mean: float, se: float) -> str:
 def eval_markdown(run: EvalRun, samples: bool = True) -> str:
     """Scores (percent of outputs that match, ± standard error) per task and checkpoint; shares; samples."""
     cks = run.checkpoints
-    head = ["task", "n", *[f"{c.label} ({c.role})" if c.role != "model" else c.label for c in cks]]
+    head = ["task", "n", *[f"{md_cell(c.label)} ({c.role})" if c.role != "model" else md_cell(c.label) for c in cks]]
     lines = ["| " + " | ".join(head) + " |", "|---|" + "---:|" * (len(head) - 1)]
     for t in run.tasks:
-        lines.append(f"| {t} | {cks[0].count[t]} | " + " | ".join(percent(c.mean[t], c.se[t]) for c in cks) + " |")
+        cells = " | ".join(percent(c.mean[t], c.se[t]) for c in cks)
+        lines.append(f"| {md_cell(t)} | {cks[0].count[t]} | {cells} |")
     if len(run.tasks) > 1:
         means = [sum(c.mean.values()) / len(c.mean) for c in cks]
         lines.append("| mean of tasks | | " + " | ".join(f"{100 * m:.1f} %" for m in means) + " |")
@@ -44,7 +51,8 @@ def _shares_markdown(shares: list[dict[str, Any]]) -> list[str]:
         "|---|---|---|---:|",
     ]
     for s in shares:
-        lines.append(f"| {s['merge']} | {s['specialist']} | {', '.join(s['tasks'])} | {100 * s['share']:.0f} % |")
+        tasks = md_cell(", ".join(s["tasks"]))
+        lines.append(f"| {md_cell(s['merge'])} | {md_cell(s['specialist'])} | {tasks} | {100 * s['share']:.0f} % |")
     return lines
 
 

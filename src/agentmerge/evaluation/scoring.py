@@ -30,6 +30,8 @@ from agentmerge.errors import CheckpointError, ConfigError
 from agentmerge.evaluation.evaluator import Context, Evaluator, Reads, Score, set_threads
 from agentmerge.evaluation.taskfile import Example, load_tasks
 
+MAX_NEW_TOKENS = 100_000  # as a task file's max_new_tokens
+
 
 @dataclass(frozen=True)
 class Sample:
@@ -154,6 +156,7 @@ def evaluate(
     quiet: bool = False,
 ) -> EvalRun:
     """Score every checkpoint on every example; see the module docstring for roles and shares."""
+    check_counts(limit=limit, samples=samples, batch_size=batch_size, max_new_tokens=max_new_tokens)
     examples = list(load_tasks(tasks) if isinstance(tasks, str | Path) else tasks)
     examples = _limited(examples, limit)
     if max_new_tokens is not None:
@@ -173,6 +176,27 @@ def evaluate(
             _score_one(path, label, role, examples, chat_template, batch_size, samples, device, dtype, quiet)
         )
     return run
+
+
+COUNTS = {  # option: (least value, whether None is allowed, its flag)
+    "limit": (1, True, "--limit"),
+    "samples": (0, False, "--samples"),
+    "batch_size": (1, False, "--batch-size"),
+    "max_new_tokens": (1, True, "--max-new-tokens"),
+    "threads": (1, True, "--threads"),
+}
+
+
+def check_counts(**values: object) -> None:
+    """Each count a whole number of at least its least value (``COUNTS``), else one ``ConfigError`` line."""
+    for option, value in values.items():
+        least, optional, flag = COUNTS[option]
+        if value is None and optional:
+            continue
+        if isinstance(value, bool) or not isinstance(value, int) or value < least:
+            raise ConfigError(f"eval: {flag} ({option}) must be a whole number >= {least} (got {value})")
+        if option == "max_new_tokens" and value > MAX_NEW_TOKENS:
+            raise ConfigError(f"eval: {flag} ({option}) must be at most {MAX_NEW_TOKENS} (got {value})")
 
 
 class TaskFileEvaluator(Evaluator):
@@ -222,6 +246,12 @@ class TaskFileEvaluator(Evaluator):
     @classmethod
     def reads(cls, arg: str, search_path: Sequence[str]) -> list[Reads]:
         return [Reads("task file", str(cls.located(arg, search_path)))]
+
+    @classmethod
+    def check_inputs(cls, arg: str, search_path: Sequence[str], required: bool = True) -> None:
+        path = cls.located(arg, search_path)
+        if required or path.exists():
+            load_tasks(path)
 
     @classmethod
     def from_spec(cls, arg: str, options: Mapping[str, Any], context: Context) -> TaskFileEvaluator:
@@ -304,7 +334,8 @@ class Generator:
             tokenizer = transformers.AutoTokenizer.from_pretrained(path)
             model = auto_model.from_pretrained(path, dtype=getattr(torch, dtype))
         except (OSError, ValueError) as e:
-            raise CheckpointError(f"{path}: transformers cannot load this checkpoint ({e})") from None
+            why = " ".join(str(e).split())[:300]  # one line, however many transformers wrote
+            raise CheckpointError(f"{path}: transformers cannot load this checkpoint ({why})") from None
         model.to(device).eval()
         return cls(model, tokenizer, chat and bool(getattr(tokenizer, "chat_template", None)), device)
 

@@ -18,11 +18,18 @@ of that task that does not set them itself (wherever the line stands in the file
   string holding one).
 - ``max_new_tokens`` (default 64), ``system`` (a system prompt for the chat template), ``tolerance``.
 
-Mistakes are refused with one line naming the file, the line and the field. Nothing here imports torch.
+Mistakes are refused with one line naming the file, the line and the field. The file must be a regular
+file of at most ``MAX_TASK_FILE_BYTES`` (not a device or FIFO, which would never end), each line at most
+``MAX_LINE_CHARS`` characters and nested at most ``headers.MAX_JSON_DEPTH`` levels. A ``regex`` reference
+runs with a time limit per match (``userregex.MATCH_SECONDS``): a pattern that backtracks catastrophically
+on an output stops the evaluation with one line naming its task-file line. A model's output that holds
+JSON nested deeper than that limit is not JSON (the ``json`` rule scores it wrong). Nothing here imports
+torch.
 """
 
 from __future__ import annotations
 
+import functools
 import json
 import math
 import re
@@ -34,6 +41,9 @@ from typing import Any
 
 from agentmerge.config.userinput import did_you_mean
 from agentmerge.errors import ConfigError
+from agentmerge.io.bounded import text_lines
+from agentmerge.io.headers import MAX_JSON_DEPTH, json_depth, loads_strict
+from agentmerge.io.userregex import UserPattern
 
 MATCHES = ("exact", "normalised", "contains", "regex", "numeric", "json")
 SETTINGS = ("match", "max_new_tokens", "system", "tolerance")
@@ -41,6 +51,9 @@ EXAMPLE_FIELDS = ("task", "id", "prompt", "reference", *SETTINGS)
 DEFAULT_TASK = "default"
 DEFAULT_MAX_NEW_TOKENS = 64
 DEFAULT_TOLERANCE = 1e-6
+MAX_TASK_FILE_BYTES = 256 << 20
+MAX_LINE_CHARS = 1 << 20  # a prompt of a million characters is past any model's context
+MAX_JSON_ATTEMPTS = 1000  # places in an output where a JSON object or array is tried
 
 
 class TaskFileError(ConfigError):
@@ -90,20 +103,33 @@ def last_number(text: str) -> float | None:
 
 
 def first_json(text: str) -> tuple[bool, Any]:
-    """``(True, value)`` for the whole output as JSON, else its first JSON object or array; ``(False, None)``."""
+    """``(True, value)`` for the whole output as JSON, else its first JSON object or array; ``(False, None)``.
+
+    Values nested deeper than ``MAX_JSON_DEPTH`` are not JSON here; at most ``MAX_JSON_ATTEMPTS`` openings tried.
+    """
     stripped = text.strip()
-    try:
-        return True, json.loads(stripped)
-    except ValueError:
-        pass
+    whole = _json_value(lambda: json.loads(stripped))
+    if whole is not None:
+        return whole
     decoder = json.JSONDecoder()
-    for i, ch in enumerate(stripped):
-        if ch in "[{":
-            try:
-                return True, decoder.raw_decode(stripped[i:])[0]
-            except ValueError:
-                continue
+    starts = [i for i, ch in enumerate(stripped) if ch in "[{"][:MAX_JSON_ATTEMPTS]
+    for i in starts:
+        found = _json_value(functools.partial(_raw_decode, decoder, stripped, i))
+        if found is not None:
+            return found
     return False, None
+
+
+def _raw_decode(decoder: json.JSONDecoder, text: str, start: int) -> Any:
+    return decoder.raw_decode(text, start)[0]
+
+
+def _json_value(parse: Callable[[], Any]) -> tuple[bool, Any] | None:
+    try:
+        value = parse()
+    except (ValueError, RecursionError):
+        return None
+    return (True, value) if json_depth(value) <= MAX_JSON_DEPTH else None
 
 
 def _numeric(output: str, ex: Example) -> bool:
@@ -117,11 +143,17 @@ def _json(output: str, ex: Example) -> bool:
     return ok and value == ex.reference
 
 
+@functools.lru_cache(maxsize=256)
+def user_pattern(text: str, line: int) -> UserPattern:
+    """A ``regex`` reference compiled once, matched with a time limit (``userregex``)."""
+    return UserPattern.compile(text, f"task line {line}: field 'reference'", TaskFileError)
+
+
 MATCHERS: dict[str, Callable[[str, Example], bool]] = {
     "exact": lambda out, ex: out.strip() == str(ex.reference).strip(),
     "normalised": lambda out, ex: normalise(out) == normalise(str(ex.reference)),
     "contains": lambda out, ex: normalise(str(ex.reference)) in normalise(out),
-    "regex": lambda out, ex: re.search(str(ex.reference), out) is not None,
+    "regex": lambda out, ex: user_pattern(str(ex.reference), ex.line).search(out, f"task line {ex.line}"),
     "numeric": _numeric,
     "json": _json,
 }
@@ -133,10 +165,7 @@ MATCHERS: dict[str, Callable[[str, Example], bool]] = {
 def load_tasks(path: str | Path) -> list[Example]:
     """Every example of a task file, defaults applied, in file order (``TaskFileError`` on any mistake)."""
     file = Path(path).expanduser()
-    try:
-        lines = file.read_text(encoding="utf-8").splitlines()
-    except (OSError, UnicodeDecodeError) as e:
-        raise TaskFileError(f"{file}: cannot read the task file ({getattr(e, 'strerror', None) or e})") from None
+    lines = text_lines(file, "task file", MAX_TASK_FILE_BYTES, MAX_LINE_CHARS, TaskFileError)
     rows, defaults = _parse_lines(file, lines)
     examples = [_example(file, n, row, defaults.get(str(row.get("task", DEFAULT_TASK)), {})) for n, row in rows]
     if not examples:
@@ -155,10 +184,7 @@ def _parse_lines(
     for n, text in enumerate(lines, 1):
         if not text.strip() or text.lstrip().startswith("//"):
             continue
-        try:
-            row = json.loads(text)
-        except json.JSONDecodeError as e:
-            raise TaskFileError(f"{file}:{n}: not valid JSON ({e.msg} at column {e.colno})") from None
+        row = loads_strict(text, f"{file}:{n}", TaskFileError)
         if not isinstance(row, dict):
             raise TaskFileError(f"{file}:{n}: each line must be a JSON object, got {type(row).__name__}")
         if "defaults" in row:
@@ -257,7 +283,4 @@ def _check_reference(where: str, ex: Example) -> None:
                 f"{where}: field 'reference' must be a number for match numeric (got {ref!r})"
             ) from None
     if ex.match == "regex":
-        try:
-            re.compile(str(ref))
-        except re.error as e:
-            raise TaskFileError(f"{where}: field 'reference' is not a valid regular expression ({e})") from None
+        UserPattern.compile(str(ref), f"{where}: field 'reference'", TaskFileError)

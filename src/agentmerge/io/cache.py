@@ -5,13 +5,23 @@ place gets a new one (even with its mtime restored: the kernel sets ctime on eve
 is ever used for it. Stores are best effort: a missing, unreadable or broken
 store reads as empty, and a read-only home or a full disk never fails the work that wanted to cache.
 
-- ``sha256.json``, ``xxh3_128.json``: digests of input weight files (``digests.InputDigests``).
-- ``stats/<key>.json``: overlap histograms of one input set, per tensor and threshold (``stream.overlap_stats``),
-  so that RAM+ merges and probes of the same files (a sweep of r, say) count them once.
-- ``levels/<key>.json``: adaptive mask thresholds of one input set, per tensor and rule (``stream.mask_levels``),
-  so that a sweep of RAM trials with ``epsilon_rule`` percentile / valley computes them once.
+Every entry is stored sealed: ``{"value": V, "check": C}`` with ``C`` the blake2b-128 of the canonical JSON of
+its key and ``V`` (``seal``). An entry whose check does not match (edited, truncated, NaN written in by
+hand, an older format) reads as missing (``unseal``), so it is recomputed and replaced, never used; the
+readers check the shape and range of what they get on top (``stream.OverlapCache``, ``masks.levels_from_json``).
+A store that is not a regular file of at most ``MAX_STORE_BYTES``, not JSON or nested too deeply reads as
+empty.
 
-``<key>`` is ``files_key`` of the input set (``InputSetStore``).
+- ``sha256.json``, ``xxh3_128.json``: digests of input weight files (``digests.InputDigests``).
+- ``stats/<key>.json``: overlap histograms of one input set, per tensor and threshold
+  (``engine.counting.overlap_stats``), so that RAM+ merges and probes of the same files (a sweep of r, say)
+  count them once.
+- ``levels/<key>.json``: adaptive mask thresholds of one input set, per tensor and rule
+  (``engine.counting.mask_levels``), so that a sweep of RAM trials with ``epsilon_rule`` percentile / valley
+  computes them once.
+
+``<key>`` is ``files_key`` of the input set (``InputSetStore``): the identities of every file whose bytes
+decide the values, in order (a LoRA adapter's ``adapter_config.json`` among them: ``LoraModel.weight_files``).
 
 ``$AGENTMERGE_CACHE`` moves the folder (default ``$XDG_CACHE_HOME/agentmerge``, i.e. ``~/.cache/agentmerge``);
 ``AGENTMERGE_NO_CACHE=1`` turns the statistics caches (``stats``, ``levels``) off.
@@ -26,6 +36,12 @@ import threading
 from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
+
+from agentmerge.errors import AgentMergeError
+from agentmerge.io.bounded import read_bounded
+from agentmerge.io.headers import loads_strict
+
+MAX_STORE_BYTES = 256 << 20
 
 
 def cache_dir() -> Path:
@@ -49,12 +65,35 @@ def files_key(groups: Sequence[Sequence[Path]]) -> str:
 
 
 def load_store(path: Path) -> dict[str, Any]:
-    """A JSON object store, or ``{}`` when it is missing or broken."""
+    """A JSON object store, or ``{}`` when it is missing, broken, too large, nested too deeply or not a file."""
+    if not path.exists():
+        return {}
     try:
-        data = json.loads(path.read_text())
-    except (OSError, ValueError):
+        data = loads_strict(read_bounded(path, "cache store", MAX_STORE_BYTES), str(path))
+    except AgentMergeError:
         return {}
     return data if isinstance(data, dict) else {}
+
+
+def _check(key: str, value: Any) -> str:
+    text = json.dumps([key, value], sort_keys=True, separators=(",", ":"))
+    return hashlib.blake2b(text.encode(), digest_size=16).hexdigest()
+
+
+def seal(key: str, value: Any) -> dict[str, Any]:
+    """``value`` stored with the checksum of its key and itself."""
+    return {"value": value, "check": _check(key, value)}
+
+
+def unseal(key: str, entry: Any) -> Any | None:
+    """The value of a sealed entry, or None when it is not one or its checksum does not match."""
+    if not isinstance(entry, dict) or set(entry) != {"value", "check"} or entry["value"] is None:
+        return None
+    try:
+        ok = entry["check"] == _check(key, entry["value"])
+    except (TypeError, ValueError, RecursionError):
+        return None
+    return entry["value"] if ok else None
 
 
 def save_store(path: Path, entries: dict[str, Any]) -> None:
@@ -80,16 +119,17 @@ class InputSetStore:
         self.path = cache_dir() / kind / f"{files_key(files)}.json" if on else None
 
     def get(self, keys: Iterable[str]) -> dict[str, Any]:
-        """The stored entries of ``keys`` (those it has; callers check their shape)."""
+        """The stored entries of ``keys`` (those it has, intact; callers check their shape and range)."""
         if self.path is None:
             return {}
         store = load_store(self.path)
-        return {key: store[key] for key in keys if key in store}
+        found = {key: unseal(key, store.get(key)) for key in keys}
+        return {key: value for key, value in found.items() if value is not None}
 
     def put(self, entries: Mapping[str, Any]) -> None:
-        """Add ``entries`` (JSON values) to the store, best effort."""
+        """Add ``entries`` (JSON values) to the store, sealed, best effort."""
         if self.path is None or not entries:
             return
         store = load_store(self.path)
-        store.update(entries)
+        store.update({key: seal(key, value) for key, value in entries.items()})
         save_store(self.path, store)

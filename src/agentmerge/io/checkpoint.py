@@ -16,6 +16,7 @@ from typing import Protocol
 import torch
 
 from agentmerge.errors import CheckpointError
+from agentmerge.io.bounded import check_reference
 from agentmerge.io.headers import read_json_object
 from agentmerge.io.hubref import HubRef, split_revision
 from agentmerge.io.localpath import is_missing_local, missing_local_message
@@ -33,6 +34,7 @@ HUB_PATTERNS = ("*.safetensors", "*.json", "*.txt", "*.model", "*.jinja")  # wha
 
 def resolve_model_path(ref: str | Path) -> Path:
     """A local folder (or single ``.safetensors`` file) as is; ``org/name[@revision]`` through huggingface_hub."""
+    check_reference(ref)
     path = Path(ref).expanduser()
     if path.exists():
         return path

@@ -3,13 +3,16 @@
 Three modes (``agentmerge merge --hash``, ``merge(..., hashing=...)``, ``$AGENTMERGE_HASH``):
 
 - ``fast`` (default): a file's sha256 when knowing it costs nothing (a Hugging Face cache stores LFS files
-  as ``blobs/<sha256>``, found by following the snapshot's link; or ``sha256.json`` already holds it), else
+  as ``blobs/<sha256>``, found by following the snapshot's link: recorded with ``"sha256_from": "hub blob
+  name"``, since the bytes were not read; or ``sha256.json`` already holds it from an earlier read), else
   its xxh3_128. xxh3_128 is a 128-bit non-cryptographic hash that runs at memory speed (about 0.17 CPU seconds
   per GB on this project's machine, against 0.68 for sha256), so a first merge of new files is not held back
   by hashing (docs/performance.md, "First merge of new files"). It identifies a file against accidental
   change (two different files agree with probability about 2^-128), not against a crafted collision: use
   ``sha256`` for that.
-- ``sha256``: sha256 of every file (the digest the Hub shows for LFS files); slow on a first merge.
+- ``sha256``: sha256 of every file's bytes (the digest the Hub shows for LFS files), read even when a Hub
+  blob's name gives one: a blob whose bytes do not match its name is noted in ``errors`` (a damaged or
+  tampered cache); slow on a first merge.
 - ``none``: no digests (``sha256: null``). ``AGENTMERGE_NO_HASH=1`` is an alias of ``AGENTMERGE_HASH=none``.
 
 Files are read through memory maps of ``WINDOW`` bytes at a time (no copy into Python buffers, resident
@@ -18,8 +21,9 @@ overlaps the merge's kernels, at a lowered priority. The digests are cached in `
 (``sha256.json``, ``xxh3_128.json``) by file identity (``cache.file_key``: real path, size, mtime_ns,
 ctime_ns, inode), so a file changed in any way is hashed again and an unchanged one never is.
 
-Hashing serves the record, not the merge: a file that cannot be read, or a cancelled run, leaves its digest
-null and a note in ``InputDigests.errors``; it never fails the merge.
+Hashing serves the record, not the merge: a file that cannot be read, a cancelled run, or anything else that
+goes wrong on the thread leaves its digest null and a note in ``InputDigests.errors``; it never fails the
+merge. The stores' entries are sealed with a checksum (``cache.seal``): a damaged entry is hashed again.
 """
 
 from __future__ import annotations
@@ -37,7 +41,7 @@ from typing import Literal, cast
 import xxhash
 
 from agentmerge.errors import ConfigError
-from agentmerge.io.cache import cache_dir, file_key, load_store, save_store
+from agentmerge.io.cache import cache_dir, file_key, load_store, save_store, seal, unseal
 
 HashMode = Literal["fast", "sha256", "none"]
 HASH_MODES: tuple[HashMode, ...] = ("fast", "sha256", "none")
@@ -65,10 +69,13 @@ class Digest:
 
     sha256: str | None = None
     xxh3_128: str | None = None
+    from_name: bool = False  # the sha256 is a Hub blob's name, its bytes not read
 
     def fields(self) -> dict[str, str | None]:
-        """merge.json's fields: ``sha256`` (hex or null), and ``xxh3_128`` when that is the digest taken."""
-        return {"sha256": self.sha256} | ({"xxh3_128": self.xxh3_128} if self.xxh3_128 else {})
+        """merge.json's fields: ``sha256`` (hex or null), ``sha256_from`` when it was read from a Hub blob's name,
+        and ``xxh3_128`` when that is the digest taken."""
+        named = {"sha256_from": "hub blob name"} if self.from_name else {}
+        return {"sha256": self.sha256} | named | ({"xxh3_128": self.xxh3_128} if self.xxh3_128 else {})
 
 
 class InputDigests:
@@ -107,6 +114,12 @@ class InputDigests:
         if self.mode == "none" or self._ran:
             return
         self._ran = True
+        try:
+            self._hash_all()
+        except Exception as e:  # the thread must not die silently: the record says why digests are missing
+            self.errors.append(f"digests: {type(e).__name__}: {str(e)[:200]}")
+
+    def _hash_all(self) -> None:
         if self._thread is not None:
             with contextlib.suppress(OSError, AttributeError):  # Linux: lower this thread's priority only
                 os.setpriority(os.PRIO_PROCESS, threading.get_native_id(), 10)
@@ -133,11 +146,16 @@ class InputDigests:
 
     def _digest(self, f: Path, key: str, stores: dict[str, dict[str, str]]) -> tuple[Digest, str | None]:
         """The digest of ``f`` and the algorithm run to get it (None when it was free)."""
-        known = stores["sha256"].get(key) or hub_blob_digest(f)
+        known, named = stores["sha256"].get(key), hub_blob_digest(f)
         if known:
             return Digest(sha256=known), None
         if self.mode == "sha256":
-            return Digest(sha256=sha256_file(f, self._stop)), "sha256"
+            real = sha256_file(f, self._stop)
+            if named and named != real:
+                self.errors.append(f"{f}: its bytes have sha256 {real}, not the {named} its Hub blob name says")
+            return Digest(sha256=real), "sha256"
+        if named:
+            return Digest(sha256=named, from_name=True), None
         cached = stores["xxh3_128"].get(key)
         if cached:
             return Digest(xxh3_128=cached), None
@@ -191,12 +209,17 @@ def cache_path(algo: str) -> Path:
 
 
 def _load_cache(algo: str) -> dict[str, str]:
-    data = load_store(cache_path(algo))
+    """The intact entries of a digest store: sealed, hex of the algorithm's length."""
     n = HEX_LENGTH[algo]
-    return {k: v for k, v in data.items() if isinstance(k, str) and isinstance(v, str) and len(v) == n}
+    found = {k: unseal(k, v) for k, v in load_store(cache_path(algo)).items()}
+    return {k: v for k, v in found.items() if isinstance(v, str) and len(v) == n and _hex(v)}
+
+
+def _hex(text: str) -> bool:
+    return all(c in "0123456789abcdef" for c in text)
 
 
 def _save_cache(algo: str, entries: dict[str, str]) -> None:
     """Add ``entries`` to the store as it is now (another merge may have added its own); best effort."""
-    merged = _load_cache(algo) | entries
-    save_store(cache_path(algo), dict(list(merged.items())[-CACHE_ENTRIES:]))
+    merged = list((_load_cache(algo) | entries).items())[-CACHE_ENTRIES:]
+    save_store(cache_path(algo), {k: seal(k, v) for k, v in merged})

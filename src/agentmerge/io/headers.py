@@ -1,6 +1,8 @@
 """Strict JSON for the files agentmerge reads: safetensors headers (parsed as the safetensors library
-parses them), config.json and index files. Every failure is one ``CheckpointError`` line, never a
-``RecursionError`` (deeply nested JSON) or ``ValueError`` (a 5000-digit integer) traceback.
+parses them), config.json and index files, adapter configs, task lines, cache entries, sweep results.
+Every failure is one line (``CheckpointError`` unless the caller names another type), never a
+``RecursionError`` (deeply nested JSON) or ``ValueError`` (a 5000-digit integer) traceback; a value nested
+deeper than ``MAX_JSON_DEPTH`` levels is refused too, so no later walk of it can recurse too deep.
 """
 
 from __future__ import annotations
@@ -10,7 +12,9 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-from agentmerge.errors import CheckpointError
+from agentmerge.errors import AgentMergeError, CheckpointError
+
+MAX_JSON_DEPTH = 100  # arrays and objects inside one another; real files nest a handful of levels
 
 
 class _Duplicate(ValueError):
@@ -28,23 +32,39 @@ def _unique_pairs(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
     return out
 
 
-def loads_strict(text: str | bytes, where: str) -> Any:
+def json_depth(value: Any) -> int:
+    """How many arrays and objects lie inside one another in ``value`` (0 for a plain value); no recursion."""
+    deepest, stack = 0, [(value, 1)]
+    while stack:
+        v, depth = stack.pop()
+        if isinstance(v, dict | list):
+            deepest = max(deepest, depth)
+            if depth <= MAX_JSON_DEPTH:  # deeper is refused anyway: stop walking
+                stack.extend((x, depth + 1) for x in (v.values() if isinstance(v, dict) else v))
+    return deepest
+
+
+def loads_strict(text: str | bytes, where: str, error: type[AgentMergeError] = CheckpointError) -> Any:
     """``json.loads`` refusing duplicate keys, non-UTF-8 bytes, deep nesting and huge integers, one line each."""
     if isinstance(text, bytes):
         try:
             text = text.decode("utf-8")
         except UnicodeDecodeError:
-            raise CheckpointError(f"{where}: not valid JSON (not UTF-8; re-export the file)") from None
+            raise error(f"{where}: not valid JSON (not UTF-8; re-export the file)") from None
     try:
-        return json.loads(text, object_pairs_hook=_unique_pairs)
+        value = json.loads(text, object_pairs_hook=_unique_pairs)
     except _Duplicate as e:
-        raise CheckpointError(
-            f"{where}: the name {e.key!r} appears twice; the file is ambiguous, re-export it"
-        ) from None
+        raise error(f"{where}: the name {e.key!r} appears twice; the file is ambiguous, re-export it") from None
     except RecursionError:
-        raise CheckpointError(f"{where}: JSON nested too deeply (corrupt or hostile file)") from None
+        value = None
+        depth = MAX_JSON_DEPTH + 1
     except ValueError as e:  # JSONDecodeError, and ints longer than Python's digit limit
-        raise CheckpointError(f"{where}: not valid JSON ({str(e)[:200]})") from None
+        raise error(f"{where}: not valid JSON ({str(e)[:200]})") from None
+    else:
+        depth = json_depth(value)
+    if depth > MAX_JSON_DEPTH:
+        raise error(f"{where}: JSON nested more than {MAX_JSON_DEPTH} levels deep (corrupt or hostile file)")
+    return value
 
 
 def parse_header_json(path: Path, raw: bytes) -> dict[str, Any]:

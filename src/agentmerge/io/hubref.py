@@ -14,7 +14,7 @@ import re
 from dataclasses import dataclass
 from pathlib import Path
 
-HUB_ID = re.compile(r"^[A-Za-z0-9][\w.-]*/[\w.-]+$")
+HUB_ID = re.compile(r"^[A-Za-z0-9][\w.-]{0,95}/[\w.-]{1,96}$")  # the Hub's names: at most 96 characters each
 _REVISION = re.compile(r"^[\w.-]+(?:/[\w.-]+)*$")
 _COMMIT = re.compile(r"^[0-9a-f]{40}$")
 
@@ -42,7 +42,10 @@ def split_revision(ref: str) -> HubRef | None:
 
 def parse_hub_ref(ref: str | Path) -> HubRef | None:
     """The Hub reference ``ref`` names, or None when it is a local path (existing ones win) or no hub id."""
-    if Path(ref).expanduser().exists():
+    try:
+        if Path(ref).expanduser().exists():
+            return None
+    except (OSError, ValueError):  # too long for a file name, or a NUL: no local path, and no hub id either
         return None
     return split_revision(str(ref))
 

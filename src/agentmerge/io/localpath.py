@@ -13,6 +13,7 @@ import difflib
 import os
 from pathlib import Path
 
+from agentmerge.io.bounded import check_reference
 from agentmerge.io.hubref import split_revision
 
 ADAPTER_CONFIG = "adapter_config.json"  # what makes a folder a PEFT adapter (read by lora.py)
@@ -80,9 +81,13 @@ def missing_local_message(ref: str) -> str:
 
 
 def is_adapter(ref: str | Path) -> bool:
-    """Whether ``ref`` is a local PEFT adapter folder."""
-    path = Path(ref).expanduser()
-    return path.is_dir() and (path / ADAPTER_CONFIG).is_file()
+    """Whether ``ref`` is a local PEFT adapter folder (anything named adapter_config.json counts, so that the
+    adapter reader names what is wrong with a FIFO or device there)."""
+    try:
+        path = Path(ref).expanduser()
+        return path.is_dir() and (path / ADAPTER_CONFIG).exists()
+    except (OSError, ValueError):  # a name too long for the file system, or holding a NUL: no folder
+        return False
 
 
 def is_missing_local(ref: str) -> bool:
@@ -101,6 +106,7 @@ def missing_local_inputs(refs: list[str]) -> list[str]:
     """
     out = []
     for ref in refs:
+        check_reference(ref)
         parts = [ref] if Path(ref).expanduser().exists() or "+" not in ref else ref.rsplit("+", 1)
         out += [missing_local_message(part) for part in parts if is_missing_local(part)]
     return out

@@ -12,14 +12,13 @@ modules, in float32. Per target module with ``lora_A`` ``[r, in]`` and ``lora_B`
 A read of elements ``start:stop`` of a target tensor multiplies only the rows those elements lie in
 (``B[rows] @ A``), so memory stays bounded by the chunk. Adapter tensors that name a host tensor with its
 shape (``modules_to_save``, trained biases, the ``base_layer`` peft saves of a targeted embedding) replace
-it whole, the module's update then added on top. DoRA, layer replication, convolution and
+it whole, the module's update then added on top (a ``lm_head.weight`` copy of a tied embedding is ignored: the
+host reads its head from the embedding). DoRA, layer replication, convolution and
 other adapter types are refused by name.
 """
 
 from __future__ import annotations
 
-import json
-import math
 import re
 import threading
 from collections.abc import Mapping
@@ -30,9 +29,12 @@ from typing import Any
 import torch
 
 from agentmerge.errors import CheckpointError
+from agentmerge.io.bounded import check_reference, regular_file_size
 from agentmerge.io.checkpoint import Checkpoint, Readable, resolve_model_path
 from agentmerge.io.localpath import ADAPTER_CONFIG, is_adapter
+from agentmerge.io.lora_config import LoraSettings, read_lora_config
 from agentmerge.io.tensorfile import TensorInfo
+from agentmerge.io.validate import check_derived_values
 
 _PREFIX = "base_model.model."
 _LORA_KEY = re.compile(r"^(?P<module>.+)\.(?P<part>lora_A|lora_B|lora_embedding_A|lora_embedding_B)(?:\.weight)?$")
@@ -40,6 +42,7 @@ _LORA_KEY = re.compile(r"^(?P<module>.+)\.(?P<part>lora_A|lora_B|lora_embedding_
 
 def split_model_plus_adapter(ref: str) -> tuple[str, str] | None:
     """mergekit's ``MODEL+ADAPTER``: ``(model, adapter)`` when ``ref`` is not itself a path and the adapter exists."""
+    check_reference(ref)
     if Path(ref).expanduser().exists() or "+" not in ref:
         return None
     model, _, adapter = ref.rpartition("+")
@@ -65,11 +68,11 @@ class LoraModel:
         self.path = resolve_model_path(adapter)
         self.folder = self.path
         self.host, self._owns_host = host, owns_host
-        self.config = _read_config(self.path)
+        self.config, self.settings = read_lora_config(self.path)
         _check_base(self.path, self.config, host)
         self.adapter = _open_weights(self.path)
         try:
-            self.modules, self.replaced = _plan(self.adapter, host, self.config, self.path)
+            self.modules, self.replaced = _plan(self.adapter, host, self.settings, self.path)
         except BaseException:
             self.adapter.close()
             raise
@@ -93,8 +96,10 @@ class LoraModel:
 
     @property
     def weight_files(self) -> list[Path]:
-        """The adapter's files and, when it brought its own host model, the host's."""
-        return self.adapter.weight_files + (self.host.weight_files if self._owns_host else [])
+        """The files that decide its values: the adapter's weights and ``adapter_config.json`` (alpha, r, patterns)
+        and, when it brought its own host model, the host's (the caches key by them, merge.json lists them)."""
+        own = [*self.adapter.weight_files, self.path / ADAPTER_CONFIG]
+        return own + (self.host.weight_files if self._owns_host else [])
 
     def read(self, name: str, start: int = 0, stop: int | None = None) -> torch.Tensor:
         """Elements ``[start, stop)`` of tensor ``name`` of the adapted model: float32 for floating tensors."""
@@ -104,7 +109,11 @@ class LoraModel:
         source = self.replaced.get(name)
         values = (self.adapter.read(source, start, stop) if source else self.host.read(name, start, stop)).float()
         module = self.modules.get(name)
-        return values if module is None else values.add_(self._delta(module, start, stop))
+        if module is not None:
+            values.add_(self._delta(module, start, stop))
+        if source or module is not None:  # what the adapter brings or derives: within the bound of a weight
+            check_derived_values(f"{self.path}: tensor {name!r} (adapted)", start, values)
+        return values
 
     def read_into(self, name: str, start: int, out: torch.Tensor) -> torch.Tensor:
         return out.copy_(self.read(name, start, start + out.numel()))
@@ -162,6 +171,9 @@ class _PickledAdapter:
 
 
 def _open_weights(folder: Path) -> Checkpoint | _PickledAdapter:
+    for name in ("adapter_model.safetensors", "adapter_model.bin"):
+        if (folder / name).exists():
+            regular_file_size(folder / name, "adapter weights file")  # a FIFO or a device would never end
     if (folder / "adapter_model.safetensors").is_file():
         return Checkpoint(folder / "adapter_model.safetensors")
     if (folder / "adapter_model.bin").is_file():
@@ -169,53 +181,24 @@ def _open_weights(folder: Path) -> Checkpoint | _PickledAdapter:
     raise CheckpointError(f"{folder}: adapter folder without adapter_model.safetensors or adapter_model.bin")
 
 
-def _read_config(folder: Path) -> dict[str, Any]:
-    try:
-        cfg = json.loads((folder / ADAPTER_CONFIG).read_text())
-    except (OSError, ValueError) as e:
-        raise CheckpointError(f"{folder / ADAPTER_CONFIG}: cannot read it as JSON ({e})") from None
-    if not isinstance(cfg, dict):
-        raise CheckpointError(f"{folder / ADAPTER_CONFIG}: expected a JSON object")
-    kind = cfg.get("peft_type", "LORA")
-    if kind != "LORA":
-        raise CheckpointError(f"{folder}: {kind} adapters are not supported (LoRA only); merge it into its model first")
-    for key, what in (("use_dora", "DoRA"), ("layer_replication", "layer replication")):
-        if cfg.get(key):
-            raise CheckpointError(f"{folder}: {what} adapters are not supported; merge it with peft's merge_and_unload")
-    r = cfg.get("r")
-    if isinstance(r, bool) or not isinstance(r, int) or r <= 0:
-        raise CheckpointError(f"{folder / ADAPTER_CONFIG}: r must be a positive integer (got {r!r})")
-    return cfg
-
-
 def _check_base(folder: Path, cfg: Mapping[str, Any], host: Readable) -> None:
     """An adapter whose ``base_model_name_or_path`` is a local folder must be applied to that very folder."""
     named = cfg.get("base_model_name_or_path")
     if not isinstance(named, str) or not named:
         return
-    local = Path(named).expanduser()
-    if local.is_dir() and local.resolve() != host.folder.resolve():
+    try:
+        local = Path(named).expanduser()
+        elsewhere = local.is_dir() and local.resolve() != host.folder.resolve()
+    except (OSError, ValueError, RuntimeError):  # a name no file system can hold (100k characters, a NUL): no folder
+        return
+    if elsewhere:
         raise CheckpointError(
             f"{folder}: this adapter was trained on {named}, not on {host.folder}; pass that base (--base {named})"
         )
 
 
-def _pattern_value(pattern: Mapping[str, Any], module: str, default: float) -> float:
-    """peft's rank/alpha patterns: the first key that matches the end of the module's name."""
-    for key, value in pattern.items():
-        if re.match(rf"(.*\.)?({key})$", module):
-            return float(value)
-    return default
-
-
-def _scale(cfg: Mapping[str, Any], module: str) -> float:
-    r = _pattern_value(cfg.get("rank_pattern") or {}, module, float(cfg["r"]))
-    alpha = _pattern_value(cfg.get("alpha_pattern") or {}, module, float(cfg.get("lora_alpha", cfg["r"])))
-    return alpha / math.sqrt(r) if cfg.get("use_rslora") else alpha / r
-
-
 def _plan(
-    adapter: Any, host: Readable, cfg: Mapping[str, Any], folder: Path
+    adapter: Any, host: Readable, cfg: LoraSettings, folder: Path
 ) -> tuple[dict[str, LoraModule], dict[str, str]]:
     """``({target tensor: LoraModule}, {host tensor: adapter tensor replacing it})``; anything else is refused."""
     parts: dict[str, dict[str, str]] = {}
@@ -227,6 +210,8 @@ def _plan(
             parts.setdefault(m["module"], {})[m["part"]] = key
         elif name in host.tensors and host.tensors[name].shape == info.shape:
             replaced[name] = key
+        elif name == "lm_head.weight" and name not in host.tensors:
+            continue  # peft's copy of a tied head (ensure_weight_tying): the host reads it from the embedding
         else:
             raise CheckpointError(f"{folder}: adapter tensor {key!r} matches no tensor of the base model")
     modules = {}
@@ -236,7 +221,7 @@ def _plan(
 
 
 def _module(
-    module: str, found: dict[str, str], adapter: Any, host: Readable, cfg: Mapping[str, Any], folder: Path
+    module: str, found: dict[str, str], adapter: Any, host: Readable, cfg: LoraSettings, folder: Path
 ) -> LoraModule:
     """One target's update, shapes checked: A ``[r, X]``, B ``[Y, r]``, target ``[Y, X]`` (``[X, Y]`` transposed)."""
     embedding = "lora_embedding_A" in found or "lora_embedding_B" in found
@@ -247,7 +232,7 @@ def _module(
     if target not in host.tensors:
         raise CheckpointError(f"{folder}: LoRA module {module!r} targets {target!r}, which the base does not have")
     a, b, shape = adapter.tensors[found[a_key]], adapter.tensors[found[b_key]], host.tensors[target].shape
-    transposed = embedding or bool(cfg.get("fan_in_fan_out"))
+    transposed = embedding or cfg.fan_in_fan_out
     want = (b.shape[0], a.shape[-1]) if not transposed else (a.shape[-1], b.shape[0])
     ok = len(a.shape) == 2 and len(b.shape) == 2 and a.shape[0] == b.shape[1] and tuple(shape) == want
     if not ok or not (a.dtype.is_floating_point and b.dtype.is_floating_point):
@@ -255,4 +240,10 @@ def _module(
             f"{folder}: {module!r}: {a_key} {list(a.shape)} and {b_key} {list(b.shape)} do not fit the base's "
             f"{target!r} {list(shape)} (convolutions and other layer types are not supported)"
         )
-    return LoraModule(target, found[a_key], found[b_key], _scale(cfg, module), transposed)
+    r = cfg.rank_and_alpha(module)[0]
+    if a.shape[0] != r:
+        raise CheckpointError(
+            f"{cfg.file}: r of module {module!r} is {r} (r or rank_pattern), but its {a_key} has rank "
+            f"{a.shape[0]}; the config does not belong to these weights (peft refuses it too)"
+        )
+    return LoraModule(target, found[a_key], found[b_key], cfg.scale(module), transposed)

@@ -4,6 +4,11 @@
 - ``check_output_chunk``: every output chunk is finite in the output dtype before it is written (one sum over
   values already in hand, the exact ``torch.isfinite`` test only when that sum is not finite), else the merge
   stops naming the tensor.
+- ``check_derived_values``: values agentmerge derives or copies from something that is not a whole model (a
+  LoRA update ``W + s B A``, a ``modules_to_save`` tensor, an agent's added vocabulary rows) must be finite
+  and at most ``MAX_DERIVED_VALUE`` in size: the bound of a merge weight (``config.schema.MAX_WEIGHT``), far
+  above any trained weight (fp16 cannot even hold 1e6), so a larger value is a typo (``lora_alpha: 1e9``)
+  or a broken adapter, and the merge stops naming the tensor before anything is written.
 - ``check_fisher_role``: a Fisher file is never read as a model, and a model never as a Fisher file.
 """
 
@@ -21,7 +26,8 @@ from agentmerge.errors import CheckpointError, ConfigError, MergeError
 if TYPE_CHECKING:
     from agentmerge.io.checkpoint import Checkpoint
 
-FISHER_MARK = ("agentmerge", "fisher")  # (key, value) in the safetensors __metadata__ of every Fisher file
+FISHER_MARK = ("agentmerge", "fisher")
+MAX_DERIVED_VALUE = 1e6  # (key, value) in the safetensors __metadata__ of every Fisher file
 
 
 def check_tokenizer_source(ref: str) -> Path:
@@ -53,6 +59,21 @@ def check_output_chunk(name: str, start: int, values: torch.Tensor) -> None:
             f"tensor {name!r}: output element {bad} is NaN or Inf in {dtype} (the merge overflows); "
             "lower the weights or lambda, or write a wider dtype; nothing was written"
         )
+
+
+def check_derived_values(where: str, start: int, values: torch.Tensor) -> None:
+    """``CheckpointError`` when ``values`` (elements ``start..``) hold NaN, Inf or ``|v| > MAX_DERIVED_VALUE``."""
+    if values.numel() == 0:
+        return
+    low, high = torch.aminmax(values)  # NaN propagates into both and fails the test below
+    if float(low) >= -MAX_DERIVED_VALUE and float(high) <= MAX_DERIVED_VALUE:
+        return
+    bad = values.isnan() | (values.abs() > MAX_DERIVED_VALUE)
+    first = int(torch.nonzero(bad)[0, 0])
+    raise CheckpointError(
+        f"{where}: element {start + first} is {float(values[first]):g}, beyond +-{MAX_DERIVED_VALUE:g} "
+        "(a trained weight never is: a wrong lora_alpha, or a broken adapter or agent); nothing was written"
+    )
 
 
 def is_fisher(metadata: Mapping[str, str]) -> bool:

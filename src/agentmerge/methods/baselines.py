@@ -56,29 +56,74 @@ parameters.
 from __future__ import annotations
 
 import math
-from collections.abc import Callable, Sequence
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Protocol, TypeVar
 
 import torch
 
 from agentmerge.methods.deltas import disjoint_merge, overlap_count, seeded_uniform, sum_agents
 from agentmerge.methods.deltas import zero_unless as _zero_unless
 from agentmerge.methods.masks import chunk_mask
+from agentmerge.methods.params import MethodParams
+from agentmerge.methods.records import (
+    BreadcrumbsParams,
+    DareLinearParams,
+    DareTiesParams,
+    DellaParams,
+    DropParams,
+    FisherParams,
+    RamTiesParams,
+    SlerpParams,
+    TiesParams,
+)
 from agentmerge.methods.spec import Chunk, Params, TensorSource
 from agentmerge.methods.stats import RankFn, gram_prepare, magnitude_thresholds, tensor_gram, tensor_thresholds
 
 # --------------------------------------------------------------------------- per-agent parameters
 
-
-def agent_values(params: Params, model_params: Sequence[Params], name: str, n: int) -> torch.Tensor:
-    """``[N]`` float64: parameter ``name`` per agent (per-model params when given, else the tensor's)."""
-    if model_params:
-        return torch.tensor([float(mp[name]) for mp in model_params], dtype=torch.float64)
-    return torch.full((n,), float(params[name]), dtype=torch.float64)
+R = TypeVar("R", bound=MethodParams)
 
 
-def chunk_values(c: Chunk, name: str) -> torch.Tensor:
-    """``[N]`` float64 per-agent values of ``name`` for this chunk."""
-    return agent_values(c.params, c.model_params, name, c.tau.shape[0])
+class HasParams(Protocol):
+    """A chunk's spec or a tensor's source: its parameters, and each model's when models set their own."""
+
+    @property
+    def params(self) -> Params: ...
+
+    @property
+    def model_params(self) -> tuple[Params, ...]: ...
+
+
+@dataclass(frozen=True)
+class PerAgent:
+    """One per-model parameter of a tensor: each model's own value when models set params, else the tensor's."""
+
+    tensor: float
+    models: tuple[float, ...]  # () when no model sets params
+
+    @classmethod
+    def of(cls, record: type[R], where: HasParams, get: Callable[[R], float]) -> PerAgent:
+        """``get`` of ``where``'s parameters (and of each model's) read as ``record``."""
+        return cls(get(record.of(where.params)), tuple(get(record.of(mp)) for mp in where.model_params))
+
+    def values(self, n: int) -> torch.Tensor:
+        """``[N]`` float64: the value of each of ``n`` agents."""
+        if self.models:
+            return torch.tensor(self.models, dtype=torch.float64)
+        return torch.full((n,), self.tensor, dtype=torch.float64)
+
+    def every(self) -> tuple[float, ...]:
+        """The distinct places the value is set: each model's, or the tensor's."""
+        return self.models or (self.tensor,)
+
+
+def _density(q: TiesParams | DareTiesParams | BreadcrumbsParams) -> float:
+    return q.density
+
+
+def _drop_p(q: DropParams) -> float:
+    return q.p
 
 
 # --------------------------------------------------------------------------- shared pieces
@@ -91,7 +136,7 @@ def dare_drop(c: Chunk) -> torch.Tensor:
     """``[N, E]``: each tau_i element kept with probability 1 - p_i (seeded), survivors divided by 1 - p_i."""
     u = seeded_uniform(c.seed, c.name, c.start, c.stop, c.tau.shape[0])
     out = torch.empty_like(c.tau)
-    for i, p in enumerate(chunk_values(c, "p").tolist()):
+    for i, p in enumerate(PerAgent.of(DropParams, c, _drop_p).values(c.tau.shape[0]).tolist()):
         _rescale(c.tau[i], 1.0 - p, out[i])
         _zero_unless(out[i], u[i] >= f32_at_least(p))  # kept where u_i >= p_i
     return out
@@ -118,11 +163,11 @@ def f32_at_least(p: float) -> torch.Tensor:
     return f
 
 
-def top_ranks(params: Params, model_params: Sequence[Params]) -> RankFn:
+def top_ranks(densities: PerAgent) -> RankFn:
     """Ranks of the TIES threshold: the ``floor(density_i d)``-th largest = ``(d - k_i + 1)``-th smallest."""
 
     def ranks(d: int, n: int) -> torch.Tensor:
-        density = agent_values(params, model_params, "density", n).tolist()
+        density = densities.values(n).tolist()
         k = torch.tensor([int(x * d) for x in density], dtype=torch.int64)
         return torch.where(k > 0, d - k + 1, d + 1)[:, None]
 
@@ -138,28 +183,41 @@ def _trim(tau: torch.Tensor, thresholds: torch.Tensor, magnitudes: torch.Tensor 
     return _zero_unless(tau.clone(), magnitudes >= thresholds)
 
 
-def all_dense(params: Params, model_params: Sequence[Params]) -> bool:
-    return all(float(mp["density"]) >= 1.0 for mp in (model_params or [params]))
+def ties_band(where: HasParams) -> RankFn | None:
+    """TIES's trim: the rank of each agent's threshold, or None when no agent keeps less than all (``density``)."""
+    return _top_band(PerAgent.of(TiesParams, where, _density))
+
+
+def dare_ties_band(where: HasParams) -> RankFn | None:
+    """DARE-TIES's trim after the drop (its own ``density``, default 1: none)."""
+    return _top_band(PerAgent.of(DareTiesParams, where, _density))
+
+
+def _top_band(densities: PerAgent) -> RankFn | None:
+    return top_ranks(densities) if any(x < 1.0 for x in densities.every()) else None
 
 
 # --------------------------------------------------------------------------- TIES and DARE
 
+Band = Callable[[HasParams], RankFn | None]  # a tensor's trim: the ranks of its thresholds, None for no trim
 
-def _ties_core(c: Chunk, tau: Callable[[Chunk], torch.Tensor]) -> torch.Tensor:
+
+def _ties_core(c: Chunk, tau: Callable[[Chunk], torch.Tensor], band: Band, lam: float) -> torch.Tensor:
     values = tau(c)
-    if not all_dense(c.params, c.model_params):
+    ranks = band(c)
+    if ranks is not None:
         mag = values.abs()
-        t = tensor_thresholds(c, lambda ch: tau(ch).abs(), top_ranks(c.params, c.model_params), mag)
+        t = tensor_thresholds(c, lambda ch: tau(ch).abs(), ranks, mag)
         values = _trim(values, t, mag)
-    return float(c.params["lambda"]) * disjoint_merge(values, c.weights)
+    return lam * disjoint_merge(values, c.weights)
 
 
-def _ties_prepare(tau: Callable[[Chunk], torch.Tensor]) -> Callable[[TensorSource], torch.Tensor | None]:
+def _ties_prepare(tau: Callable[[Chunk], torch.Tensor], band: Band) -> Callable[[TensorSource], torch.Tensor | None]:
     def prepare(source: TensorSource) -> torch.Tensor | None:
-        p, mp = source.params, source.model_params
-        if all_dense(p, mp):
+        ranks = band(source)
+        if ranks is None:
             return None
-        return magnitude_thresholds(source, lambda ch: tau(ch).abs(), top_ranks(p, mp))
+        return magnitude_thresholds(source, lambda ch: tau(ch).abs(), ranks)
 
     return prepare
 
@@ -169,26 +227,28 @@ def _raw_tau(c: Chunk) -> torch.Tensor:
 
 
 def ties(c: Chunk) -> torch.Tensor:
-    return _ties_core(c, _raw_tau)
+    return _ties_core(c, _raw_tau, ties_band, TiesParams.of(c.params).lam)
 
 
 def dare_ties(c: Chunk) -> torch.Tensor:
-    return _ties_core(c, dare_drop)
+    return _ties_core(c, dare_drop, dare_ties_band, DareTiesParams.of(c.params).lam)
 
 
 def dare_linear(c: Chunk) -> torch.Tensor:
-    return float(c.params["lambda"]) * sum_agents(dare_drop(c) * c.weights[:, None])
+    return DareLinearParams.of(c.params).lam * sum_agents(dare_drop(c) * c.weights[:, None])
 
 
 # --------------------------------------------------------------------------- Breadcrumbs
 
 
-def crumb_ranks(params: Params, model_params: Sequence[Params]) -> RankFn:
+def crumb_ranks(where: HasParams) -> RankFn:
     """``[N, 2]`` ranks (lower, upper bound) of the kept magnitude band."""
+    densities = PerAgent.of(BreadcrumbsParams, where, _density)
+    gammas = PerAgent.of(BreadcrumbsParams, where, lambda q: q.gamma)
 
     def ranks(d: int, n: int) -> torch.Tensor:
-        density = agent_values(params, model_params, "density", n).tolist()
-        gamma = agent_values(params, model_params, "gamma", n).tolist()
+        density = densities.values(n).tolist()
+        gamma = gammas.values(n).tolist()
         out = []
         for dens, gam in zip(density, gamma, strict=True):
             k, g = int(dens * d), int(gam * d)
@@ -204,13 +264,13 @@ def _abs_tau(c: Chunk) -> torch.Tensor:
 
 def breadcrumbs(c: Chunk) -> torch.Tensor:
     mag = c.tau.abs()
-    bounds = tensor_thresholds(c, _abs_tau, crumb_ranks(c.params, c.model_params), mag)
+    bounds = tensor_thresholds(c, _abs_tau, crumb_ranks(c), mag)
     keep = (mag >= bounds[:, :1]) & (mag <= bounds[:, 1:])
-    return float(c.params["lambda"]) * sum_agents(_zero_unless(c.tau.clone(), keep).mul_(c.weights[:, None]))
+    return BreadcrumbsParams.of(c.params).lam * sum_agents(_zero_unless(c.tau.clone(), keep).mul_(c.weights[:, None]))
 
 
 def breadcrumbs_prepare(source: TensorSource) -> torch.Tensor:
-    return magnitude_thresholds(source, _abs_tau, crumb_ranks(source.params, source.model_params))
+    return magnitude_thresholds(source, _abs_tau, crumb_ranks(source))
 
 
 # --------------------------------------------------------------------------- DELLA
@@ -226,14 +286,15 @@ def della(c: Chunk) -> torch.Tensor:
     length = row_length(c.shape) if c.shape else e
     if e % length or c.start % length:
         raise RuntimeError(f"{c.name}: della needs chunks of whole rows of {length} (got {c.start}:{c.stop})")
-    p, eps = chunk_values(c, "p")[:, None, None], chunk_values(c, "eps")[:, None, None]
+    p = PerAgent.of(DellaParams, c, lambda q: q.p).values(n)[:, None, None]
+    eps = PerAgent.of(DellaParams, c, lambda q: q.eps).values(n)[:, None, None]
     u = seeded_uniform(c.seed, c.name, c.start, c.stop, n)
     kept = torch.empty_like(c.tau)
     step = max(1, SLICE // length) * length  # whole rows per slice
     for s in range(0, e, step):
         part = slice(s, s + step)
         kept[:, part] = _magprune(c.tau[:, part].reshape(n, -1, length), u[:, part], p, eps).reshape(n, -1)
-    return float(c.params["lambda"]) * disjoint_merge(kept, c.weights)
+    return DellaParams.of(c.params).lam * disjoint_merge(kept, c.weights)
 
 
 def _magprune(tau: torch.Tensor, u: torch.Tensor, p: torch.Tensor, eps: torch.Tensor) -> torch.Tensor:
@@ -276,7 +337,8 @@ def _endpoints(c: Chunk) -> torch.Tensor:
 
 
 def slerp(c: Chunk) -> torch.Tensor:
-    t = float(c.params["t"])
+    p = SlerpParams.of(c.params)
+    t = p.t
     if t == 0.0:
         return c.tau[0].clone()
     if t == 1.0:
@@ -286,7 +348,7 @@ def slerp(c: Chunk) -> torch.Tensor:
     na, nb = math.sqrt(float(g[0, 0])), math.sqrt(float(g[1, 1]))
     cos = float(g[0, 1]) / (na * nb) if na > 0 and nb > 0 else 1.0
     merged: torch.Tensor
-    if abs(cos) > float(c.params["colinear"]):
+    if abs(cos) > p.colinear:
         merged = (1.0 - t) * a + t * b
     else:
         omega = math.acos(max(-1.0, min(1.0, cos)))
@@ -305,11 +367,12 @@ def _shared(c: Chunk) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     return mask, count, torch.where(mask, c.tau.abs(), 0.0)[:, count >= 2]
 
 
-def keep_ranks(params: Params, model_params: Sequence[Params]) -> RankFn:
+def keep_ranks(where: HasParams) -> RankFn:
     """Ranks of the RAM-TIES threshold: the ``floor(D (1 - keep_i))``-th smallest (0: keep all)."""
+    keeps = PerAgent.of(RamTiesParams, where, lambda q: q.keep)
 
     def ranks(d: int, n: int) -> torch.Tensor:
-        keep = agent_values(params, model_params, "keep", n).tolist()
+        keep = keeps.values(n).tolist()
         return torch.tensor([[int(d * (1.0 - k))] for k in keep], dtype=torch.int64)
 
     return ranks
@@ -318,7 +381,7 @@ def keep_ranks(params: Params, model_params: Sequence[Params]) -> RankFn:
 def ram_ties(c: Chunk) -> torch.Tensor:
     mask, count, shared_values = _shared(c)
     active = _zero_unless(c.tau.clone(), mask)
-    rank_fn = keep_ranks(c.params, c.model_params)
+    rank_fn = keep_ranks(c)
     t = tensor_thresholds(c, lambda ch: _shared(ch)[2], rank_fn, shared_values)
     shared = count >= 2
     trimmed = _trim(active, t)
@@ -327,7 +390,7 @@ def ram_ties(c: Chunk) -> torch.Tensor:
 
 
 def ram_ties_prepare(source: TensorSource) -> torch.Tensor:
-    return magnitude_thresholds(source, lambda ch: _shared(ch)[2], keep_ranks(source.params, source.model_params))
+    return magnitude_thresholds(source, lambda ch: _shared(ch)[2], keep_ranks(source))
 
 
 # --------------------------------------------------------------------------- Fisher
@@ -337,7 +400,7 @@ def fisher(c: Chunk) -> torch.Tensor:
     f = c.extras.get("fisher")
     if f is None:
         raise RuntimeError("fisher: the driver did not provide the models' Fisher tensors")
-    fw = f.float().clamp(min=float(c.params["floor"])) * c.weights[:, None]
+    fw = f.float().clamp(min=FisherParams.of(c.params).floor) * c.weights[:, None]
     return sum_agents(fw * c.tau) / sum_agents(fw)
 
 
@@ -346,7 +409,7 @@ def fisher(c: Chunk) -> torch.Tensor:
 
 # --------------------------------------------------------------------------- prepare hooks of the multi-chunk tensors
 
-ties_prepare = _ties_prepare(_raw_tau)
-dare_ties_prepare = _ties_prepare(dare_drop)
+ties_prepare = _ties_prepare(_raw_tau, ties_band)
+dare_ties_prepare = _ties_prepare(dare_drop, dare_ties_band)
 model_stock_prepare = gram_prepare(_raw_tau)
 slerp_prepare = gram_prepare(_endpoints)

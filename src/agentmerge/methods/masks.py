@@ -28,7 +28,7 @@ Element p of agent i is *active* when ``|tau_i[p]| > t_i[p]``; the rule (``spec.
 
 Adaptive thresholds (``Levels``) come from the whole tensor (``tensor_levels``, streamed over its chunks)
 before its kernel runs, so the statistics pass and the merge pass use the very same values. They are cached
-per input set under ``levels_key`` (``stream.LevelsCache``, exact float32 values) and recorded in merge.json
+per input set under ``levels_key`` (``engine.caches.LevelsCache``, exact float32 values) and recorded in merge.json
 (``levels_record``: per agent min / median / max over tensors and valley fallbacks, then every tensor's values).
 """
 
@@ -248,7 +248,9 @@ def levels_from_json(entry: Any, n: int) -> Levels | None:
     values, fallback = entry.get("values"), entry.get("fallback")
     if not (isinstance(values, list) and isinstance(fallback, list) and len(values) == len(fallback) == n):
         return None
-    if not all(isinstance(v, float) for v in values) or not all(isinstance(f, bool) for f in fallback):
+    if not all(isinstance(v, float) and math.isfinite(v) and v >= 0 for v in values):  # thresholds of |tau|
+        return None
+    if not all(isinstance(f, bool) for f in fallback):
         return None
     return Levels(torch.tensor(values, dtype=torch.float32), tuple(fallback))
 

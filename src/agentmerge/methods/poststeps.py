@@ -1,15 +1,18 @@
-"""Steps after any method's kernel: they rewrite the merged delta of the tensors they apply to (no torch here).
+"""Steps after any method's kernel that rewrite a tensor's merged delta from its task vectors (no torch here).
 
-A method's kernel returns the merged delta ``tau*`` of a chunk; a *post step* then maps ``(chunk, tau*)`` to a
-new ``tau*`` before the driver adds the base and casts. Each step brings parameters that every method accepts
-(``registry.with_post_steps`` appends them to each entry, skipping names the method already has), a test of
-whether a tensor's parameters turn it on, and, when it needs whole matrices, a ``WholeTensor`` (the plan then
-makes those tensors one chunk, like an SVD method's). Steps run in the order of ``POST_STEPS``.
+A method's kernel returns the merged delta ``tau*`` of a chunk; a *post-step* then maps ``(chunk, tau*)`` to a
+new ``tau*`` before the driver adds the base and casts. A step's parameters are fields of every parameter
+record (``params.MethodParams``, listed in ``params.POST_STEP_PARAMS``), so every method takes them; here it
+says when a tensor's parameters turn it on, which tensors it changes and, when it needs whole matrices, a
+``WholeTensor`` (the plan then makes those tensors one chunk, like an SVD method's). The plan names the steps
+each tensor runs (``TensorJob.steps``) and the driver applies them in the order of ``POST_STEPS``, by name,
+on the reference path. LiNeS, a per-layer scale with one alpha for the whole model, comes after them
+(``engine.lines_pass``).
 
 SVC, spectral calibration (arXiv 2602.05536, fusion_bench's ``singular_value_calibration``), is the first:
 ``calibrate: svc`` calibrates every 2-D merged delta (``calibration.svc``; embeddings and LM head unless
 ``svd_embeddings`` is false), with ``svc_alpha`` defaulting per base method as fusion_bench's configs do
-(``SVC_ALPHA``; 0.1 for any other method).
+(the method's record may redeclare its default: ``svd_params``).
 """
 
 from __future__ import annotations
@@ -19,8 +22,10 @@ from dataclasses import dataclass
 from types import MappingProxyType
 from typing import TYPE_CHECKING, Any
 
-from agentmerge.methods.spec import Lazy, Param, Params, WholeTensor
-from agentmerge.methods.spectral_rules import SVD_EMBEDDINGS, held, is_matrix, one_svd
+from agentmerge.methods.hooks import WholeTensor
+from agentmerge.methods.params import Params
+from agentmerge.methods.spec import Lazy
+from agentmerge.methods.spectral_rules import SVC_WHOLE, is_matrix
 
 if TYPE_CHECKING:
     import torch
@@ -30,10 +35,9 @@ if TYPE_CHECKING:
 
 @dataclass(frozen=True)
 class PostStep:
-    """One step after the kernel: its parameters, when it is on, which tensors it needs whole, what it does."""
+    """One step after the kernel: when it is on, which tensors it changes and needs whole, what it does."""
 
     name: str
-    params: Callable[[str], tuple[Param, ...]]  # method name -> the step's parameters (defaults may depend on it)
     on: Callable[[Params], bool]  # whether a tensor's resolved parameters turn the step on
     applies: Callable[[str, tuple[int, ...], Params], bool]  # (name, shape, params): whether it changes this tensor
     apply: Callable[[Chunk, torch.Tensor], torch.Tensor]  # (chunk, merged delta) -> new merged delta (a ``Lazy``)
@@ -45,65 +49,20 @@ class PostStep:
         return self.on(params) and self.applies(name, shape, params)
 
 
-# --------------------------------------------------------------------------- SVC
-
-# fusion_bench's SVC configs (config/method/singular_value_calibration/*.yaml): alpha per base method
-SVC_ALPHA: Mapping[str, float] = MappingProxyType({"tsv": 1.0, "iso_c": 0.1, "iso_cts": 0.2})
-SVC_ALPHA_DEFAULT = 0.1  # task arithmetic, TIES, DARE, the average, and every method the configs do not name
-
-
-def svc_params(method: str) -> tuple[Param, ...]:
-    return (
-        Param(
-            "calibrate",
-            "none",
-            "svc: after the method, spectral calibration of every 2-D merged delta (SVC, arXiv 2602.05536); "
-            "none: the method's result as it is",
-            choices=("none", "svc"),
-        ),
-        Param(
-            "svc_alpha",
-            SVC_ALPHA.get(method, SVC_ALPHA_DEFAULT),
-            "SVC's alpha: gamma_r = N / sum_i max(alpha, s_r^i) per singular direction of the merged delta "
-            "(default per base method as fusion_bench: 1.0 tsv, 0.2 iso_cts, 0.1 otherwise)",
-            low=0.0,
-            low_open=True,
-        ),
-        SVD_EMBEDDINGS,
-    )
-
-
 SVC = PostStep(
     name="svc",
-    params=svc_params,
     on=lambda params: params.get("calibrate", "none") == "svc",
     applies=is_matrix,
     apply=Lazy("agentmerge.methods.calibration:svc"),
-    whole=WholeTensor(wanted=is_matrix, svds=one_svd, copies=held(6.0)),
+    whole=SVC_WHOLE,
 )
 
 POST_STEPS: tuple[PostStep, ...] = (SVC,)
-
-
-def step_params(method: str, own: Iterable[str]) -> tuple[Param, ...]:
-    """The parameters every post step adds to ``method`` (whose own parameter names are ``own``), each once."""
-    seen = set(own)
-    out = []
-    for step in POST_STEPS:
-        for p in step.params(method):
-            if p.name not in seen:
-                seen.add(p.name)
-                out.append(p)
-    return tuple(out)
-
-
-def step_param_names() -> frozenset[str]:
-    """Every post-step parameter name (mergekit has none of them)."""
-    return frozenset(p.name for step in POST_STEPS for p in step.params(""))
+STEPS: Mapping[str, PostStep] = MappingProxyType({s.name: s for s in POST_STEPS})
 
 
 def active_steps(name: str, shape: tuple[int, ...], params: Params) -> tuple[PostStep, ...]:
-    """The post steps that run on this tensor, in order."""
+    """The post-steps that run on this tensor, in order."""
     return tuple(s for s in POST_STEPS if s.active(name, shape, params))
 
 

@@ -27,7 +27,8 @@ sgn(tau_i) = s`` (0 when ``s = 0``), the primitive ``deltas.disjoint_merge`` wit
             = lambda_i * tau_i[p]                                c = 1
     lambda_i = 1 + r * clip(rho_i, 0, alpha),  rho_i = sum_{S_i} F_i / sum_{U_i} F_i   (r = 0: lambda_i = 1)
 
-with the Fisher masses summed over every merged tensor by ``stream.fisher_mass_pass``.
+with the Fisher masses summed over every merged tensor by ram_fisher's statistics pass (``fisher_masses`` of
+every chunk, a ``hooks.ModelSum``), run only when some tensor rescales (``fisher_rescales``: r > 0).
 
 Baselines: linear ``sum_i w_i tau_i / sum_i w_i`` (= weighted average of the models) and task
 arithmetic ``lambda * sum_i w_i tau_i``. ``unique_only`` is the paper's dilution ablation:
@@ -43,24 +44,22 @@ import math
 import torch
 
 from agentmerge.methods.deltas import disjoint_merge, overlap_count, rho_from_histogram, safe_divide, sum_agents
-from agentmerge.methods.groups import GROUPED_SCOPES
+from agentmerge.methods.groups import group_of
 from agentmerge.methods.masks import chunk_mask
+from agentmerge.methods.records import (
+    RamFisherParams,
+    RamParams,
+    RamPlusParams,
+    TaskArithmeticParams,
+    UniqueOnlyParams,
+)
 from agentmerge.methods.spec import Chunk, ChunkSpec, Params
 
 
-def ram_lambda(rho: float, params: Params) -> float:
-    """RAM+'s unique-region scale of one agent from its overlap-unique ratio ``rho`` (``inf``: no unique element).
-
-    Paper form ``1 + r * clip(rho, 0, alpha)``; the authors' form ``1 + (R - 1) * min(rho, 1)``.
-    """
-    if params.get("form", "paper") == "authors":
-        return 1.0 + (float(params["rescale_factor"]) - 1.0) * min(max(rho, 0.0), 1.0)
-    return 1.0 + float(params["r"]) * min(max(rho, 0.0), float(params["alpha"]))
-
-
 def ram_lambdas(hist: torch.Tensor, params: Params) -> torch.Tensor:
-    """``[N, N]`` overlap histogram -> ``[N]`` float32 unique-region scales lambda_i (``ram_lambda`` per agent)."""
-    return torch.tensor([ram_lambda(rho, params) for rho in rho_from_histogram(hist)], dtype=torch.float64).float()
+    """``[N, N]`` overlap histogram -> ``[N]`` float32 unique-region scales lambda_i of RAM+ (``unique_scale``)."""
+    p = RamPlusParams.of(params)
+    return torch.tensor([p.unique_scale(rho) for rho in rho_from_histogram(hist)], dtype=torch.float64).float()
 
 
 def ram_regions(
@@ -80,34 +79,37 @@ def ram_regions(
     return torch.where(count == 1, scaled, mean)
 
 
-def merged_scale(params: Params) -> float:
-    """``scale`` of ram / ram_plus: the merged task vector's multiplier (1, the paper, leaves it bit for bit)."""
-    return float(params.get("scale", 1.0))
-
-
 def ram(c: Chunk) -> torch.Tensor:
-    return ram_regions(c.tau, chunk_mask(c), shared=str(c.params.get("shared", "mean"))) * merged_scale(c.params)
+    p = RamParams.of(c.params)  # ``scale`` 1 (the paper) leaves the merged delta bit for bit
+    return ram_regions(c.tau, chunk_mask(c), shared=p.shared) * p.scale
+
+
+def scope_group(name: str, params: Params) -> str | None:
+    """RAM+'s statistics pass: the group tensor ``name``'s histogram is summed into (None: scope global / tensor)."""
+    p = RamPlusParams.of(params)
+    return group_of(name, p) if p.grouped else None
 
 
 def scope_histogram(spec: ChunkSpec) -> torch.Tensor | None:
     """The ``[N, N]`` histogram RAM+ takes rho from: the tensor's, its group's (``groups.group_of``) or the model's."""
-    scope = spec.params["scope"]
-    if scope == "tensor":
+    p = RamPlusParams.of(spec.params)
+    if p.scope == "tensor":
         return spec.stats.tensor_hist
-    return spec.stats.group_hist if scope in GROUPED_SCOPES else spec.stats.model_hist
+    return spec.stats.group_hist if p.grouped else spec.stats.model_hist
 
 
 def ram_plus_lambdas(spec: ChunkSpec) -> torch.Tensor:
     """``[N]`` RAM+ scales of a chunk, from the histogram of its ``scope`` (model, tensor or group)."""
+    p = RamPlusParams.of(spec.params)
     hist = scope_histogram(spec)
     if hist is None:
-        raise RuntimeError(f"ram_plus: {spec.name}: no overlap statistics for scope {spec.params['scope']!r}")
-    return ram_lambdas(hist, spec.params)
+        raise RuntimeError(f"ram_plus: {spec.name}: no overlap statistics for scope {p.scope!r}")
+    return ram_lambdas(hist, p)
 
 
 def ram_plus(c: Chunk) -> torch.Tensor:
-    merged = ram_regions(c.tau, chunk_mask(c), ram_plus_lambdas(c), str(c.params.get("shared", "mean")))
-    return merged * merged_scale(c.params)
+    p = RamPlusParams.of(c.params)
+    return ram_regions(c.tau, chunk_mask(c), ram_plus_lambdas(c), p.shared) * p.scale
 
 
 # --------------------------------------------------------------------------- RAM with Fisher weights
@@ -118,7 +120,7 @@ def fisher_values(c: Chunk) -> torch.Tensor:
     f = c.extras.get("fisher")
     if f is None:
         raise RuntimeError(f"{c.name}: the driver did not provide the models' Fisher tensors")
-    return f.float().clamp(min=float(c.params["floor"]))
+    return f.float().clamp(min=RamFisherParams.of(c.params).floor)
 
 
 def fisher_mass(mask: torch.Tensor, fisher: torch.Tensor) -> torch.Tensor:
@@ -128,15 +130,31 @@ def fisher_mass(mask: torch.Tensor, fisher: torch.Tensor) -> torch.Tensor:
     return torch.stack([(f * (count == 1)).sum(1), (f * (count >= 2)).sum(1)], dim=1)
 
 
+def fisher_masses(c: Chunk) -> torch.Tensor:
+    """ram_fisher's statistics pass over one chunk: ``[N, 2]`` float64 Fisher mass of each agent (unique, shared),
+    counted under the tensor's mask rule as the merge counts it."""
+    return fisher_mass(chunk_mask(c), fisher_values(c))
+
+
+def fisher_rescales(params: Params) -> bool:
+    """Whether a tensor's unique updates are rescaled by Fisher mass (``r > 0``): the pass then runs."""
+    return RamFisherParams.of(params).r > 0
+
+
+def fisher_rho(mass: torch.Tensor) -> list[float]:
+    """``[N, 2]`` Fisher masses (unique, shared) -> per agent rho_i = shared / unique (``inf``: no unique mass)."""
+    return [s / u if u else math.inf for u, s in mass.tolist()]
+
+
 def fisher_lambdas(spec: ChunkSpec) -> torch.Tensor | None:
     """``[N]`` float32 ``1 + r clip(rho_i, 0, alpha)``, rho_i = shared / unique Fisher mass; None when r = 0."""
-    if float(spec.params["r"]) == 0.0:
+    p = RamFisherParams.of(spec.params)
+    if p.r == 0.0:
         return None
     mass = spec.stats.model_stat
     if mass is None:
         raise RuntimeError(f"ram_fisher: {spec.name}: no Fisher masses; the driver did not run the statistics pass")
-    rho = [s / u if u else math.inf for u, s in mass.tolist()]
-    return torch.tensor([ram_lambda(x, spec.params) for x in rho], dtype=torch.float64).float()
+    return torch.tensor([p.unique_scale(x) for x in fisher_rho(mass)], dtype=torch.float64).float()
 
 
 def ram_fisher(c: Chunk) -> torch.Tensor:
@@ -153,10 +171,11 @@ def ram_fisher(c: Chunk) -> torch.Tensor:
 
 def unique_only(c: Chunk) -> torch.Tensor:
     """Dilution ablation: ``scale * tau_a`` where only agent ``a`` updated the element."""
-    a = int(c.params["agent"])  # below N: the config checks it
+    p = UniqueOnlyParams.of(c.params)
+    a = p.agent  # below N: the config checks it
     mask = chunk_mask(c)
     keep = mask[a] & (overlap_count(mask) == 1)
-    return torch.where(keep, c.tau[a] * float(c.params["scale"]), 0.0)
+    return torch.where(keep, c.tau[a] * p.scale, 0.0)
 
 
 # --------------------------------------------------------------------------- simple baselines
@@ -172,4 +191,4 @@ def linear(c: Chunk) -> torch.Tensor:
 
 
 def task_arithmetic(c: Chunk) -> torch.Tensor:
-    return float(c.params["lambda"]) * weighted_sum(c.tau, c.weights)
+    return TaskArithmeticParams.of(c.params).lam * weighted_sum(c.tau, c.weights)

@@ -1,28 +1,53 @@
-"""Every merge method in one table: name, summary, parameters, what the driver must provide, compiled form.
+"""Every merge method in one table: name, summary, kernel, typed parameters, hooks, compiled form.
 
 ``METHODS`` is the only registry: the config, the CLI (`agentmerge methods`), the driver and the
-mergekit translation all read it. A method's reference kernel lives in ``methods.py`` (RAM family,
-linear, task arithmetic) or ``baselines.py``; its compiled twin, when it has one, in ``fused/``. The
-entries name them as ``Lazy`` references (``rm("ram")`` is ``agentmerge.methods.ram:ram``), imported on first
-use: the table itself, and everything that only reads it (`agentmerge methods`, config checks), loads
-without torch or numba.
-``MERGEKIT`` below maps mergekit's method names onto these entries.
+mergekit translation all read it. A method's reference kernel lives in ``ram.py`` (RAM family, linear,
+task arithmetic), ``baselines.py``, ``elementwise.py`` / ``spherical.py`` (the field's) or ``spectral.py`` /
+``resmerge.py`` (the SVD methods), its parameter record in ``records.py`` (``field_params.py``,
+``svd_params.py``), its report hooks in ``scales.py``; its compiled twin, when it has one, in ``fused/``.
+The entries name kernels and hooks as ``Lazy`` references (``rm("ram")`` is ``agentmerge.methods.ram:ram``),
+imported on first use: the table itself, and everything that only reads it (`agentmerge methods`, config
+checks), loads without torch or numba. What the hooks mean: ``hooks.py``. mergekit's names for these entries
+live with the configs (``agentmerge.config.mergekit_names``).
 """
 
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass, field, replace
 from types import MappingProxyType
 
 from agentmerge.methods import spectral_rules as sr
-from agentmerge.methods.groups import GROUPED_SCOPES, check_patterns
-from agentmerge.methods.poststeps import step_params
-from agentmerge.methods.spec import EPSILON, MASK_PARAMS, Lazy, Method, Param, Params, check_mask
+from agentmerge.methods.field_params import (
+    ConsensusParams,
+    KarcherParams,
+    MagMaxParams,
+    MultiSlerpParams,
+    NuSlerpParams,
+    SceParams,
+)
+from agentmerge.methods.hooks import ModelSum, Needs, OverlapCounts, Scales, TensorPrepare
+from agentmerge.methods.method import Method
+from agentmerge.methods.records import (
+    BreadcrumbsParams,
+    DareLinearParams,
+    DareTiesParams,
+    DellaParams,
+    FisherParams,
+    RamFisherParams,
+    RamParams,
+    RamPlusParams,
+    RamTiesParams,
+    SlerpParams,
+    TaskArithmeticParams,
+    TiesParams,
+    UniqueOnlyParams,
+)
+from agentmerge.methods.spec import Lazy
+from agentmerge.methods.svd_params import CartParams, IsoCParams, IsoCtsParams, ResMergeParams, TsvParams
 
 
 def rm(name: str) -> Lazy:
-    """A reference kernel (or hook) of ``methods.py``, imported on first use."""
+    """A reference kernel (or hook) of ``ram.py``, imported on first use."""
     return Lazy(f"agentmerge.methods.ram:{name}")
 
 
@@ -41,92 +66,39 @@ def ft(name: str) -> Lazy:
     return Lazy(f"agentmerge.methods.fused.ties:{name}")
 
 
+def ew(name: str) -> Lazy:
+    """A reference kernel (or hook) of ``elementwise.py`` (MagMax, Consensus, SCE), imported on first use."""
+    return Lazy(f"agentmerge.methods.elementwise:{name}")
+
+
+def sp(name: str) -> Lazy:
+    """A reference kernel (or hook) of ``spherical.py`` (Karcher, Multi-SLERP, NuSLERP), imported on first use."""
+    return Lazy(f"agentmerge.methods.spherical:{name}")
+
+
+def ff(name: str) -> Lazy:
+    """A compiled form (``Compiled``) of MagMax, Consensus or SCE in ``fused/field.py``."""
+    return Lazy(f"agentmerge.methods.fused.field:{name}")
+
+
+def fs(name: str) -> Lazy:
+    """A compiled form (``Compiled``) of Karcher, Multi-SLERP or NuSLERP in ``fused/sphere.py``."""
+    return Lazy(f"agentmerge.methods.fused.sphere:{name}")
+
+
 def sv(name: str) -> Lazy:
-    """A reference kernel of the SVD methods (``spectral.py``, ``resmerge.py``), imported on first use."""
+    """A reference kernel of the SVD methods (``spectral.py``; ResMerge's in ``resmerge.py``), imported on first use."""
     return Lazy(f"agentmerge.methods.{'resmerge' if name == 'resmerge' else 'spectral'}:{name}")
 
 
+def sc(name: str) -> Lazy:
+    """A report hook (``hooks.Scales``) of ``scales.py``, imported on first use."""
+    return Lazy(f"agentmerge.methods.scales:{name}")
+
+
 STAT_BLOCKS = Lazy("agentmerge.methods.stats:stat_blocks")
+WEIGHTED = Needs(weights=True)  # what most baselines need: a base, the models' weights
 RAM_PAPER = "2601.13572"  # Reinforced Agent Merging (RAM, RAM+), the paper this project implements
-
-# --------------------------------------------------------------------------- shared parameters
-
-LAMBDA = Param("lambda", 1.0, "scaling coefficient of the merged task vector")
-DENSITY = Param(
-    "density", 0.2, "fraction of each agent's entries kept per tensor, by magnitude", 0.0, 1.0, per_model=True
-)
-DROP = Param(
-    "p", 0.5, "drop probability of each task-vector element (survivors scaled by 1/(1-p))", 0.0, 1.0, per_model=True
-)
-SCALE = Param(
-    "scale",
-    1.0,
-    "multiplies the merged task vector: theta_0 + scale * (RAM's merged delta); 1 is the paper (a beyond-paper "
-    "knob, to be tuned on validation like task arithmetic's lambda)",
-    low=0.0,
-    reference_only=True,
-)
-SHARED = Param(
-    "shared",
-    "mean",
-    "shared region (2+ agents): mean of the active agents (the paper), or elect: TIES sign election, "
-    "mean of the active agents agreeing with the elected sign",
-    choices=("mean", "elect"),
-)
-FLOOR = Param("floor", 1e-10, "lower bound of each Fisher value (all-zero Fisher -> plain average)", 0.0, low_open=True)
-RAM_PLUS_PARAMS = (
-    EPSILON,
-    *MASK_PARAMS,
-    SHARED,
-    SCALE,
-    Param(
-        "form", "paper", "paper: 1 + r*clip(rho,0,alpha); authors: 1 + (R-1)*min(rho,1)", choices=("paper", "authors")
-    ),
-    Param("r", 0.1, "paper form: strength of the unique-region rescaling", low=0.0),
-    Param("alpha", 2.0, "paper form: clip bound of rho", low=0.0),
-    Param("rescale_factor", 1.2, "authors form: R (the released RAM+ uses 1.2)", low=1.0),
-    Param(
-        "scope",
-        "global",
-        "rho and lambda over the whole model (global), per tensor, per layer index, per module type, "
-        "or per pattern of groups",
-        choices=("global", "tensor", *GROUPED_SCOPES),
-    ),
-    Param(
-        "groups",
-        "",
-        "scope pattern: whitespace-separated globs (re:REGEX for a regex), first match wins, the rest one group",
-    ),
-)
-
-# --------------------------------------------------------------------------- cross-parameter checks
-
-
-def check_ram_plus(params: Params) -> None:
-    check_mask(params)
-    pattern, groups = params["scope"] == "pattern", str(params["groups"]).strip()
-    if pattern and not groups:
-        raise ValueError("ram_plus: scope 'pattern' needs 'groups' (whitespace-separated globs or re:REGEX)")
-    if groups and not pattern:
-        raise ValueError(f"ram_plus: 'groups' is read only with scope 'pattern' (scope is {params['scope']!r})")
-    check_patterns(groups)
-
-
-def check_dare(params: Params) -> None:
-    if float(params["p"]) >= 1.0:
-        raise ValueError(f"parameter 'p' = {params['p']} must be below 1 (1 drops everything)")
-
-
-def check_della(params: Params) -> None:
-    p, eps = float(params["p"]), float(params["eps"])
-    if p - eps / 2 < 0 or p + eps / 2 >= 1:
-        raise ValueError(f"della: drop probabilities p +- eps/2 = [{p - eps / 2}, {p + eps / 2}] must lie in [0, 1)")
-
-
-def check_crumbs(params: Params) -> None:
-    if float(params["density"]) + float(params["gamma"]) > 1.0:
-        raise ValueError("breadcrumbs: density + gamma must not exceed 1")
-
 
 # --------------------------------------------------------------------------- the table
 
@@ -135,8 +107,7 @@ _ALL = (
         "ram",
         "RAM: mean where 2+ agents updated, unique updates kept whole",
         rm("ram"),
-        (EPSILON, *MASK_PARAMS, SHARED, SCALE),
-        validate=check_mask,
+        RamParams,
         compiled_at=fk("RAM"),
         paper=RAM_PAPER,
     ),
@@ -144,9 +115,9 @@ _ALL = (
         "ram_plus",
         "RAM+: RAM with each agent's unique updates scaled up by its overlap-unique ratio",
         rm("ram_plus"),
-        RAM_PLUS_PARAMS,
-        needs_model_stats=True,
-        validate=check_ram_plus,
+        RamPlusParams,
+        passes=(OverlapCounts(group=rm("scope_group")),),
+        scales=Scales(rows=sc("ram_plus_rows"), summary=sc("ram_plus_summary")),
         compiled_at=fk("RAM_PLUS"),
         paper=RAM_PAPER,
     ),
@@ -154,44 +125,31 @@ _ALL = (
         "ram_fisher",
         "RAM with a Fisher-weighted mean where 2+ agents updated; unique updates kept whole (or scaled by Fisher mass)",
         rm("ram_fisher"),
-        (
-            EPSILON,
-            *MASK_PARAMS,
-            FLOOR,
-            Param("r", 0.0, "unique-region scale 1 + r*clip(rho,0,alpha), rho from Fisher mass (0: RAM's 1)", low=0.0),
-            Param("alpha", 2.0, "clip bound of the Fisher-mass rho", low=0.0),
-        ),
-        validate=check_mask,
-        model_inputs=("fisher",),
-        model_pass=Lazy("agentmerge.engine.stream:fisher_mass_pass"),
+        RamFisherParams,
+        Needs(extras=("fisher",)),
+        passes=(ModelSum(count=rm("fisher_masses"), wanted=rm("fisher_rescales"), label="statistics (Fisher)"),),
+        scales=Scales(rows=sc("ram_fisher_rows"), summary=sc("ram_fisher_summary")),
     ),
     Method(
         "unique_only",
         "dilution ablation: base + scale * (one agent's unique updates only)",
         rm("unique_only"),
-        (
-            EPSILON,
-            *MASK_PARAMS,
-            Param("agent", 0, "index of the agent whose unique updates are kept", low=0),
-            Param("scale", 1.0, "s: 1 keeps them whole, 1/N dilutes them as averaging would"),
-        ),
+        UniqueOnlyParams,
         paper=RAM_PAPER,
-        validate=check_mask,
     ),
     Method(
         "linear",
         "weighted average of the models",
         rm("linear"),
-        uses_weights=True,
-        needs_base=False,
+        needs=Needs(weights=True, base=False),
         compiled_at=fk("LINEAR"),
     ),
     Method(
         "task_arithmetic",
         "base + lambda * sum of weighted task vectors",
         rm("task_arithmetic"),
-        (Param("lambda", 1.0, "scaling coefficient of the summed task vectors"),),
-        uses_weights=True,
+        TaskArithmeticParams,
+        WEIGHTED,
         compiled_at=fk("TASK_ARITHMETIC"),
         paper="2212.04089",
     ),
@@ -199,9 +157,9 @@ _ALL = (
         "ties",
         "TIES: trim to top-density magnitudes, elect signs by mass, disjoint mean",
         bl("ties"),
-        (DENSITY, LAMBDA),
-        uses_weights=True,
-        prepare=bl("ties_prepare"),
+        TiesParams,
+        WEIGHTED,
+        passes=(TensorPrepare(bl("ties_prepare")),),
         compiled_at=ft("TIES"),
         paper="2306.01708",
     ),
@@ -209,9 +167,8 @@ _ALL = (
         "dare_linear",
         "DARE + task arithmetic: random drop with rescale, then lambda * weighted sum",
         bl("dare_linear"),
-        (DROP, LAMBDA),
-        uses_weights=True,
-        validate=check_dare,
+        DareLinearParams,
+        WEIGHTED,
         compiled_at=ft("DARE_LINEAR"),
         paper="2311.03099",
     ),
@@ -219,10 +176,9 @@ _ALL = (
         "dare_ties",
         "DARE + TIES: random drop with rescale, then (optional trim,) sign election and disjoint mean",
         bl("dare_ties"),
-        (DROP, Param("density", 1.0, "TIES trim after the drop (1: none)", 0.0, 1.0, per_model=True), LAMBDA),
-        uses_weights=True,
-        prepare=bl("dare_ties_prepare"),
-        validate=check_dare,
+        DareTiesParams,
+        WEIGHTED,
+        passes=(TensorPrepare(bl("dare_ties_prepare")),),
         compiled_at=ft("DARE_TIES"),
         paper="2311.03099",
     ),
@@ -230,14 +186,9 @@ _ALL = (
         "breadcrumbs",
         "Model Breadcrumbs: drop the largest gamma and smallest magnitudes, keep density; task arithmetic",
         bl("breadcrumbs"),
-        (
-            Param("density", 0.9, "fraction of each agent's entries kept per tensor", 0.0, 1.0, per_model=True),
-            Param("gamma", 0.01, "fraction of largest-magnitude entries dropped", 0.0, 1.0, per_model=True),
-            LAMBDA,
-        ),
-        uses_weights=True,
-        prepare=bl("breadcrumbs_prepare"),
-        validate=check_crumbs,
+        BreadcrumbsParams,
+        WEIGHTED,
+        passes=(TensorPrepare(bl("breadcrumbs_prepare")),),
         compiled_at=ft("BREADCRUMBS"),
         paper="2312.06795",
     ),
@@ -245,191 +196,135 @@ _ALL = (
         "della",
         "DELLA: magnitude-ranked random drop per row with rescale, sign election, disjoint mean",
         bl("della"),
-        (
-            Param("p", 0.5, "mean drop probability", 0.0, 1.0, per_model=True),
-            Param(
-                "eps",
-                0.1,
-                "spread of drop probabilities: p - eps/2 (largest) .. p + eps/2 (smallest)",
-                0.0,
-                1.0,
-                per_model=True,
-            ),
-            LAMBDA,
-        ),
-        uses_weights=True,
-        chunk_multiple=bl("row_length"),
-        validate=check_della,
+        DellaParams,
+        Needs(weights=True, chunk_multiple=bl("row_length")),
         paper="2406.11617",
     ),
     Method(
         "model_stock",
         "Model Stock: average of the models pulled toward the base by their task vectors' mean cosine",
         bl("model_stock"),
-        prepare=bl("model_stock_prepare"),
-        chunk_multiple=STAT_BLOCKS,
+        needs=Needs(chunk_multiple=STAT_BLOCKS),
+        passes=(TensorPrepare(bl("model_stock_prepare")),),
         paper="2403.19522",
     ),
     Method(
         "slerp",
         "spherical interpolation of two models' weights per tensor (lerp when nearly colinear)",
         bl("slerp"),
-        (
-            Param("t", 0.5, "interpolation: 0 gives the first model, 1 the second", 0.0, 1.0),
-            Param("colinear", 0.9995, "|cos| above which plain linear interpolation is used", 0.0, 1.0),
-        ),
-        min_models=2,
-        max_models=2,
-        needs_base=False,
-        prepare=bl("slerp_prepare"),
-        chunk_multiple=STAT_BLOCKS,
+        SlerpParams,
+        Needs(base=False, models=(2, 2), chunk_multiple=STAT_BLOCKS),
+        passes=(TensorPrepare(bl("slerp_prepare")),),
     ),
     Method(
         "ram_ties",
         "RAM authors' arm-ties: unique updates kept whole, TIES (keep fraction) on the shared region",
         bl("ram_ties"),
-        (
-            EPSILON,
-            *MASK_PARAMS,
-            Param(
-                "keep", 0.1, "fraction of the shared region each agent keeps, by magnitude", 0.0, 1.0, per_model=True
-            ),
-        ),
-        prepare=bl("ram_ties_prepare"),
-        validate=check_mask,
+        RamTiesParams,
+        passes=(TensorPrepare(bl("ram_ties_prepare")),),
         compiled_at=ft("RAM_TIES"),
     ),
     Method(
         "fisher",
         "diagonal Fisher merging: sum_i w_i F_i theta_i / sum_i w_i F_i",
         bl("fisher"),
-        (FLOOR,),
-        uses_weights=True,
-        needs_base=False,
-        model_inputs=("fisher",),
+        FisherParams,
+        Needs(weights=True, base=False, extras=("fisher",)),
         paper="2111.09832",
     ),
-    Method("tsv", sr.SUMMARY["tsv"], sv("tsv"), sr.TSV_PARAMS, whole=sr.TSV_WHOLE, paper="2412.00081"),
-    Method("iso_c", sr.SUMMARY["iso_c"], sv("iso_c"), sr.ISO_C_PARAMS, whole=sr.ISO_C_WHOLE, paper="2502.04959"),
+    Method(
+        "magmax",
+        "MagMax: per element the task vector of largest magnitude, times lambda",
+        ew("magmax"),
+        MagMaxParams,
+        compiled_at=ff("MAGMAX"),
+        paper="2407.06322",
+    ),
+    Method(
+        "consensus",
+        "Consensus TA: lambda * sum of task vectors, kept where at least k agents' TALL masks agree",
+        ew("consensus"),
+        ConsensusParams,
+        compiled_at=ff("CONSENSUS"),
+        paper="2405.07813",
+    ),
+    Method(
+        "sce",
+        "SCE (mergekit): select high-variance elements, weight agents by mean square, erase minority signs",
+        ew("sce"),
+        SceParams,
+        Needs(chunk_multiple=STAT_BLOCKS),
+        passes=(TensorPrepare(ew("sce_prepare")),),
+        compiled_at=ff("SCE"),
+        paper="2408.07990",
+    ),
+    Method(
+        "karcher",
+        "Karcher mean (mergekit): Riemannian mean of the models' weight directions, times their mean norm",
+        sp("karcher"),
+        KarcherParams,
+        Needs(base=False, chunk_multiple=STAT_BLOCKS),
+        passes=(TensorPrepare(sp("karcher_prepare")),),
+        compiled_at=fs("KARCHER"),
+    ),
+    Method(
+        "multislerp",
+        "Multi-SLERP (mergekit): weighted spherical interpolation of task vectors (with a base) or weights",
+        sp("multislerp"),
+        MultiSlerpParams,
+        Needs(base=False, weights=True, chunk_multiple=STAT_BLOCKS),
+        passes=(TensorPrepare(sp("multislerp_prepare")),),
+        compiled_at=fs("MULTISLERP"),
+    ),
+    Method(
+        "nuslerp",
+        "NuSLERP (mergekit): SLERP of two task vectors (with a base) or models, t = w_1 / (w_0 + w_1)",
+        sp("nuslerp"),
+        NuSlerpParams,
+        Needs(base=False, weights=True, models=(2, 2), chunk_multiple=sp("nuslerp_unit")),
+        passes=(TensorPrepare(sp("nuslerp_prepare")),),
+        compiled_at=fs("NUSLERP"),
+    ),
+    Method(
+        "tsv",
+        "TSV-M: each task vector's top k/N singular triplets side by side, both factors orthogonalised (polar)",
+        sv("tsv"),
+        TsvParams,
+        Needs(whole=sr.TSV_WHOLE),
+        paper="2412.00081",
+    ),
+    Method(
+        "iso_c",
+        "Iso-C: the sum of the task vectors with all its singular values set to their mean",
+        sv("iso_c"),
+        IsoCParams,
+        Needs(whole=sr.ISO_C_WHOLE),
+        paper="2502.04959",
+    ),
     Method(
         "iso_cts",
-        sr.SUMMARY["iso_cts"],
+        "Iso-CTS: Iso-C over the sum's top directions and each task's own directions outside them",
         sv("iso_cts"),
-        sr.ISO_CTS_PARAMS,
-        whole=sr.ISO_CTS_WHOLE,
-        check_tensor=sr.cts_check,
+        IsoCtsParams,
+        Needs(whole=sr.ISO_CTS_WHOLE, check_tensor=sr.cts_check),
         paper="2502.04959",
     ),
     Method(
         "cart",
-        sr.SUMMARY["cart"],
+        "CART: the average plus prior times the sum of each model's low-rank deviation from the average",
         sv("cart"),
-        sr.CART_PARAMS,
-        whole=sr.CART_WHOLE,
-        check_tensor=sr.cart_check,
+        CartParams,
+        Needs(whole=sr.CART_WHOLE, check_tensor=sr.cart_check),
         paper="2412.12153",
     ),
     Method(
         "resmerge",
-        sr.SUMMARY["resmerge"],
+        "ResMerge: coherence-scaled backbone of the task vectors' SVD tails plus a gated head correction",
         sv("resmerge"),
-        sr.RESMERGE_PARAMS,
-        whole=sr.RESMERGE_WHOLE,
-        check_tensor=sr.resmerge_check,
+        ResMergeParams,
+        Needs(whole=sr.RESMERGE_WHOLE, check_tensor=sr.resmerge_check),
         paper="2606.02252",
     ),
 )
 
-
-def with_post_steps(method: Method) -> Method:
-    """``method`` with the parameters of every post step (``poststeps.POST_STEPS``; SVC) it does not have itself."""
-    return replace(method, params=method.params + step_params(method.name, (p.name for p in method.params)))
-
-
-METHODS: Mapping[str, Method] = MappingProxyType({m.name: with_post_steps(m) for m in _ALL})
-OWN_PARAMS: Mapping[str, tuple[str, ...]] = MappingProxyType({m.name: tuple(p.name for p in m.params) for m in _ALL})
-
-
-# --------------------------------------------------------------------------- mergekit's names for them
-
-Scalar = bool | int | float | str
-
-
-@dataclass(frozen=True)
-class MethodMap:
-    """How one mergekit method maps onto ours.
-
-    ``target``: our method name. ``fixed``: parameters implied by the mergekit method itself.
-    ``defaults``: mergekit's defaults (its names and values, as in mergekit 0.1.5), applied when the config
-    leaves a parameter out, each with a note, so a config means what it means in mergekit.
-    ``normalize`` / ``rescale``: mergekit's defaults for those flags (None: it has no such flag);
-    ``ours_normalize``: what our method computes (weighted mean: True, weighted sum: False).
-    ``convert``: mergekit name -> (our name, a, b), our value = a + b * mergekit's value.
-    ``endpoints``: the base model becomes the first of two models (SLERP: t = 0 gives the base).
-    ``ours_only``: our parameters the mergekit method does not have; what mergekit computes is our default,
-    so a config exports to mergekit only with them at their defaults.
-    """
-
-    target: str
-    fixed: Mapping[str, Scalar] = field(default_factory=dict)
-    defaults: Mapping[str, Scalar] = field(default_factory=dict)
-    normalize: bool | None = None
-    ours_normalize: bool | None = None
-    rescale: bool | None = None
-    convert: Mapping[str, tuple[str, float, float]] = field(default_factory=dict)
-    endpoints: bool = False
-    uses_base: bool = True  # False: mergekit ignores base_model (an entry of models that is the base is averaged)
-    ours_only: tuple[str, ...] = ()
-
-
-# mergekit's RAM masks by |tau| > epsilon and averages the shared region: our mask rules and `shared` at their defaults
-_RAM_ONLY = (*(p.name for p in MASK_PARAMS), "shared", "scale")
-_KEEP_TO_DROP = {"density": ("p", 1.0, -1.0)}  # mergekit keeps a fraction; ours drops one
-# mergekit 0.1.5's defaults (generalized_task_arithmetic.py): density 1.0 (no trim, no drop) for every
-# sparsifying method, lambda 1.0, breadcrumbs' gamma 0.01, della's epsilon 0.15.
-_GTA = {"density": 1.0}  # lambda: mergekit 1.0, the same as ours (not filled in)
-
-MERGEKIT: Mapping[str, MethodMap] = MappingProxyType(
-    {
-        "ram": MethodMap("ram", ours_only=_RAM_ONLY),
-        "ramplus_tl": MethodMap(
-            "ram_plus",
-            fixed={"scope": "tensor"},
-            defaults={"alpha": 0.2},
-            ours_only=("form", "rescale_factor", "groups", *_RAM_ONLY),
-        ),
-        "linear": MethodMap("linear", normalize=True, ours_normalize=True, uses_base=False),
-        "task_arithmetic": MethodMap("task_arithmetic", normalize=False, ours_normalize=False, rescale=False),
-        "ties": MethodMap("ties", defaults=_GTA, normalize=True, ours_normalize=True, rescale=False),
-        "dare_ties": MethodMap(  # mergekit's density is DARE's kept fraction; it has no TIES trim (ours: density)
-            "dare_ties",
-            defaults=_GTA,
-            normalize=False,
-            ours_normalize=True,
-            rescale=True,
-            convert=_KEEP_TO_DROP,
-            ours_only=("density",),
-        ),
-        "dare_linear": MethodMap(
-            "dare_linear", defaults=_GTA, normalize=False, ours_normalize=False, rescale=True, convert=_KEEP_TO_DROP
-        ),
-        "breadcrumbs": MethodMap(
-            "breadcrumbs", defaults={**_GTA, "gamma": 0.01}, normalize=False, ours_normalize=False, rescale=False
-        ),
-        "breadcrumbs_ties": MethodMap("breadcrumbs_ties", normalize=False, rescale=False),
-        "della": MethodMap(
-            "della",
-            defaults={**_GTA, "epsilon": 0.15},
-            normalize=True,
-            ours_normalize=True,
-            rescale=True,
-            convert={**_KEEP_TO_DROP, "epsilon": ("eps", 0.0, 2.0)},  # mergekit: half-width; ours: full spread
-        ),
-        "della_linear": MethodMap("della_linear", normalize=False, rescale=True),
-        "model_stock": MethodMap("model_stock"),
-        "slerp": MethodMap("slerp", endpoints=True, ours_only=("colinear",)),  # mergekit's threshold: 0.9995
-    }
-)
-
-# mergekit methods we know of but have no counterpart for (a clearer message than "unknown").
-MERGEKIT_WITHOUT_COUNTERPART = ("nuslerp", "multislerp", "karcher", "sce", "nearswap", "arcee_fusion", "passthrough")
+METHODS: Mapping[str, Method] = MappingProxyType({m.name: m for m in _ALL})

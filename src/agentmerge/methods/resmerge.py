@@ -29,6 +29,7 @@ import torch
 from agentmerge.methods.spec import Chunk
 from agentmerge.methods.spectral import matrices, mean_tau, svd
 from agentmerge.methods.spectral_rules import resmerge_family, resmerge_wanted
+from agentmerge.methods.svd_params import ResMergeParams
 
 EPS = 1e-8
 
@@ -113,7 +114,8 @@ def backbone(c: Chunk, taus: torch.Tensor, heads: Heads) -> torch.Tensor:
     coherence = clamp01(sum(cos) / n)
     fam = 1.0 if resmerge_family(c.name) else 0.0
     score = clamp01(0.5 * (clamp01((s + 1.0) * 0.5) + clamp01((coherence + 1.0) * 0.5)) * fam)
-    beta_min, beta_max = float(c.params["beta_min"]), float(c.params["beta_max"])
+    p = ResMergeParams.of(c.params)
+    beta_min, beta_max = p.beta_min, p.beta_max
     beta = beta_max - (beta_max - beta_min) * score
     if coherence <= 1.0 / math.sqrt(max(1, n)):
         return mean_r
@@ -136,10 +138,11 @@ def head_reliability(heads: Heads) -> float:
 def resmerge(c: Chunk) -> torch.Tensor:
     if not resmerge_wanted(c.name, c.shape, c.params):
         return mean_tau(c)
+    p = ResMergeParams.of(c.params)
     taus = matrices(c)
-    heads = heads_of(taus, int(c.params["rank_topk"]))
+    heads = heads_of(taus, p.rank_topk)
     merged = backbone(c, taus, heads)
-    budget = float(c.params["head_ratio_budget"]) * head_reliability(heads)
+    budget = p.head_ratio_budget * head_reliability(heads)
     anchor = float(merged.norm())
     mean_head = torch.zeros_like(merged)
     for i in range(len(heads.s)):

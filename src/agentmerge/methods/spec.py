@@ -1,10 +1,12 @@
-"""The types that pass between the driver and the methods: parameters, chunks, statistics, method entries.
+"""The types that pass between the driver and the kernels: chunks, their statistics, compiled forms, mask rules.
 
 A *chunk* is an element range ``start:stop`` of one tensor, flattened. The driver describes it with a
 ``ChunkSpec`` (where it lies, the method's parameters for that tensor, the model weights, the
-statistics collected so far); a reference kernel receives a ``Chunk``, the spec with the values
-(``base [E]`` and the task vectors ``tau [N, E]`` in float32); a compiled kernel receives the spec and
-the stored values (``ref [E]``, ``models [N, E]`` in their file dtype) and widens them itself.
+statistics collected so far); the parameters are the method's typed record (``params.MethodParams``,
+read in a kernel as ``RamPlusParams.of(c.params).r``), built once per tensor by the plan. A reference
+kernel receives a ``Chunk``, the spec with the values (``base [E]`` and the task vectors ``tau [N, E]``
+in float32); a compiled kernel receives the spec and the stored values (``ref [E]``, ``models [N, E]``
+in their file dtype) and widens them itself.
 
 One update threshold ``epsilon`` decides what counts as an update, per tensor: the value in the
 tensor's parameters (after overrides) for methods that take it, else ``EPSILON_DEFAULT``. Masks,
@@ -31,11 +33,12 @@ from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field, fields
 from typing import TYPE_CHECKING, Any
 
+from agentmerge.methods.params import Param as Param  # declared in ``params``; named here too
+from agentmerge.methods.params import Params as Params
+from agentmerge.methods.params import ParamValue as ParamValue
+
 if TYPE_CHECKING:  # annotations only: this module, and the method table built from it, load without torch
     import torch
-
-ParamValue = float | int | str | bool
-Params = Mapping[str, ParamValue]
 
 EPSILON_DEFAULT = 1e-5  # the paper's update threshold: |tau| > 1e-5 is an update
 
@@ -43,68 +46,6 @@ EPSILON_DEFAULT = 1e-5  # the paper's update threshold: |tau| > 1e-5 is an updat
 def update_threshold(params: Params) -> float:
     """The update threshold of a tensor: its ``epsilon`` parameter, else ``EPSILON_DEFAULT``."""
     return float(params.get("epsilon", EPSILON_DEFAULT))
-
-
-@dataclass(frozen=True)
-class Param:
-    """One method parameter: default, help, and the range or choices a value must respect."""
-
-    name: str
-    default: ParamValue
-    help: str
-    low: float | None = None
-    high: float | None = None
-    choices: tuple[str, ...] = ()
-    low_open: bool = False  # True: value must be > low (not >=)
-    per_model: bool = False  # may be set per model (``models[i].params``)
-    reference_only: bool = False  # a value other than the default runs on the reference (torch) kernels
-
-    def check(self, value: object, method: str) -> ParamValue:
-        """Return ``value`` coerced to the default's type, or raise ``ValueError`` saying why not."""
-        where = f"{method}: parameter {self.name!r}"
-        if self.choices:
-            if value not in self.choices:
-                raise ValueError(f"{where} must be one of {', '.join(self.choices)} (got {value!r})")
-            return str(value)
-        kind = type(self.default)
-        if kind is str:  # free text (e.g. a list of patterns): checked by the method's ``validate``
-            if not isinstance(value, str):
-                raise ValueError(f"{where} must be text (got {value!r})")
-            return value
-        if kind is bool:
-            if not isinstance(value, bool):
-                raise ValueError(f"{where} must be true or false (got {value!r})")
-            return value
-        if isinstance(value, str):
-            value = _number(value)
-        if isinstance(value, bool) or not isinstance(value, int | float):
-            raise ValueError(f"{where} must be a number (got {value!r})")
-        try:
-            if kind is int and float(value) != int(value):
-                raise ValueError(f"{where} must be a whole number (got {value!r})")
-            number: float | int = int(value) if kind is int else float(value)
-        except OverflowError:  # inf for an int parameter, or an integer too large for a float
-            raise ValueError(f"{where} must be a finite number of sensible size (got {str(value)[:40]})") from None
-        self._check_range(where, number)
-        return number
-
-    def _check_range(self, where: str, number: float) -> None:
-        if not math.isfinite(number):
-            raise ValueError(f"{where} must be finite (got {number})")
-        below = self.low is not None and (number <= self.low if self.low_open else number < self.low)
-        above = self.high is not None and number > self.high
-        if below or above:
-            lo = "-inf" if self.low is None else f"{self.low}"
-            hi = "inf" if self.high is None else f"{self.high}"
-            bracket = "(" if self.low_open else "["
-            raise ValueError(f"{where} = {number} is out of range {bracket}{lo}, {hi}]")
-
-
-def _number(text: str) -> float | str:
-    try:
-        return float(text)
-    except ValueError:
-        return text
 
 
 EPSILON = Param("epsilon", EPSILON_DEFAULT, "an element counts as updated when |delta| > epsilon (strict)", low=0.0)
@@ -213,7 +154,7 @@ class TensorStats:
     model_hist: torch.Tensor | None = None  # [N, N] int64, summed over every merged tensor
     prepared: Any = None  # the method's whole-tensor statistics (prepare / compiled rounds), multi-chunk tensors
     group_hist: torch.Tensor | None = None  # [N, N] int64, summed over this tensor's group (RAM+ ``scope``)
-    model_stat: Any = None  # the method's whole-model statistics (``Method.model_pass``), e.g. Fisher masses
+    model_stat: Any = None  # a ``hooks.ModelSum`` pass's value, e.g. ram_fisher's Fisher masses
     levels: Any = None  # adaptive mask rules: this tensor's per-agent thresholds (``masks.Levels``)
 
 
@@ -224,12 +165,13 @@ class ChunkSpec:
     name: str
     start: int
     stop: int
-    params: Params  # the method's parameters resolved for this tensor
+    params: Params  # the method's parameters resolved for this tensor: its record (``Record.of(params)``)
     weights: torch.Tensor  # [N] float32 model weights
     stats: TensorStats = field(default_factory=TensorStats)
     seed: int = 0
     shape: tuple[int, ...] = ()  # the whole tensor's shape (() when unknown)
     model_params: tuple[Params, ...] = ()  # per model, when any model sets params; else ()
+    has_base: bool = True  # False: no base model, task vectors are taken against the first model
     warn: Callable[[str], None] | None = None  # where a kernel reports a warning about this tensor (the merge summary)
 
     @property
@@ -316,22 +258,6 @@ class Compiled:
 
 
 @dataclass(frozen=True)
-class WholeTensor:
-    """Tensors a method merges whole (an SVD needs the whole matrix): one chunk each, one tensor per model held.
-
-    ``wanted(name, shape, params)`` says which tensors; ``svds(shape, params, n_models)`` the ``(rows, cols)`` of
-    every SVD its kernel runs on one of them (the dry run's time estimate and the benchmark's "SVDs alone");
-    ``copies(n_models)`` how many float32 copies of the tensor the kernel holds at once beyond the ``N + 1``
-    inputs (the memory figure). The driver runs a whole tensor in its thread pool when it fits the memory
-    budget's share of one thread, else alone, after the pool, with all threads (``plan.MergePlan.alone``).
-    """
-
-    wanted: Callable[[str, tuple[int, ...], Params], bool]
-    svds: Callable[[tuple[int, ...], Params, int], tuple[tuple[int, int], ...]]
-    copies: Callable[[int], float]
-
-
-@dataclass(frozen=True)
 class Lazy:
     """An object named ``"module:name"``, imported the first time it is used.
 
@@ -352,51 +278,3 @@ class Lazy:
 def _load(target: str) -> Any:
     module, _, name = target.partition(":")
     return getattr(importlib.import_module(module), name)
-
-
-@dataclass(frozen=True)
-class Method:
-    """A merge method: its kernel, its parameters and what the driver must provide it."""
-
-    name: str
-    summary: str
-    kernel: Callable[[Chunk], torch.Tensor]  # usually a ``Lazy``: imported on first call
-    params: tuple[Param, ...] = ()
-    needs_model_stats: bool = False  # run the overlap statistics pass over the whole model first
-    uses_weights: bool = False
-    min_models: int = 1
-    max_models: int | None = None
-    needs_base: bool = True
-    # whole-tensor statistics of a multi-chunk tensor, one pass over its chunks before it is merged
-    prepare: Callable[[TensorSource], Any] | None = None
-    model_inputs: tuple[str, ...] = ()  # extra per-model tensors, e.g. ("fisher",)
-    # chunks of a tensor of this shape start on multiples of this (e.g. whole rows); None: any
-    chunk_multiple: Callable[[tuple[int, ...]], int] | None = None
-    validate: Callable[[Params], None] | None = None  # cross-parameter check (ValueError)
-    compiled_at: Lazy | None = None  # where its compiled form (a ``Compiled``) lives, when it has one
-    # a statistics pass over every merged tensor before the merge, under each tensor's mask rule:
-    # (inputs, plan, quiet, levels) -> model_stat (None: none); levels: the adaptive rules' thresholds
-    model_pass: Callable[..., Any] | None = None
-    paper: str | None = None  # arXiv id of the paper that defines it (the model card's ``arxiv:`` tag)
-    whole: WholeTensor | None = None  # tensors merged whole (SVD methods); None: every tensor may be chunked
-    # refuses a tensor the method cannot merge, before anything is written: (name, shape, params, N) -> ValueError
-    check_tensor: Callable[[str, tuple[int, ...], Params, int], None] | None = None
-
-    @property
-    def compiled(self) -> Compiled | None:
-        """The fused kernel (imports ``agentmerge.methods.fused`` on first use), or None."""
-        if self.compiled_at is None:
-            return None
-        form = self.compiled_at.get()
-        assert isinstance(form, Compiled), self.compiled_at
-        return form
-
-    def defaults(self) -> dict[str, ParamValue]:
-        return {p.name: p.default for p in self.params}
-
-    def param(self, name: str) -> Param | None:
-        return next((p for p in self.params if p.name == name), None)
-
-    def needs_reference(self, params: Params) -> bool:
-        """Whether ``params`` set a ``reference_only`` parameter away from its default (no compiled form does it)."""
-        return any(p.reference_only and params.get(p.name, p.default) != p.default for p in self.params)

@@ -3,7 +3,7 @@
 One parameter name at a time; ``tau_i`` the task vectors (``m x n`` when 2-D, ``k = min(m, n)``), N models,
 ``P(A) = U_A V_A^T`` the polar factor of ``A = U_A S_A V_A^T``. Which tensors are decomposed is in
 ``spectral_rules`` (2-D ones, by name for CART); every other tensor gets the rule written after "else".
-A decomposed tensor is always one whole chunk (the plan makes it so, ``spec.WholeTensor``).
+A decomposed tensor is always one whole chunk (the plan makes it so, ``hooks.WholeTensor``).
 
 TSV-M (Gargiulo et al., arXiv 2412.00081), ``r = int(k * (1/N))`` as the reference computes it:
 
@@ -37,6 +37,7 @@ import torch
 from agentmerge.methods.deltas import sum_agents
 from agentmerge.methods.spec import Chunk
 from agentmerge.methods.spectral_rules import cart_wanted, cts_sizes, is_matrix
+from agentmerge.methods.svd_params import CartParams, IsoCParams, IsoCtsParams, TsvParams
 
 F32_EPS = float(torch.finfo(torch.float32).eps)
 LINALG_ERROR: type[Exception] = torch.linalg.LinAlgError  # type: ignore[attr-defined]  # (not in torch's stubs)
@@ -123,7 +124,7 @@ class Stack:
 
 
 def tsv(c: Chunk) -> torch.Tensor:
-    alpha = float(c.params["alpha"])
+    alpha = TsvParams.of(c.params).alpha
     if not is_matrix(c.name, c.shape, c.params):
         return alpha * mean_tau(c)
     taus = matrices(c)
@@ -148,7 +149,7 @@ def tsv(c: Chunk) -> torch.Tensor:
 
 
 def iso_c(c: Chunk) -> torch.Tensor:
-    alpha = float(c.params["alpha"])
+    alpha = IsoCParams.of(c.params).alpha
     if not is_matrix(c.name, c.shape, c.params):
         return alpha * mean_tau(c)
     total = sum_agents(c.tau).view(c.shape)
@@ -159,13 +160,14 @@ def iso_c(c: Chunk) -> torch.Tensor:
 
 
 def iso_cts(c: Chunk) -> torch.Tensor:
-    alpha = float(c.params["alpha"])
+    p = IsoCtsParams.of(c.params)
+    alpha = p.alpha
     if not is_matrix(c.name, c.shape, c.params):
         return alpha * mean_tau(c)
     taus = matrices(c)
     n_models, m, n = taus.shape
     k = min(m, n)
-    common, d = cts_sizes(k, n_models, float(c.params["common_space_fraction"]))
+    common, d = cts_sizes(k, n_models, p.common_space_fraction)
     u, s, vh = svd(sum_agents(c.tau).view(m, n))
     stack = Stack(m, n, k)
     stack.put(n_models * d, u[:, :common], s[:common], vh[:common])
@@ -184,16 +186,17 @@ def iso_cts(c: Chunk) -> torch.Tensor:
 
 
 def cart(c: Chunk) -> torch.Tensor:
+    p = CartParams.of(c.params)
     mean = mean_tau(c)
     if not cart_wanted(c.name, c.shape, c.params):
         return mean
     taus = matrices(c)
     n_models, m, n = taus.shape
-    r = max(1, int(float(c.params["rank_ratio"]) * min(m, n)))
+    r = max(1, int(p.rank_ratio * min(m, n)))
     average = mean.view(m, n)
     low = torch.zeros(m, n)
     for i in range(n_models):
         u, s, vh = svd(taus[i] - average)
         low.addmm_(u[:, :r] * s[:r], vh[:r])
         del u, s, vh
-    return mean.add_(low.view(-1), alpha=float(c.params["prior"]))
+    return mean.add_(low.view(-1), alpha=p.prior)

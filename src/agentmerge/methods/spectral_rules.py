@@ -14,10 +14,11 @@ Read from the reference code (``../shared/field-methods.md`` names the files and
 
 ``svds`` lists the ``(rows, cols)`` of each SVD a kernel runs on one tensor of shape ``m x n`` with
 ``k = min(m, n)`` and N models: TSV N of ``m x n`` and the two polar factors (``m x N r``, ``N r x n``), Iso-C
-one, Iso-CTS N + 1 and two polar factors, CART and ResMerge N, SVC one. The registry's ``copies`` (how many
-float32 copies of the tensor a kernel holds at once beyond the N + 1 inputs, LAPACK's work space included)
-are the largest that ``benchmarks/svd_speed.py --memory`` measured over tall, square and wide matrices (a
-square one costs the most: its U and V^T are each as large as the matrix), rounded up.
+one, Iso-CTS N + 1 and two polar factors, CART and ResMerge N, SVC one. The ``*_WHOLE`` constants are the
+registry's ``Needs.whole`` (``*_check`` its ``Needs.check_tensor``); their ``copies`` (how many float32 copies
+of the tensor a kernel holds at once beyond the N + 1 inputs, LAPACK's work space included) are the largest
+that ``benchmarks/svd_speed.py --memory`` measured over tall, square and wide matrices (a square one costs the
+most: its U and V^T are each as large as the matrix), rounded up.
 """
 
 from __future__ import annotations
@@ -25,18 +26,11 @@ from __future__ import annotations
 from collections.abc import Callable
 
 from agentmerge.methods.groups import module_type
-from agentmerge.methods.spec import Param, Params, WholeTensor
+from agentmerge.methods.hooks import WholeTensor
+from agentmerge.methods.params import Params
 
 Shape = tuple[int, ...]
 Svds = tuple[tuple[int, int], ...]
-
-SVD_EMBEDDINGS = Param(
-    "svd_embeddings",
-    True,
-    "decompose the embeddings and LM head (V x d) like every matrix, as the references do; false: no SVD of them "
-    "(tsv, iso_c, iso_cts: the mean of the task vectors; SVC: left as the method made them), which skips an LLM's "
-    "largest SVDs",
-)
 
 
 def is_vocab(name: str) -> bool:
@@ -164,40 +158,12 @@ def held(copies: float) -> Callable[[int], float]:
     return lambda n: copies
 
 
-# --------------------------------------------------------------------------- the registry's entries
+# --------------------------------------------------------------------------- the registry's entries (``Needs.whole``)
 
-SUMMARY = {
-    "tsv": "TSV-M: each task vector's top k/N singular triplets side by side, both factors orthogonalised (polar)",
-    "iso_c": "Iso-C: the sum of the task vectors with all its singular values set to their mean",
-    "iso_cts": "Iso-CTS: Iso-C over the sum's top directions and each task's own directions outside them",
-    "cart": "CART: the average plus prior times the sum of each model's low-rank deviation from the average",
-    "resmerge": "ResMerge: coherence-scaled backbone of the task vectors' SVD tails plus a gated head correction",
-}
-SVD_ALPHA = Param(
-    "alpha",
-    1.0,
-    "scales the merged delta (1-D means included): theta_0 + alpha * delta; the authors tune it on validation "
-    "data over (0, 3], fusion_bench uses 1",
-)
-TSV_PARAMS = ISO_C_PARAMS = (SVD_ALPHA, SVD_EMBEDDINGS)
-ISO_CTS_PARAMS = (
-    SVD_ALPHA,
-    Param("common_space_fraction", 0.8, "share of the k directions taken from the sum (common space)", 0, 1),
-    SVD_EMBEDDINGS,
-)
-CART_PARAMS = (
-    Param("prior", 2.0, "lambda: theta_avg + prior * sum_i lowrank(theta_i - theta_avg)", low=0.0),
-    Param("rank_ratio", 0.12, "rank kept per deviation: max(1, int(rank_ratio * min(m, n)))", 0.0, 1.0),
-)
-RESMERGE_PARAMS = (
-    Param("rank_topk", 1, "singular components of each task vector that form its head", low=0),
-    Param("beta_min", 0.7, "exponent of the coherence at the highest residual agreement score", low=0.0),
-    Param("beta_max", 1.0, "exponent of the coherence at score 0", low=0.0),
-    Param("head_ratio_budget", 0.2, "rho: size of the head correction relative to the backbone", low=0.0),
-)
 # copies: the most ``benchmarks/svd_speed.py --memory`` measured (a square matrix), rounded up
 TSV_WHOLE = WholeTensor(is_matrix, tsv_svds, held(7.0))
 ISO_C_WHOLE = WholeTensor(is_matrix, iso_c_svds, held(5.0))
 ISO_CTS_WHOLE = WholeTensor(is_matrix, iso_cts_svds, held(12.0))
 CART_WHOLE = WholeTensor(cart_wanted, per_model_svds, held(9.0))
 RESMERGE_WHOLE = WholeTensor(resmerge_wanted, per_model_svds, held(10.0))
+SVC_WHOLE = WholeTensor(is_matrix, one_svd, held(6.0))  # the SVC post-step (``poststeps.SVC``)

@@ -22,6 +22,8 @@ from dataclasses import dataclass
 
 import torch
 
+from agentmerge.methods.fused.gram import dot_blocks
+from agentmerge.methods.fused.jit import available
 from agentmerge.methods.spec import Chunk, TensorSource
 
 STAT_BLOCK = 1024  # elements per block of a dot-product sum; chunks of model_stock/slerp start on a block
@@ -220,7 +222,33 @@ def pairwise_total(x: torch.Tensor) -> float:
 
 
 def _dot_blocks(vectors: torch.Tensor, start: int) -> torch.Tensor:
-    """``[K, E]`` float32 -> ``[K, K, nb]`` float64 block sums of every product ``v_a * v_b``."""
+    """``[K, E]`` float32 -> ``[K, K, nb]`` float64 block sums of every product ``v_a * v_b``.
+
+    The compiled twin (``fused.gram``, one pass, the same bits) runs when numba is available.
+    """
+    if start % STAT_BLOCK:
+        raise ValueError(f"block_sums: chunk start {start} is not a multiple of {STAT_BLOCK}")
+    if available():
+        return dot_blocks(vectors, STAT_BLOCK)
+    return _dot_blocks_torch(vectors, start)
+
+
+def block_products(vectors: torch.Tensor, start: int) -> torch.Tensor:
+    """``[K, E]`` float32 starting at a block boundary -> ``[K, K, nb]`` float64 block sums of every product."""
+    return _dot_blocks(vectors, start)
+
+
+def square_blocks(vectors: torch.Tensor, start: int) -> torch.Tensor:
+    """``[K, E]`` float32 -> ``[K, nb]`` float64 block sums of each ``v_a * v_a`` (``block_sums`` per row)."""
+    if available():
+        if start % STAT_BLOCK:
+            raise ValueError(f"block_sums: chunk start {start} is not a multiple of {STAT_BLOCK}")
+        return dot_blocks(vectors, STAT_BLOCK, diagonal=True).diagonal().T.contiguous()
+    v64 = vectors.double()
+    return torch.stack([block_sums(row * row, start) for row in v64])
+
+
+def _dot_blocks_torch(vectors: torch.Tensor, start: int) -> torch.Tensor:
     k = vectors.shape[0]
     nb = -(-vectors.shape[1] // STAT_BLOCK)
     out = torch.zeros(k, k, nb, dtype=torch.float64)

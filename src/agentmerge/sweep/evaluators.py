@@ -9,8 +9,9 @@
 - a plug-in's kind (``plugins.EVALUATORS``), e.g. the agent zoo's ``zoo`` (``zoo:test``, ``zoo:validation``;
   its options: ``n``, ``tasks``, ``batch_size``, ``cache``; docs/zoo.md).
 
-The spec and ``evaluate_options`` are checked when the sweep file is read; the evaluator itself (a task file
-read, a module imported) is made in each trial, after its merge.
+The spec and ``evaluate_options`` are checked when the sweep file is read; the user's own inputs (a task file)
+are read and checked before any trial (``check_before_trials``); the evaluator itself (a task file read, a
+module imported) is made in each trial, after its merge.
 """
 
 from __future__ import annotations
@@ -24,7 +25,7 @@ from agentmerge.evaluation.kinds import parse
 
 Scorer = Callable[[Path], dict[str, float]]
 
-__all__ = ["Scorer", "check_options", "default_objective", "parse", "resolve"]
+__all__ = ["Scorer", "check_before_trials", "check_options", "default_objective", "parse", "resolve"]
 
 
 def default_objective(spec: str) -> str | None:
@@ -44,3 +45,12 @@ def resolve(
     cls, arg = parse(spec)
     evaluator = cls.from_spec(arg, dict(options or {}), Context(tuple(search_path), threads))
     return lambda folder: checked_metrics(evaluator.score(folder).metrics, f"evaluate: {evaluator.name}")
+
+
+def check_before_trials(spec: str, search_path: Sequence[str] = (), cluster: bool = False) -> None:
+    """Read and check the evaluator's own inputs (``Evaluator.check_inputs``: a task file) before any trial.
+
+    On a cluster a file this machine lacks is left to the nodes' check (``cluster.check_nodes``).
+    """
+    cls, arg = parse(spec)
+    cls.check_inputs(arg, search_path, required=not cluster)

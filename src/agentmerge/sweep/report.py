@@ -15,6 +15,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from agentmerge.evaluation.report import md_cell
 from agentmerge.sweep import evaluators
 from agentmerge.sweep.spec import SweepConfig
 
@@ -112,7 +113,7 @@ def markdown(cfg: SweepConfig, records: Sequence[dict[str, Any]], plots: Sequenc
     lines += [f"![{Path(p).stem}]({p})\n" for p in plots]
     if failed:
         lines += ["## Failed trials\n", "| trial | setting | error |", "|---|---|---|"]
-        lines += [f"| {r['trial']} | {_setting(r)} | {r.get('error', '')} |" for r in failed]
+        lines += [f"| {r['trial']} | {md_cell(_setting(r))} | {md_cell(r.get('error', ''))} |" for r in failed]
         lines.append("")
     return "\n".join(lines)
 
@@ -126,14 +127,13 @@ def _setting(r: dict[str, Any]) -> str:
 
 def _table(ranked: Sequence[Row], objective: str) -> str:
     others = [m for m in ranked[0].metrics if m != objective][:6]
-    head = ["rank", "setting", "models", objective, "seeds", *others]
+    head = ["rank", "setting", "models", md_cell(objective), "seeds", *map(md_cell, others)]
     lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
     for i, row in enumerate(ranked, 1):
         value = f"{row.mean:.4g}" + (f" ± {row.se:.2g}" if row.se is not None else "")
         extra = [f"{row.metrics[m]:.4g}" if m in row.metrics else "" for m in others]
-        lines.append(
-            "| " + " | ".join([str(i), f"`{row.label}`", ", ".join(row.models), value, str(row.seeds), *extra]) + " |"
-        )
+        cells = [str(i), f"`{md_cell(row.label)}`", md_cell(", ".join(row.models)), value, str(row.seeds), *extra]
+        lines.append("| " + " | ".join(cells) + " |")
     return "\n".join(lines)
 
 

@@ -15,7 +15,6 @@ import contextlib
 import json
 import logging
 import os
-import shutil
 import sys
 import time
 import traceback
@@ -31,6 +30,7 @@ from agentmerge.methods.registry import METHODS
 from agentmerge.methods.spec import MASK_PARAMS
 from agentmerge.sweep import evaluators
 from agentmerge.sweep.cluster import check_nodes, slots, where
+from agentmerge.sweep.records import append_record, check_out_folder, read_records, remove_trial_folder
 from agentmerge.sweep.spec import SweepConfig, Trial, choose, merge_config, trials
 
 RAY_HINT = "agentmerge sweep needs Ray: pip install 'agentmerge[sweep]'"
@@ -46,27 +46,11 @@ class Results:
         self.path = path
 
     def records(self) -> list[dict[str, Any]]:
-        """Every complete record (a torn last line from a kill is skipped)."""
-        if not self.path.exists():
-            return []
-        out = []
-        for line in self.path.read_text().splitlines():
-            try:
-                rec = json.loads(line)
-            except ValueError:
-                continue
-            if isinstance(rec, dict) and isinstance(rec.get("trial"), str):
-                out.append(rec)
-        return out
+        """Every complete record, each field checked (``records.read_records``; a torn line from a kill skipped)."""
+        return read_records(self.path)
 
     def append(self, record: dict[str, Any]) -> None:
-        line = json.dumps(record, sort_keys=True) + "\n"
-        fd = os.open(self.path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
-        try:
-            os.write(fd, line.encode())
-            os.fsync(fd)
-        finally:
-            os.close(fd)
+        append_record(self.path, record)
 
 
 # --------------------------------------------------------------------------- one trial (runs in a Ray worker)
@@ -98,7 +82,7 @@ def run_trial(cfg_data: dict[str, Any], trial: Trial, folder: str, search_path: 
         record["error"] = _first_line(e)
     record["seconds"] = round(time.perf_counter() - t0, 3)
     if cfg.keep == "none" or record["status"] != "ok":
-        shutil.rmtree(out, ignore_errors=True)
+        remove_trial_folder(out)  # only the merge output this trial wrote, never a folder that was there
     return record
 
 
@@ -165,6 +149,7 @@ def run_sweep(
 
     t0 = time.perf_counter()
     root = Path(out).absolute()  # trial folders are shipped to workers, whose working folder is not ours
+    check_out_folder(root)
     root.mkdir(parents=True, exist_ok=True)
     results = Results(root / "results.jsonl")
     if not resume and results.path.exists():
@@ -172,6 +157,8 @@ def run_sweep(
     done = {r["trial"] for r in results.records()}
     search_path = [str(Path(source).resolve().parent)] if source else []
     search_path.append(os.getcwd())
+    cluster = (session.address if session is not None else address) is not None
+    evaluators.check_before_trials(cfg.evaluate, search_path, cluster)
     objective = objective_of(cfg, results.records())
     runner = _Runner(cfg, root, results, search_path, objective, quiet)
     _count_overlaps_once(cfg, done, quiet)
@@ -215,7 +202,7 @@ def _count_overlaps_once(cfg: SweepConfig, done: set[str], quiet: bool) -> None:
     """Count the statistics each input set of the pending trials shares, once, before the trials start.
 
     The overlap histograms of RAM+ trials and the adaptive mask thresholds of any trial with ``epsilon_rule``
-    percentile / valley land in the cache (``stream.OverlapCache``, ``stream.LevelsCache``), so every such
+    percentile / valley land in the cache (``caches.OverlapCache``, ``caches.LevelsCache``), so every such
     trial reads them instead of its inputs, even when many start at once.
     A set whose inputs fail to open is left to its trials, which record the error.
     """
@@ -228,7 +215,7 @@ def _count_overlaps_once(cfg: SweepConfig, done: set[str], quiet: bool) -> None:
         if trial.id in done:
             continue
         merge_cfg = merge_config(cfg, trial)
-        hists = METHODS[trial.setting.method].needs_model_stats
+        hists = METHODS[trial.setting.method].caches_statistics
         tables = [merge_cfg.params, *(o.params for o in merge_cfg.overrides)]
         if not (hists or any(t.get("epsilon_rule", "fixed") != "fixed" for t in tables)):
             continue
@@ -361,10 +348,10 @@ class _Runner:
         value = score(self.cfg, record, self.objective)
         folder = trial_folder(self.root, record)
         if value is None:
-            shutil.rmtree(folder, ignore_errors=True)
+            remove_trial_folder(folder)
         elif self._best is None or value > self._best[0]:
             if self._best is not None and self._best[1] != folder:  # a named trial may reuse an old best's folder
-                shutil.rmtree(self._best[1], ignore_errors=True)
+                remove_trial_folder(self._best[1])
             self._best = (value, folder)
         elif folder != self._best[1]:
-            shutil.rmtree(folder, ignore_errors=True)
+            remove_trial_folder(folder)

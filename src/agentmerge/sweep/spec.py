@@ -37,6 +37,7 @@ from __future__ import annotations
 import hashlib
 import itertools
 import json
+import math
 import random
 import re
 from collections.abc import Mapping, Sequence
@@ -52,6 +53,10 @@ from agentmerge.errors import ConfigError
 from agentmerge.methods.registry import METHODS
 from agentmerge.methods.spec import ParamValue
 from agentmerge.sweep import evaluators
+
+TRIAL_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._+-]{0,127}")  # an explicit trial's name: its folder's name
+TRIAL_ID = re.compile(r"[0-9a-f]{16}")  # ``trial_of``: the first 16 hex digits of a sha256
+MAX_TRIALS = 100_000  # settings x seeds of one sweep file, counted before anything is expanded
 
 
 class _Frozen(BaseModel):
@@ -98,7 +103,7 @@ class TrialEntry(_Frozen):
     @field_validator("name")
     @classmethod
     def _folder_name(cls, v: str) -> str:
-        if not re.fullmatch(r"[A-Za-z0-9][A-Za-z0-9._+-]{0,127}", v):
+        if not TRIAL_NAME.fullmatch(v):
             raise ValueError(f"{v!r}: use letters, digits and . _ + - (it names the trial's folder)")
         return v
 
@@ -314,6 +319,27 @@ def sweep_from_dict(data: Mapping[str, Any], source: str = "sweep") -> SweepConf
         loc = ".".join(str(x) for x in first["loc"])
         where = f"{loc}: " if loc else ""
         raise ConfigError(f"{source}: {where}{str(first['msg']).removeprefix('Value error, ')}") from None
+    check_size(cfg, source)
     for setting in grid(cfg):
         merge_config(cfg, trial_of(cfg, setting, cfg.seeds[0]))
     return cfg
+
+
+def grid_size(cfg: SweepConfig) -> int:
+    """How many settings ``grid`` gives, counted without building them."""
+    n = len(cfg.models)
+    subsets = 1 if cfg.subsets == "all" else n * (n - 1) // 2 if cfg.subsets == "pairs" else len(cfg.subsets)
+    per_subset = sum(
+        math.prod(len(v) if isinstance(v, list) else 1 for v in values.values()) for values in cfg.methods.values()
+    )
+    return subsets * per_subset + len(cfg.trials)
+
+
+def check_size(cfg: SweepConfig, source: str) -> None:
+    """At most ``MAX_TRIALS`` trials (settings x seeds), refused before the grid is expanded."""
+    settings = grid_size(cfg)
+    if settings * len(cfg.seeds) > MAX_TRIALS:
+        raise ConfigError(
+            f"{source}: {settings} settings x {len(cfg.seeds)} seeds = {settings * len(cfg.seeds)} trials; at most "
+            f"{MAX_TRIALS} trials in one sweep: give fewer values, subsets or seeds"
+        )

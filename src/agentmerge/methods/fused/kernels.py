@@ -15,6 +15,7 @@ import torch
 
 from agentmerge.methods.fused.loops import count_loop, ram_loop, weighted_loop
 from agentmerge.methods.ram import ram_plus_lambdas
+from agentmerge.methods.records import RamParams, TaskArithmeticParams
 from agentmerge.methods.spec import ChunkSpec, Compiled, CompiledResult, ParamValue
 
 
@@ -62,7 +63,7 @@ def f32(value: ParamValue) -> np.float32:
 def _ram(raw: RawChunk, spec: ChunkSpec, lam: torch.Tensor | None, out: torch.Tensor | None) -> CompiledResult:
     merged, patterns = output(raw, out)
     scales = (lam if lam is not None else torch.ones(raw.models.shape[0])).float().numpy()
-    elect = spec.params.get("shared", "mean") == "elect"
+    elect = RamParams.of(spec.params).shared == "elect"  # RAM+'s record extends RAM's
     bad = ram_loop(raw.ref, raw.models, raw.shift, spec.eps, scales, lam is not None, elect, merged.numpy(), patterns)
     return CompiledResult(merged, torch.from_numpy(patterns), not bad)
 
@@ -95,7 +96,7 @@ def task_arithmetic(
     ref: torch.Tensor, models: torch.Tensor, spec: ChunkSpec, out: torch.Tensor | None = None
 ) -> CompiledResult:
     """Task arithmetic (``methods.task_arithmetic``): ``theta_0 + lambda * sum_i w_i tau_i``."""
-    return _weighted(raw_chunk(ref, models), spec, float(f32(spec.params["lambda"])), False, out)
+    return _weighted(raw_chunk(ref, models), spec, float(f32(TaskArithmeticParams.of(spec.params).lam)), False, out)
 
 
 def counts(ref: torch.Tensor, models: torch.Tensor, eps: float) -> CompiledResult:

@@ -15,39 +15,56 @@ merge (the ``Rounds`` of the method's ``Compiled`` entry); a one-chunk tensor's 
 from __future__ import annotations
 
 import math
-from collections.abc import Callable, Sequence
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
 import torch
 
-from agentmerge.methods.baselines import agent_values, all_dense, crumb_ranks, f32_at_least, keep_ranks, top_ranks
+from agentmerge.methods.baselines import (
+    Band,
+    HasParams,
+    PerAgent,
+    crumb_ranks,
+    dare_ties_band,
+    f32_at_least,
+    keep_ranks,
+    ties_band,
+)
 from agentmerge.methods.fused.kernels import RawChunk, f32, output, raw_chunk
 from agentmerge.methods.fused.rng import seeded_uniform
 from agentmerge.methods.fused.ties_loops import lower_loop, ties_loop, upper_loop
-from agentmerge.methods.spec import ChunkSpec, Compiled, CompiledResult, Params, Rounds
+from agentmerge.methods.records import BreadcrumbsParams, DareLinearParams, DareTiesParams, DropParams, TiesParams
+from agentmerge.methods.spec import ChunkSpec, Compiled, CompiledResult, Rounds
 from agentmerge.methods.stats import RadixPlan, RankFn, radix_plan
 
 # DARE's drop as the loops take it: (u [N, E] f32 draws, f [N] f32, inv [N] f32, q [N] f64, pow2 [N] bool)
 Drop = tuple[Any, Any, Any, Any, Any]
-RankRule = Callable[[Params, Sequence[Params]], RankFn]
+
+
+def _no_band(where: HasParams) -> RankFn | None:
+    return None
 
 
 @dataclass(frozen=True)
 class TiesForm:
-    """Which steps of the TIES/DARE/Breadcrumbs family a method takes."""
+    """Which steps of the TIES/DARE/Breadcrumbs family a method takes, and what it reads of its parameters."""
 
-    drop: bool  # DARE's random drop and rescale
+    drop: bool  # DARE's random drop and rescale (``DropParams.p`` per agent)
     elect: bool  # sign election and disjoint mean (else the weighted sum)
-    trim: bool  # keep a band of magnitudes per agent and tensor (TIES: when some density is below 1)
-    ranks: RankRule = top_ranks  # the ranks of the band's bounds: [N, 1] lower, or [N, 2] lower, upper
-    always: bool = False  # trim even when every density is 1 (Breadcrumbs also drops the largest)
+    band: Band = _no_band  # the ranks of the kept band's bounds ([N, 1] lower, or [N, 2] lower, upper); None: all
+    lam: Callable[[ChunkSpec], float] | None = None  # the method's lambda (None: RAM-TIES, no weights, no lambda)
     region: bool = False  # RAM-TIES: masks |tau| > epsilon; TIES (unweighted) on the shared region only
 
     def trims(self, spec: ChunkSpec) -> bool:
         """Whether this tensor is trimmed (Breadcrumbs always; TIES when some agent keeps less than all)."""
-        return self.trim and (self.always or not all_dense(spec.params, spec.model_params))
+        return self.band(spec) is not None
+
+    def ranks(self, spec: ChunkSpec) -> RankFn:
+        ranks = self.band(spec)
+        assert ranks is not None, spec.name
+        return ranks
 
     def region_eps(self, spec: ChunkSpec) -> float:
         """The update threshold of RAM-TIES's shared region, or -1 (no region) for the other methods."""
@@ -64,7 +81,7 @@ def dare_drop_arrays(spec: ChunkSpec, n: int) -> Drop:
     becomes ``tau * (1 / q_i)`` when ``q_i = 1 - p_i`` is a power of two, else ``float32(tau / q_i)`` in float64.
     """
     u = seeded_uniform(spec.seed, spec.name, spec.start, spec.stop, n)
-    p = agent_values(spec.params, spec.model_params, "p", n).tolist()
+    p = PerAgent.of(DropParams, spec, lambda q: q.p).values(n).tolist()
     f = np.array([float(f32_at_least(x)) for x in p], np.float32)
     q = np.array([1.0 - x for x in p], np.float64)
     pow2 = np.array([math.frexp(x)[0] == 0.5 and x >= 2.0**-100 for x in q], np.bool_)
@@ -105,7 +122,7 @@ def lower_counts(raw: RawChunk, drop: Drop, bins: torch.Tensor, eps: float = -1.
 
 def band_plan(hist: torch.Tensor, form: TiesForm, spec: ChunkSpec) -> RadixPlan:
     """The radix plan of the band's bounds from a tensor's first-pass counts (``d`` = the values counted)."""
-    ranks = form.ranks(spec.params, spec.model_params)(int(hist[0].sum()), hist.shape[0])
+    ranks = form.ranks(spec)(int(hist[0].sum()), hist.shape[0])
     return radix_plan(hist, ranks)
 
 
@@ -173,18 +190,20 @@ def family(form: TiesForm) -> Compiled:
         merged, patterns = output(raw, out)
         if thr is None:
             return CompiledResult(merged, torch.from_numpy(patterns), False)
-        w = (torch.ones(n) if form.region else spec.weights).float().numpy()  # RAM-TIES: no weights, no lambda
-        lam = np.float32(1.0) if form.region else f32(spec.params["lambda"])
+        w = (torch.ones(n) if form.lam is None else spec.weights).float().numpy()  # RAM-TIES: no weights, no lambda
+        lam = np.float32(1.0) if form.lam is None else f32(form.lam(spec))
         rule = (spec.eps, drop, _band(thr, n), w, lam, form.elect, form.region)
         bad = ties_loop(raw.ref, raw.models, raw.shift, rule, merged.numpy(), patterns)
         return CompiledResult(merged, torch.from_numpy(patterns), not bad)
 
-    return Compiled(kernel, threshold_rounds(form))
+    return Compiled(kernel, None if form.band is _no_band else threshold_rounds(form))
 
 
 # the compiled entries of the registry (``registry.fk``): one per member of the family
-TIES = family(TiesForm(drop=False, elect=True, trim=True))
-DARE_LINEAR = family(TiesForm(drop=True, elect=False, trim=False))
-DARE_TIES = family(TiesForm(drop=True, elect=True, trim=True))
-BREADCRUMBS = family(TiesForm(drop=False, elect=False, trim=True, ranks=crumb_ranks, always=True))
-RAM_TIES = family(TiesForm(drop=False, elect=True, trim=True, ranks=keep_ranks, always=True, region=True))
+TIES = family(TiesForm(drop=False, elect=True, band=ties_band, lam=lambda s: TiesParams.of(s.params).lam))
+DARE_LINEAR = family(TiesForm(drop=True, elect=False, lam=lambda s: DareLinearParams.of(s.params).lam))
+DARE_TIES = family(TiesForm(drop=True, elect=True, band=dare_ties_band, lam=lambda s: DareTiesParams.of(s.params).lam))
+BREADCRUMBS = family(
+    TiesForm(drop=False, elect=False, band=crumb_ranks, lam=lambda s: BreadcrumbsParams.of(s.params).lam)
+)
+RAM_TIES = family(TiesForm(drop=False, elect=True, band=keep_ranks, region=True))

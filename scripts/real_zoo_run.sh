@@ -1,0 +1,29 @@
+#!/usr/bin/env bash
+# The real zoo (docs/real): SmolLM2-135M-Instruct, three GRPO agents per seed, every merge method, evaluation.
+# Resumable stage by stage and seed by seed: rerun the same command after a kill and it goes on where it stopped.
+#   scripts/real_zoo_run.sh [SEED ...]          (default: 0 1)
+# Environment: WORK (default real-work), THREADS (torch threads, default 2), PYTHON (default .venv/bin/python),
+# WHEELS (default WORK/wheels), COMMIT=1 to commit docs/real after each seed (a machine may not survive the run).
+set -euo pipefail
+cd "$(dirname "$0")/.."
+WORK=${WORK:-real-work}
+THREADS=${THREADS:-2}
+PY=${PYTHON:-.venv/bin/python}
+SEEDS=("$@")
+[ ${#SEEDS[@]} -gt 0 ] || SEEDS=(0 1)
+export PYTHONPATH="$PWD/src${PYTHONPATH:+:$PYTHONPATH}"
+mkdir -p "$WORK"
+WHEEL=$(PYTHON="$PY" scripts/real_zoo_fetch.sh "${WHEELS:-$WORK/wheels}" | tail -1)
+"$PY" -m agentmerge zoo real base --wheel "$WHEEL" --out "$WORK/base"
+for seed in "${SEEDS[@]}"; do
+  for stage in agents check bench; do
+    echo "== seed $seed: $stage ($(date +%H:%M:%S))" >&2
+    "$PY" -m agentmerge zoo real run --base "$WORK/base" --work "$WORK" --seeds "$seed" --until "$stage" \
+      --threads "$THREADS" --docs "$WORK/docs-seed$seed"
+  done
+  finished=$(ls -d "$WORK"/seed*/result.json 2>/dev/null | sed -E 's|.*/seed([0-9]+)/result.json|\1|' | sort -n | paste -sd,)
+  "$PY" -m agentmerge zoo real report --work "$WORK" --seeds "$finished" --docs docs/real
+  if [ "${COMMIT:-0}" = 1 ]; then
+    git add docs/real && git commit -m "Real zoo: results of seeds $finished" || true
+  fi
+done

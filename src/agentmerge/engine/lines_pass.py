@@ -1,0 +1,117 @@
+"""LiNeS at merge time: the reference's alpha, known in closed form or found by a pre-pass, and each tensor's scale.
+
+``lines.py`` defines the scaling (lambda(l) = alpha + beta l / (L - 1)) and its parameters. Here:
+
+- ``exact_alpha``: alpha = ||sum_i tau_i||_1 / (N ||tau*||_1) without reading anything, where tau* is a fixed
+  multiple c sum_i tau_i of the plain sum (``lines.closed_form_alpha``: task arithmetic with equal weights w
+  and one lambda for every tensor, alpha = 1 / (N lambda w); the linear average with equal weights, 1);
+- ``alpha_pass``: otherwise one pass over every merged chunk (the method's own kernel and the tensor's
+  post-steps, such as SVC, which LiNeS follows; before anything is written) summing |sum_i tau_i| and |tau*|.
+  The sums are exact: each float32 magnitude is m 2^(e - 150) with an integer mantissa m < 2^24, so summing
+  the mantissas per exponent in int64 (``l1_parts``) and adding the 256 buckets as exact fractions gives the
+  true L1 norm, whatever the chunking, thread count or order; alpha is rounded once, so a merge is
+  bit-identical however it is cut into chunks.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from fractions import Fraction
+from typing import Any
+
+import torch
+from tqdm import tqdm
+
+from agentmerge.engine.parallel import run_parallel
+from agentmerge.engine.plan import MergePlan, TensorJob
+from agentmerge.errors import MergeError
+from agentmerge.methods.lines import LAYER, auto_alpha, closed_form_alpha, depth_scale, lines_on
+
+# (job, start, stop) -> ([E] sum_i tau_i, [E] the merged chunk minus theta_0), float32
+Deltas = Callable[[TensorJob, int, int], tuple[torch.Tensor, torch.Tensor]]
+_BUCKETS = 256  # float32 exponents
+_MANTISSA = (1 << 23) - 1
+
+
+@dataclass(frozen=True)
+class DepthScaling:
+    """What the write pass needs to scale a tensor: L and the reference's alpha (None when no tensor uses it)."""
+
+    layers: int
+    alpha: float | None
+
+    def record(self) -> dict[str, Any]:
+        """merge.json's ``lines``: the layer rule, L, and the reference's alpha when it was used (else null)."""
+        return {"layer_rule": LAYER.pattern, "layers": self.layers, "reference_alpha": self.alpha}
+
+    def scale(self, job: TensorJob) -> float | None:
+        """The tensor's ``lambda(l)``, or None when its parameters leave LiNeS off."""
+        if not lines_on(job.params):
+            return None
+        alpha = self.alpha if auto_alpha(job.params) else float(job.params["lines_alpha"])
+        assert alpha is not None, "the reference's alpha was not computed"
+        return depth_scale(job.name, self.layers, alpha, float(job.params["lines_beta"]))
+
+
+def depth_scaling(plan: MergePlan, deltas: Deltas, quiet: bool = True) -> DepthScaling | None:
+    """The merge's depth scaling: None without LiNeS; alpha in closed form, or from ``alpha_pass``."""
+    jobs = [j for j in plan.merged if lines_on(j.params)]
+    if not jobs:
+        return None
+    if not any(auto_alpha(j.params) for j in jobs):
+        return DepthScaling(plan.layers, None)
+    alpha = exact_alpha(plan)
+    return DepthScaling(plan.layers, alpha if alpha is not None else alpha_pass(plan, deltas, quiet))
+
+
+def exact_alpha(plan: MergePlan) -> float | None:
+    """alpha without a pass where the method's merged vector is a fixed multiple of sum_i tau_i (``lines``); not
+    when a post-step (SVC) rewrites some tensor's merged vector first."""
+    if not plan.merged or any(j.steps for j in plan.merged):
+        return None
+    lambdas = {float(j.params.get("lambda", 1.0)) for j in plan.merged}
+    return closed_form_alpha(plan.method.name, plan.weights.tolist(), lambdas)
+
+
+def needs_pass(plan: MergePlan) -> bool:
+    """Whether the merge reads its inputs once more for LiNeS's alpha (the dry run counts it)."""
+    auto = any(auto_alpha(j.params) for j in plan.merged)
+    return auto and exact_alpha(plan) is None
+
+
+def l1_parts(x: torch.Tensor) -> torch.Tensor:
+    """``[E]`` finite float32 -> ``[256]`` int64: per exponent field e, the sum of the integer mantissas of |x|
+    (|x| = mantissa * 2^(max(e, 1) - 150), denormals included)."""
+    bits = x.abs().view(torch.int32)
+    exponent = bits >> 23
+    mantissa = (bits & _MANTISSA) | ((exponent > 0).to(torch.int32) << 23)
+    return torch.zeros(_BUCKETS, dtype=torch.int64).scatter_add_(0, exponent.long(), mantissa.long())
+
+
+def exact_value(parts: torch.Tensor) -> Fraction:
+    """The exact sum that ``l1_parts`` buckets stand for."""
+    total = sum(int(m) << max(e, 1) for e, m in enumerate(parts.tolist()) if m)
+    return Fraction(total, 1 << 150)
+
+
+def alpha_pass(plan: MergePlan, deltas: Deltas, quiet: bool = True) -> float:
+    """``||sum_i tau_i||_1 / (N ||tau*||_1)`` over every merged tensor, exactly, chunk-parallel."""
+
+    def task(job: TensorJob, start: int, stop: int) -> Callable[[], torch.Tensor]:
+        def run() -> torch.Tensor:
+            total, merged = deltas(job, start, stop)
+            return torch.stack([l1_parts(total), l1_parts(merged)])
+
+        return run
+
+    tasks = [task(job, s, e) for job in plan.merged for s, e in job.chunks]
+    with tqdm(total=len(tasks), desc="LiNeS alpha", unit="chunk", disable=quiet, leave=False) as bar:
+        parts = sum(run_parallel(tasks, plan.threads, bar), torch.zeros(2, _BUCKETS, dtype=torch.int64))
+    total, merged = exact_value(parts[0]), exact_value(parts[1])
+    if merged == 0:
+        raise MergeError(
+            f"LiNeS: {plan.method.name}'s merged task vector is zero on every tensor, so the reference's alpha "
+            "is undefined; set lines_alpha"
+        )
+    return float(total / (len(plan.weights) * merged))

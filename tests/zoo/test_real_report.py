@@ -1,0 +1,108 @@
+"""The real zoo's report numbers on made-up seed results: cells over seeds, gain kept, paired differences."""
+
+from __future__ import annotations
+
+import json
+import math
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from agentmerge_zoo.real.aggregate import aggregate, best_baseline, gain_kept, paired
+from agentmerge_zoo.real.report import write_results
+
+SKILLS = ("tool", "code", "memory", "capitals")
+
+
+def _report(scores: dict[str, list[float]]) -> dict[str, Any]:
+    out = {}
+    for skill, values in scores.items():
+        mean = sum(values) / len(values)
+        out[skill] = {"strict": mean, "strict_se": 0.1, "partial": mean, "n": len(values), "values": values}
+    return out
+
+
+def _flat(level: float) -> dict[str, Any]:
+    return _report({s: [level] * 4 for s in SKILLS})
+
+
+def _seed(seed: int, ram: float, ties: float) -> dict[str, Any]:
+    base = _flat(0.25)
+    agents = {s: _report({k: [0.75 if k == s else 0.25] * 4 for k in SKILLS}) for s in SKILLS[:3]}
+    check: dict[str, Any] = {"base": base, "agents": agents, "digests": {}}
+    check["convergence"] = {
+        s: {
+            "scores": {"1": {"strict": 0.7}, "1.5": {"strict": 0.72}},
+            "converged": True,
+            "gain_1.5": 0.02,
+            "two_se": 0.1,
+        }
+        for s in SKILLS[:3]
+    }
+    check["probe"] = {s: {"density": 0.5, "overlap": [0.2, 0.3, 0.5], "drift": 1e-3} for s in SKILLS[:3]}
+    reports = {"ram": _flat(ram), "ties": _flat(ties), "ram.tuned": _flat(ram), "ties.tuned": _flat(ties + 0.25)}
+    reports["tool+code.ram"] = _report({"tool": [ram] * 4, "code": [ram] * 4, "capitals": [0.25] * 4})
+    tuning = {"ram": {"param": "scale", "value": 1.0, "val": {}}, "ties": {"param": "lambda", "value": 1.5, "val": {}}}
+    bench = {"methods": ["ram", "ties"], "tuning": tuning, "reports": reports, "failed": {}}
+    recipes = [{"skill": s, "storage": "bf16"} for s in SKILLS[:3]]
+    curves = {s: [{"reward": 0.1 * i} for i in range(6)] for s in SKILLS[:3]}
+    return {"seed": seed, "config": {"recipes": recipes}, "check": check, "bench": bench, "curves": curves}
+
+
+def test_cells_are_means_over_seeds_with_their_standard_error() -> None:
+    seeds = [_seed(0, 0.5, 0.25), _seed(1, 0.75, 0.5)]
+    agg = aggregate(seeds)
+    ram = agg["tables"]["defaults"]["ram"]
+    assert ram["tool"]["mean"] == pytest.approx(0.625)
+    assert ram["tool"]["se"] == pytest.approx(0.125)  # sd of (0.5, 0.75) / sqrt(2)
+    assert ram["gain_kept"]["mean"] == pytest.approx((0.5 + 1.0) / 2)  # (0.5-0.25)/0.5 and (0.75-0.25)/0.5
+    assert ram["capitals_delta"]["mean"] == pytest.approx(0.375)
+    diff = agg["differences"]["defaults"]["ram-ties"]
+    assert diff["mean"] == pytest.approx(0.25) and diff["se"] == pytest.approx(0.0)
+    assert agg["differences"]["tuned"]["best_baseline"] == "ties"
+    assert agg["differences"]["tuned"]["ram-ties"]["mean"] == pytest.approx(0.0)
+    assert set(agg["pairs"]) == {"tool+code.ram"}
+
+
+def test_one_seed_pairs_prompts() -> None:
+    seed = _seed(0, 0.5, 0.25)
+    seed["bench"]["reports"]["ram"]["tool"]["values"] = [1.0, 0.0, 1.0, 0.0]
+    d = paired([seed], "ram", "ties")
+    assert d is not None and d["over"] == 12
+    diffs = [0.75, -0.25, 0.75, -0.25] + [0.25] * 8
+    mean = sum(diffs) / 12
+    assert d["mean"] == pytest.approx(mean)
+    assert d["se"] == pytest.approx(math.sqrt(sum((x - mean) ** 2 for x in diffs) / 11 / 12))
+    assert paired([seed], "ram", "missing") is None
+
+
+def test_gain_kept_skips_agents_that_did_not_beat_the_base() -> None:
+    seed = _seed(0, 0.5, 0.25)
+    agents = seed["check"]["agents"]
+    agents["code"] = _flat(0.25)  # no gain on code
+    kept = gain_kept(_flat(0.5), seed["check"]["base"], agents)
+    assert kept == pytest.approx(0.5)
+    assert math.isnan(gain_kept(_flat(0.5), _flat(0.9), agents))
+
+
+def test_best_baseline_is_never_a_ram_method() -> None:
+    rows = {"ram": {"trained_avg": {"mean": 0.9}}, "ram_plus": {"trained_avg": {"mean": 0.95}}}
+    rows |= {"ties": {"trained_avg": {"mean": 0.4}}, "linear": {"trained_avg": {"mean": 0.5}}}
+    assert best_baseline(rows) == "linear"
+    assert best_baseline({"ram": {"trained_avg": {"mean": 0.9}}}) is None
+
+
+def test_write_results_renders_every_section(tmp_path: Path) -> None:
+    for s in (0, 1):
+        (tmp_path / f"seed{s}").mkdir()
+        (tmp_path / f"seed{s}" / "result.json").write_text(json.dumps(_seed(s, 0.5 + 0.25 * s, 0.25)))
+    json_path, md_path = write_results(tmp_path, [0, 1], tmp_path / "docs", "agentmerge zoo real run ...")
+    text = md_path.read_text()
+    for heading in ("## Agents", "## Defaults", "## Tuned", "## Paired differences", "## Pairs", "## Dilution"):
+        assert heading in text
+    assert "lambda=1.5, lambda=1.5" in text  # the chosen scale of each seed
+    assert "defaults: ram-ties = +37.5 ± 12.5" in text  # per-seed differences 25 and 50
+    data = json.loads(json_path.read_text())
+    assert "values" not in json.dumps(data)  # per-prompt lists stay in the work folder
+    assert data["aggregate"]["seeds"] == [0, 1]

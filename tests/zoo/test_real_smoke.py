@@ -1,0 +1,104 @@
+"""The real zoo end to end on a tiny random Llama (`agentmerge zoo real run --smoke`): tasks -> GRPO -> export ->
+convergence check -> probe -> every planned merge through the sweep engine -> evaluation -> results; a rerun does
+nothing. Checks the paths run, not who wins."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import pytest
+import torch
+from safetensors import safe_open
+
+from agentmerge.cli import build_parser
+from agentmerge_zoo.real import suite
+from agentmerge_zoo.real.config import smoke_config
+from agentmerge_zoo.real.tasks import Example, strict_partial
+
+torch.set_num_threads(1)
+
+
+class _VowelReward:
+    """Wraps a skill: same prompts, a training reward that varies between random samples (so agents move)."""
+
+    def __init__(self, skill: Any) -> None:
+        self.skill = skill
+        self.name, self.max_new_tokens = skill.name, skill.max_new_tokens
+
+    def sample(self, rng: Any) -> Example:
+        return self.skill.sample(rng)  # type: ignore[no-any-return]
+
+    def score(self, example: Example, completion: str) -> dict[str, float]:
+        share = sum(c in "aeiou" for c in completion) / max(1, len(completion))
+        return strict_partial(share > 0.3, share)
+
+
+def _run(*argv: str) -> int:
+    args = build_parser().parse_args(list(argv))
+    return int(args.func(args))
+
+
+def _argv(work: Path) -> list[str]:
+    return ["zoo", "real", "run", "--smoke", "--work", str(work), "--docs", str(work / "docs"), "--threads", "1"]
+
+
+@pytest.fixture(scope="module")
+def smoke(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    work = tmp_path_factory.mktemp("real")
+    with pytest.MonkeyPatch.context() as mp:
+        for name in suite.TRAINED:  # the training reward only: evaluation (in the sweep's workers) is the real one
+            mp.setitem(suite.SKILLS, name, _VowelReward(suite.SKILLS[name]))
+        assert _run(*_argv(work), "--quiet") == 0
+    return work
+
+
+def test_agents_moved_and_were_exported_in_bf16(smoke: Path) -> None:
+    with safe_open(str(smoke / "base" / "model.safetensors"), "pt") as f:
+        base = {k: f.get_tensor(k) for k in f.keys()}  # noqa: SIM118
+    for name in suite.TRAINED:
+        folder = smoke / "seed0" / f"agent_{name}"
+        meta = json.loads((folder / "agent.json").read_text())
+        assert len(meta["curve"]) == 2 and meta["recipe"]["skill"] == name
+        with safe_open(str(folder / "model.safetensors"), "pt") as f:
+            weights = {k: f.get_tensor(k) for k in f.keys()}  # noqa: SIM118
+        assert all(t.dtype == torch.bfloat16 for t in weights.values())
+        assert any(not torch.equal(weights[k], base[k]) for k in base), name
+        for file in ("tokenizer.json", "tokenizer_config.json", "config.json"):
+            assert (folder / file).is_file()
+    assert json.loads((smoke / "seed0" / "agent_code" / "agent.json").read_text())["recipe"]["storage"] == "bf16"
+
+
+def test_results_hold_every_table(smoke: Path) -> None:
+    data = json.loads((smoke / "docs" / "results.json").read_text())
+    agg, plan = data["aggregate"], smoke_config().bench
+    assert sorted(agg["tables"]["defaults"]) == sorted(plan.methods)
+    assert {"ram", "ram_plus", "task_arithmetic", "ties"} <= set(agg["tables"]["tuned"])
+    assert len(agg["pairs"]) == 3 * len(plan.pair_methods)
+    assert len(agg["dilution"]) == 2 * len(suite.TRAINED)
+    seed = data["seeds"][0]
+    check = seed["check"]
+    assert set(check["convergence"]) == set(suite.TRAINED)
+    assert set(check["convergence"]["tool"]["scores"]) == {"0.5", "1", "1.5", "2"}
+    assert all(0.0 < check["probe"][s]["density"] <= 1.0 and check["probe"][s]["drift"] > 0 for s in suite.TRAINED)
+    assert seed["bench"]["failed"] == {}
+    text = (smoke / "docs" / "results.md").read_text()
+    for heading in ("## Agents", "## Defaults", "## Tuned", "## Paired differences", "## Pairs", "## Dilution"):
+        assert heading in text
+    assert "--smoke" in data["command"]
+
+
+def test_a_rerun_does_nothing(smoke: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    from agentmerge.sweep.run import RaySession
+    from agentmerge_zoo.real import evaluate, train
+
+    def refuse(*args: object, **kwargs: object) -> None:
+        raise AssertionError("the rerun did work that was done already")
+
+    monkeypatch.setattr(RaySession, "start", refuse)
+    monkeypatch.setattr(evaluate, "evaluate", refuse)
+    monkeypatch.setattr(train, "grpo_step", refuse)
+    before = (smoke / "docs" / "results.json").read_text()
+    assert _run(*_argv(smoke), "--quiet") == 0
+    assert (smoke / "docs" / "results.json").read_text() == before
