@@ -481,3 +481,60 @@ def test_a_node_check_names_what_it_cannot_read(tmp_path: Path, monkeypatch: pyt
     )
     assert answer["shared"] is False
     assert [p[0] for p in answer["problems"]] == ["output folder"]  # OUT is a file here: no trial folder in it
+
+
+def test_output_scale_tunes_every_method_that_has_one_alike() -> None:
+    """The fair protocol: one shared grid on each method's own output scale, a method's own grid wins."""
+    from agentmerge.sweep.spec import grid_size
+
+    data = {
+        "base": "b",
+        "models": ["a1", "a2"],
+        "methods": {"ram": {}, "ties": {"density": [0.3, 0.6]}, "linear": {}, "task_arithmetic": {"lambda": 0.4}},
+        "output_scale": [0.5, 1, 1.5],
+        "evaluate": "zoo",
+    }
+    cfg = sweep_from_dict(data)
+    settings = choose(cfg)
+    assert len(settings) == grid_size(cfg) == 3 + 2 * 3 + 1 + 1
+    assert [dict(s.params)["scale"] for s in settings if s.method == "ram"] == [0.5, 1, 1.5]
+    assert {(dict(s.params)["density"], dict(s.params)["lambda"]) for s in settings if s.method == "ties"} == {
+        (d, lam) for d in (0.3, 0.6) for lam in (0.5, 1, 1.5)
+    }
+    assert [s.params for s in settings if s.method == "linear"] == [()]  # no output scale: as given
+    assert [s.params for s in settings if s.method == "task_arithmetic"] == [(("lambda", 0.4),)]
+    plain = sweep_from_dict({k: v for k, v in data.items() if k != "output_scale"})
+    assert [t.id for t in trials(plain, choose(plain)) if t.setting.method == "linear"] == [
+        t.id for t in trials(cfg, settings) if t.setting.method == "linear"
+    ]  # the key does not change the ids of settings it does not touch
+    with pytest.raises(ConfigError, match="output_scale"):
+        sweep_from_dict({**data, "output_scale": []})
+
+
+def test_report_shows_defaults_and_tuned_and_points_to_the_convergence_check() -> None:
+    from agentmerge.sweep.report import extrapolation_note, markdown
+
+    cfg = sweep_from_dict(
+        {
+            "base": "b",
+            "models": ["a1"],
+            "methods": {"ram": {}, "task_arithmetic": {}},
+            "output_scale": [1, 2],
+            "evaluate": "zoo",
+        }
+    )
+    scores = {("ram", 1): 0.50, ("ram", 2): 0.40, ("task_arithmetic", 1): 0.45, ("task_arithmetic", 2): 0.60}
+    param = {"ram": "scale", "task_arithmetic": "lambda"}
+    records = [
+        {"status": "ok", "method": m, "params": {param[m]: v}, "models": ["a1"], "seed": 0, "trial": f"{m}{v}",
+         "metrics": {"agentic_avg": s}}
+        for (m, v), s in scores.items()
+    ]  # fmt: skip
+    page = markdown(cfg, records)
+    assert "## Defaults and tuned" in page
+    assert "| ram | a1 | 0.5 | 0.5 | `ram(scale=1)` |" in page
+    assert "| task_arithmetic | a1 | 0.45 | 0.6 | `task_arithmetic(lambda=2)` |" in page
+    assert "agentmerge converge" in page  # the winner has lambda 2 > 1
+    assert extrapolation_note("task_arithmetic", {"lambda": 1.0}) is None
+    assert extrapolation_note("linear", {}) is None
+    assert "scale = 1.5" in (extrapolation_note("ram", {"scale": 1.5}) or "")

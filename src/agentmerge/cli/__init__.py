@@ -25,6 +25,7 @@ from typing import Any
 
 from agentmerge import __version__, plugins
 from agentmerge.cli.common import heavy_imports, parse_value
+from agentmerge.cli.converge import _converge_parser
 from agentmerge.cli.evaluating import _eval_parser, _fisher_parser, _lm_eval_parser, _sweep_parser
 from agentmerge.cli.merging import (
     _convert_parser,
@@ -57,6 +58,7 @@ def build_parser(argv: Sequence[str] | None = None) -> argparse.ArgumentParser:
     _lm_eval_parser(sub)
     _eval_parser(sub)
     _sweep_parser(sub)
+    _converge_parser(sub)
     register_moe_lora(sub)  # moe, extract-lora
     word = next((a for a in argv if not a.startswith("-")), None) if argv is not None else None
     if word is None or word not in sub.choices:

@@ -219,6 +219,7 @@ def _sweep_parser(sub: Any) -> None:
 
 
 def cmd_sweep(args: argparse.Namespace) -> int:
+    from agentmerge.sweep.report import extrapolation_note
     from agentmerge.sweep.run import run_sweep
     from agentmerge.sweep.spec import load_sweep
 
@@ -237,5 +238,7 @@ def cmd_sweep(args: argparse.Namespace) -> int:
     if best is not None:
         value = best["metrics"].get(outcome.objective or "")
         summary += f"\nbest: {best['method']} {best['params']} on {best['models']}: {outcome.objective} = {value}"
+        note = extrapolation_note(best["method"], best["params"])
+        summary += f"\n{note}" if note else ""
     print(summary, file=sys.stderr)
     return 0

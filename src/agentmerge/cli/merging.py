@@ -249,7 +249,11 @@ def _methods_parser(sub: Any) -> None:
 def cmd_methods(args: argparse.Namespace) -> int:
     if args.json:
         table = {
-            m.name: {"summary": m.summary, "params": {p.name: {"default": p.default, "help": p.help} for p in m.params}}
+            m.name: {
+                "summary": m.summary,
+                "output_scale": m.output_scale,
+                "params": {p.name: {"default": p.default, "help": p.help} for p in m.params},
+            }
             for m in METHODS.values()
         }
         print(json.dumps(table, indent=2))
@@ -258,6 +262,7 @@ def cmd_methods(args: argparse.Namespace) -> int:
         notes = [] if m.needs_base else ["base optional"]
         notes += ["uses weights"] if m.uses_weights else []
         notes += [f"exactly {m.min_models} models"] if m.max_models == m.min_models else []
+        notes += [f"output scale: {m.output_scale}"] if m.output_scale else []
         print(f"{m.name}: {m.summary}" + (f" [{', '.join(notes)}]" if notes else ""))
         for p in m.params:
             if p not in POST_STEP_PARAMS:  # those are listed once below; a method's own default of one here

@@ -8,12 +8,14 @@ no torch, so listing methods and checking configs stay fast.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import ClassVar
 
 from agentmerge.methods.params import MethodParams, Param, use
 
 
 @dataclass(frozen=True, eq=False)
 class MagMaxParams(MethodParams):
+    output_scale: ClassVar[str | None] = "lambda"
     lam: float = use(
         Param(
             "lambda",
@@ -26,6 +28,7 @@ class MagMaxParams(MethodParams):
 
 @dataclass(frozen=True, eq=False)
 class ConsensusParams(MethodParams):
+    output_scale: ClassVar[str | None] = "lambda"
     k: int = use(
         Param("k", 2, "an element is kept when at least k agents' TALL masks hold (0: task arithmetic)", low=0)
     )

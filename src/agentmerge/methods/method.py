@@ -84,6 +84,11 @@ class Method:
         """The parameter table, from the record's fields."""
         return self.record.table()
 
+    @property
+    def output_scale(self) -> str | None:
+        """The parameter that multiplies its merged task vector (tuned by the fair protocol), or None."""
+        return self.record.output_scale
+
     def check_params(self, params: Params, n_models: int) -> None:
         """The record's cross-parameter checks of resolved ``params`` (``ValueError``)."""
         self.record.of(params).check(n_models)

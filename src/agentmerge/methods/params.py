@@ -27,7 +27,7 @@ import functools
 import math
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field, fields
-from typing import Any, Self
+from typing import Any, ClassVar, Self
 
 ParamValue = float | int | str | bool
 Params = Mapping[str, ParamValue]
@@ -153,7 +153,12 @@ class MethodParams(Mapping[str, ParamValue]):
 
     Its own fields are the post-steps every method takes on its merged task vector (``POST_STEP_PARAMS``); a
     method's record may redeclare one with a default of its own (``svc_alpha``: fusion_bench's per method).
+    ``output_scale`` names the parameter that multiplies the method's merged task vector (task arithmetic's
+    ``lambda``, RAM's ``scale``), the one the fair protocol tunes on validation (``sweep`` ``output_scale``,
+    ``agentmerge converge``); None: the method has none.
     """
+
+    output_scale: ClassVar[str | None] = None
 
     lines_beta: float = use(LINES_BETA)
     lines_alpha: float = use(LINES_ALPHA)

@@ -9,6 +9,7 @@ no torch, so listing methods and checking configs stay fast.
 from __future__ import annotations
 
 from dataclasses import dataclass, replace
+from typing import ClassVar
 
 from agentmerge.methods.groups import GROUPED_SCOPES, check_patterns
 from agentmerge.methods.params import MethodParams, use
@@ -60,6 +61,7 @@ class MaskedParams(MethodParams):
 
 @dataclass(frozen=True, eq=False)
 class RamParams(MaskedParams):
+    output_scale: ClassVar[str | None] = "scale"
     shared: str = use(SHARED)
     scale: float = use(SCALE)
 
@@ -157,6 +159,7 @@ class RamTiesParams(MaskedParams):
 
 @dataclass(frozen=True, eq=False)
 class TaskArithmeticParams(MethodParams):
+    output_scale: ClassVar[str | None] = "lambda"
     lam: float = use(
         Param(
             "lambda",
@@ -169,6 +172,7 @@ class TaskArithmeticParams(MethodParams):
 
 @dataclass(frozen=True, eq=False)
 class TiesParams(MethodParams):
+    output_scale: ClassVar[str | None] = "lambda"
     density: float = use(DENSITY)
     lam: float = use(LAMBDA)
 
@@ -186,6 +190,7 @@ class DropParams(MethodParams):
 
 @dataclass(frozen=True, eq=False)
 class DareLinearParams(DropParams):
+    output_scale: ClassVar[str | None] = "lambda"
     lam: float = use(
         replace(LAMBDA, tune="lambda = 1 adds every rescaled task vector whole; try 1/N to 0.5 or a sweep")
     )
@@ -193,12 +198,14 @@ class DareLinearParams(DropParams):
 
 @dataclass(frozen=True, eq=False)
 class DareTiesParams(DropParams):
+    output_scale: ClassVar[str | None] = "lambda"
     density: float = use(Param("density", 1.0, "TIES trim after the drop (1: none)", 0.0, 1.0, per_model=True))
     lam: float = use(LAMBDA)
 
 
 @dataclass(frozen=True, eq=False)
 class BreadcrumbsParams(MethodParams):
+    output_scale: ClassVar[str | None] = "lambda"
     density: float = use(
         Param("density", 0.9, "fraction of each agent's entries kept per tensor", 0.0, 1.0, per_model=True)
     )
@@ -212,6 +219,7 @@ class BreadcrumbsParams(MethodParams):
 
 @dataclass(frozen=True, eq=False)
 class DellaParams(MethodParams):
+    output_scale: ClassVar[str | None] = "lambda"
     p: float = use(Param("p", 0.5, "mean drop probability", 0.0, 1.0, per_model=True))
     eps: float = use(
         Param(

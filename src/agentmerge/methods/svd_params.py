@@ -3,12 +3,15 @@
 Defaults are the references' (``../shared/field-methods.md``). Every record also has the post-steps' fields of
 ``params.MethodParams``: ``svd_embeddings`` there says whether TSV-M, Iso-C and Iso-CTS decompose the
 embeddings and LM head (and whether SVC calibrates them), and ``svc_alpha`` defaults per method as
-fusion_bench's SVC configs do (1.0 after TSV-M, 0.2 after Iso-CTS, 0.1 after any other method).
+fusion_bench's SVC configs do (1.0 after TSV-M, 0.2 after Iso-CTS, 0.1 after any other method). The output
+scale (``MethodParams.output_scale``) of TSV-M, Iso-C and Iso-CTS is ``alpha``; CART's ``prior`` scales only
+the low-rank part and ResMerge has none.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass, replace
+from typing import ClassVar
 
 from agentmerge.methods.params import SVC_ALPHA, MethodParams, Param, use
 
@@ -22,17 +25,20 @@ SVD_ALPHA = Param(
 
 @dataclass(frozen=True, eq=False)
 class IsoCParams(MethodParams):
+    output_scale: ClassVar[str | None] = "alpha"
     alpha: float = use(SVD_ALPHA)
 
 
 @dataclass(frozen=True, eq=False)
 class TsvParams(MethodParams):
+    output_scale: ClassVar[str | None] = "alpha"
     svc_alpha: float = use(replace(SVC_ALPHA, default=1.0))
     alpha: float = use(SVD_ALPHA)
 
 
 @dataclass(frozen=True, eq=False)
 class IsoCtsParams(MethodParams):
+    output_scale: ClassVar[str | None] = "alpha"
     svc_alpha: float = use(replace(SVC_ALPHA, default=0.2))
     alpha: float = use(SVD_ALPHA)
     common_space_fraction: float = use(

@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import Any
 
 from agentmerge.evaluation.report import md_cell
+from agentmerge.methods.registry import METHODS
 from agentmerge.sweep import evaluators
 from agentmerge.sweep.spec import SweepConfig
 
@@ -109,13 +110,56 @@ def markdown(cfg: SweepConfig, records: Sequence[dict[str, Any]], plots: Sequenc
         best = ranked[0]
         se = f" ± {best.se:.4g}" if best.se is not None else ""
         lines += [f"**Best:** `{best.label}` on {', '.join(best.models)}: {objective} = {best.mean:.4g}{se}.\n"]
+        note = extrapolation_note(best.method, best.params)
+        lines += [f"{note}\n"] if note else []
         lines += [_table(ranked, objective or ""), ""]
+        lines += _fair(cfg, ranked) if cfg.output_scale else []
     lines += [f"![{Path(p).stem}]({p})\n" for p in plots]
     if failed:
         lines += ["## Failed trials\n", "| trial | setting | error |", "|---|---|---|"]
         lines += [f"| {r['trial']} | {md_cell(_setting(r))} | {md_cell(r.get('error', ''))} |" for r in failed]
         lines.append("")
     return "\n".join(lines)
+
+
+def extrapolation_note(method: str, params: dict[str, Any]) -> str | None:
+    """A pointer to the convergence check when the winner scales its merged task vector up (output scale > 1)."""
+    name = METHODS[method].output_scale if method in METHODS else None
+    value = params.get(name, METHODS[method].defaults().get(name)) if name else None
+    if not isinstance(value, int | float) or value <= 1:
+        return None
+    return (
+        f"Note: the best setting scales the merged task vector up ({name} = {value:g} > 1). Agents whose own "
+        "score still rises past their own weights reward any merge that extrapolates; check them with "
+        "`agentmerge converge BASE AGENT ... --evaluate SPEC` (docs/evaluate.md) before reading the ranking."
+    )
+
+
+def _fair(cfg: SweepConfig, ranked: Sequence[Row]) -> list[str]:
+    """The fair protocol's two views per method and model set: at its defaults, and its best setting."""
+    lines = ["## Defaults and tuned (one shared output-scale grid)\n"]
+    lines += ["| method | models | defaults | tuned | tuned setting |", "|---|---|---|---|---|"]
+    seen: set[tuple[str, tuple[str, ...]]] = set()
+    for row in ranked:  # best first: the first row of a method and model set is its tuned one
+        key = (row.method, tuple(row.models))
+        if row.name or key in seen:
+            continue
+        seen.add(key)
+        default = next((r for r in ranked if (r.method, tuple(r.models)) == key and _at_defaults(r)), None)
+        cells = [row.method, md_cell(", ".join(row.models)), _value(default), _value(row), f"`{md_cell(row.label)}`"]
+        lines.append("| " + " | ".join(cells) + " |")
+    return [*lines, ""]
+
+
+def _at_defaults(row: Row) -> bool:
+    defaults = METHODS[row.method].defaults()
+    return not row.name and all(defaults.get(k) == v for k, v in row.params.items())
+
+
+def _value(row: Row | None) -> str:
+    if row is None:
+        return "not run"
+    return f"{row.mean:.4g}" + (f" ± {row.se:.2g}" if row.se is not None else "")
 
 
 def _setting(r: dict[str, Any]) -> str:

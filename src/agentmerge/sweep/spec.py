@@ -8,6 +8,7 @@ methods:                          # each method with value lists for its paramet
   ram: {}
   ram_plus: {r: [0.05, 0.1, 0.2]}
   ties: {density: [0.3, 0.6]}
+output_scale: null                # the fair protocol: e.g. [0.5, 1, 1.5], each method's output scale over it
 search: grid                      # or {kind: random, n_trials: 8, seed: 0}, or {kind: optuna, n_trials: 20}
 seeds: [0]                        # each setting once per seed (the merge's seed: DARE, DELLA draws)
 evaluate: zoo                     # or zoo:test, lm-eval:TASKS, python:MODULE:FUNCTION
@@ -21,8 +22,13 @@ evaluate_options: {}              # the evaluator's options (zoo: n, tasks, batc
 fingerprint: null                 # what else decides the results (e.g. a digest of the inputs' bytes)
 ```
 
-The example gives 1 x (1 + 3 + 2) x 1 = 6 trials. A trial's id is a stable hash of everything that decides
-its result (inputs, method, parameters, seed, evaluator, merge options), so a rerun recognises it.
+The example gives 1 x (1 + 3 + 2) x 1 = 6 trials. ``output_scale`` (the fair protocol: every method tuned alike)
+tries every method of ``methods`` that has an output scale (``Method.output_scale``: task arithmetic's ``lambda``,
+RAM's ``scale``, ...) at each of these values of it, unless its own grid sets that parameter; with
+``output_scale: [0.5, 1, 1.5]`` the example gives 1 x (3 + 3 x 3 + 2 x 3) = 18 trials.
+
+A trial's id is a stable hash of everything that decides its result (inputs, method, parameters, seed,
+evaluator, merge options), so a rerun recognises it.
 
 An explicit trial is one named setting, ``{name, method, params, models, fisher, evaluate_options}``:
 ``models`` are indexes into ``models`` (default all), ``fisher`` one Fisher file per merged model (for
@@ -113,6 +119,7 @@ class SweepConfig(_Frozen):
     models: list[str] = Field(min_length=1)
     subsets: Literal["all", "pairs"] | list[list[int]] = "all"
     methods: dict[str, dict[str, ParamValue | list[ParamValue]]] = Field(default_factory=dict)
+    output_scale: list[float] | None = Field(default=None, min_length=1)  # one shared grid of every output scale
     trials: list[TrialEntry] = Field(default_factory=list)
     search: Search = Field(default_factory=Search)
     seeds: list[int] = Field(default_factory=lambda: [0], min_length=1)
@@ -181,6 +188,14 @@ class SweepConfig(_Frozen):
             raise ValueError(f"merge: {bad[0]!r} is set by the sweep itself (use base, models, methods, seeds)")
         return v
 
+    def method_grid(self, method: str) -> dict[str, ParamValue | list[ParamValue]]:
+        """A method's parameter grid: its own values, and ``output_scale`` on its output scale unless it sets it."""
+        values = dict(self.methods[method])
+        scale = METHODS[method].output_scale
+        if self.output_scale is not None and scale is not None and scale not in values:
+            values[scale] = list(self.output_scale)
+        return values
+
     def subset_list(self) -> list[tuple[int, ...]]:
         """The model index sets to merge."""
         n = len(self.models)
@@ -233,7 +248,8 @@ def grid(cfg: SweepConfig) -> list[Setting]:
     """Every setting, in file order: subsets, then methods, then the product of parameter values; then ``trials``."""
     out = []
     for models in cfg.subset_list():
-        for method, values in cfg.methods.items():
+        for method in cfg.methods:
+            values = cfg.method_grid(method)
             names = sorted(values)
             lists = [v if isinstance(v, list) else [v] for v in (values[k] for k in names)]
             for combo in itertools.product(*lists):
@@ -330,7 +346,7 @@ def grid_size(cfg: SweepConfig) -> int:
     n = len(cfg.models)
     subsets = 1 if cfg.subsets == "all" else n * (n - 1) // 2 if cfg.subsets == "pairs" else len(cfg.subsets)
     per_subset = sum(
-        math.prod(len(v) if isinstance(v, list) else 1 for v in values.values()) for values in cfg.methods.values()
+        math.prod(len(v) if isinstance(v, list) else 1 for v in cfg.method_grid(m).values()) for m in cfg.methods
     )
     return subsets * per_subset + len(cfg.trials)
 

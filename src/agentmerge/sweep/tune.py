@@ -18,8 +18,8 @@ from agentmerge.sweep.spec import Setting, SweepConfig, Trial, grid, trial_of
 def _choices(cfg: SweepConfig) -> dict[str, list[Any]]:
     """Every categorical the sampler chooses from: subset index, method, and each method's parameters."""
     out: dict[str, list[Any]] = {"subset": list(range(len(cfg.subset_list()))), "method": list(cfg.methods)}
-    for method, values in cfg.methods.items():
-        for name, v in values.items():
+    for method in cfg.methods:
+        for name, v in cfg.method_grid(method).items():
             out[f"{method}.{name}"] = v if isinstance(v, list) else [v]
     return out
 
@@ -28,7 +28,7 @@ def _suggest(ot: Any, cfg: SweepConfig, choices: dict[str, list[Any]]) -> Settin
     subset = cfg.subset_list()[ot.suggest_categorical("subset", choices["subset"])]
     method = ot.suggest_categorical("method", choices["method"])
     params = tuple(
-        (n, ot.suggest_categorical(f"{method}.{n}", choices[f"{method}.{n}"])) for n in sorted(cfg.methods[method])
+        (n, ot.suggest_categorical(f"{method}.{n}", choices[f"{method}.{n}"])) for n in sorted(cfg.method_grid(method))
     )
     return Setting(method, params, subset)
 

@@ -3,9 +3,9 @@ pairs and the dilution ablation, run as trials of agentmerge's sweep engine and 
 
 - **defaults**: every method of ``agentmerge.METHODS`` that merges three models (the dilution ablation
   ``unique_only`` aside; the Fisher methods with each agent's diagonal Fisher), at its defaults, on test.
-- **tuned** (the fair protocol): each method with an output scale (``lambda`` or ``scale``) gets it chosen on
-  validation from one shared grid by one rule (best mean strict score over the trained skills; a tie goes to
-  the value nearest 1), then scored on test. A method without one is its defaults row.
+- **tuned** (the fair protocol): each method with an output scale (``Method.output_scale``: ``lambda``,
+  ``scale``, ...) gets it chosen on validation from one shared grid by one rule (best mean strict score over
+  the trained skills; a tie goes to the value nearest 1), then scored on test. A method without one is its defaults row.
 - **pairs**: the 2-agent merges of ``pair_methods`` for each pair, scored on the pair's skills and the held-out one.
 - **dilution**: each agent's unique updates alone (``unique_only``) at s = 1 and s = 1/N, on its own skill.
 
@@ -30,7 +30,6 @@ from agentmerge_zoo.real.suite import HELD_OUT, TRAINED
 EVAL_FILE = "real-eval.json"
 EVALUATOR = "python:agentmerge_zoo.real.bench:score_trial"
 PAIR_METHODS = ("task_arithmetic", "ties", "ram", "ram_plus")
-SCALE_PARAMS = ("lambda", "scale")
 
 
 @dataclass(frozen=True)
@@ -63,11 +62,10 @@ def bench_methods(plan: BenchPlan) -> list[str]:
 
 
 def scale_param(method: str) -> str | None:
-    """The method's output-scale parameter (tuned on validation), if it has one."""
+    """The method's output-scale parameter (``Method.output_scale``, tuned on validation), if it has one."""
     from agentmerge import METHODS
 
-    names = {p.name for p in METHODS[method].params}
-    return next((p for p in SCALE_PARAMS if p in names), None)
+    return METHODS[method].output_scale
 
 
 def needs_fisher(method: str) -> bool:

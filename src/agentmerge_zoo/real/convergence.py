@@ -4,42 +4,29 @@
 the agent itself). An agent counts as converged when s = 1.5 is not better than s = 1 by more than two standard
 errors of the difference, SE = sqrt(SE_1^2 + SE_1.5^2) (the two scores' standard errors over prompts, treated as
 independent: a conservative bound for these paired scores). An unconverged agent rewards any merge that
-extrapolates; the check says which agents need more steps.
+extrapolates; the check says which agents need more steps. The scaled models and the verdict are the library's
+(``agentmerge.evaluation.convergence``, ``agentmerge converge``); this module scores them with the real zoo's
+cached evaluation.
 """
 
 from __future__ import annotations
 
-import math
 import shutil
 from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
+from agentmerge.evaluation.convergence import AgentCheck, ScalePoint, scaled_model
 from agentmerge_zoo.real.evaluate import evaluate_cached
 
 SCALES = (0.5, 1.0, 1.5, 2.0)
 
 
-def scaled_agent(base: Path, agent: Path, scale: float, out: Path) -> Path:
-    """``theta0 + scale * (agent - theta0)`` in the base's dtype (the agent itself at scale 1)."""
-    if scale == 1.0:
-        return agent
-    if not (out / "merge.json").is_file():
-        from agentmerge import MergeConfig, ModelSpec, merge
-
-        cfg = MergeConfig(
-            method="task_arithmetic", base=str(base), models=[ModelSpec(path=str(agent))], params={"lambda": scale}
-        )
-        merge(cfg, out, force=True, quiet=True)
-    return out
-
-
 def verdict(scores: dict[float, dict[str, float]]) -> dict[str, Any]:
-    """Converged, the gain of s = 1.5 over s = 1 and two standard errors of it."""
-    one, more = scores[1.0], scores[1.5]
-    gain = more["strict"] - one["strict"]
-    two_se = 2 * math.sqrt(one["strict_se"] ** 2 + more["strict_se"] ** 2)
-    return {"converged": gain <= two_se, "gain_1.5": gain, "two_se": two_se}
+    """Converged, the gain of s = 1.5 over s = 1 and two standard errors of it (the library's check)."""
+    points = tuple(ScalePoint(s, v["strict"], v["strict_se"]) for s, v in sorted(scores.items()))
+    check = AgentCheck("", "strict", points)
+    return {"converged": check.converged, "gain_1.5": check.gain, "two_se": check.two_se}
 
 
 def check_agent(
@@ -55,7 +42,7 @@ def check_agent(
     """Scores at every scale (validation, the agent's own skill) and the verdict; merged folders removed after."""
     scores: dict[float, dict[str, float]] = {}
     for scale in scales:
-        folder = scaled_agent(base, agent, scale, work / f"{agent.name}.s{scale:g}")
+        folder = scaled_model(base, agent, scale, work / f"{agent.name}.s{scale:g}")
         scores[scale] = evaluate_cached(folder, [skill], "val", n, cache)[skill]
         log(f"check {agent.name} s={scale:g}: {100 * scores[scale]['strict']:.1f} %")
         if folder != agent:
