@@ -571,6 +571,19 @@ def test_dry_run_states_memory_and_svd_time(families: Any, tmp_path: Path) -> No
     assert not (tmp_path / "o").exists()
 
 
+def test_dry_run_counts_the_svds_of_lines_alpha_pass(families: Any, tmp_path: Path) -> None:
+    """LiNeS's reference alpha runs the kernels (and their SVDs) over the model once before the write pass."""
+    from agentmerge.engine.dryrun import plan_merge
+
+    base, agents = families("qwen2-tied", torch.bfloat16)
+    models = [ModelSpec(path=str(a)) for a in agents]
+    once = plan_merge(MergeConfig(method="iso_c", base=str(base), models=models), tmp_path / "o", probe=False)
+    lines = MergeConfig(method="iso_c", base=str(base), models=models, params={"lines_beta": 0.5})
+    twice = plan_merge(lines, tmp_path / "o")
+    assert once.whole is not None and twice.whole is not None and twice.passes == once.passes + 1
+    assert twice.whole["flops"] == 2 * once.whole["flops"] and "each twice" in twice.text()
+
+
 def test_tsv_warns_when_a_matrix_has_fewer_directions_than_models() -> None:
     said: list[str] = []
     c = chunk(NAMES["attn"], random_taus(3, (2, 8), seed=1), "tsv", warn=said.append)

@@ -112,7 +112,7 @@ def plan_merge(
         inputs.close()
     written = sum(s.size for s in shards)
     est = bytes_read / speed if speed else None
-    whole = whole_estimate(plan, cfg.memory_bytes, probe)
+    whole = whole_estimate(plan, cfg.memory_bytes, probe, 2 if needs_pass(plan) else 1)
     return DryRunPlan(
         cfg.method,
         str(out.resolve()),
@@ -136,12 +136,13 @@ def plan_merge(
 
 
 def whole_estimate(
-    plan: MergePlan, budget: int, probe: bool
+    plan: MergePlan, budget: int, probe: bool, runs: int = 1
 ) -> tuple[dict[str, Any] | None, float | None, float | None, list[str]]:
-    """The whole-tensor (SVD) jobs: their record, estimated SVD seconds (all, vocabulary), the lines to print."""
+    """The whole-tensor (SVD) jobs: their record, estimated SVD seconds (all, vocabulary), the lines to print;
+    ``runs``: how often the kernels run on every tensor (2 when LiNeS's alpha pass runs them first)."""
     from agentmerge.engine.svdcost import WholeCost, svd_rate  # torch's SVD probe, only for plans that need it
 
-    cost = WholeCost.of(plan)
+    cost = WholeCost.of(plan, runs)
     if cost is None:
         return None, None, None, []
     lines = [cost.memory_line(budget, plan.threads)]

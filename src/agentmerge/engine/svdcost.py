@@ -54,11 +54,12 @@ class WholeCost:
     largest: str
     largest_shape: tuple[int, ...]
     largest_bytes: int
-    flops: float
+    flops: float  # every run of the kernels included
     vocab_flops: float  # of that, on embeddings and LM head (``svd_embeddings: false`` skips it)
+    runs: int = 1  # how often the kernels run on each tensor (2: LiNeS's alpha pass runs them before the write)
 
     @classmethod
-    def of(cls, plan: MergePlan) -> WholeCost | None:
+    def of(cls, plan: MergePlan, runs: int = 1) -> WholeCost | None:
         jobs = plan.whole_jobs
         if not jobs:
             return None
@@ -69,8 +70,9 @@ class WholeCost:
             largest=big.name,
             largest_shape=big.shape,
             largest_bytes=plan.whole_bytes(big),
-            flops=sum(job_flops(j) for j in jobs),
-            vocab_flops=sum(job_flops(j) for j in jobs if is_vocab(j.name)),
+            flops=runs * sum(job_flops(j) for j in jobs),
+            vocab_flops=runs * sum(job_flops(j) for j in jobs if is_vocab(j.name)),
+            runs=runs,
         )
 
     def peak(self, budget: int) -> int:
@@ -93,9 +95,10 @@ class WholeCost:
 
     def time_line(self, rate: float, threads: int) -> str:
         total, vocab = self.seconds(rate, threads)
+        twice = "; each twice: LiNeS's alpha pass runs the kernels too" if self.runs > 1 else ""
         line = (
             f"SVDs: ~{total:.1f} s estimated on {threads} thread(s) ({self.flops / 1e9:.3g} GFLOP at the measured "
-            f"{rate / 1e9:.1f} GFLOP/s per thread)"
+            f"{rate / 1e9:.1f} GFLOP/s per thread{twice})"
         )
         if self.vocab_flops:
             line += f", ~{vocab:.1f} s of it on embeddings / LM head (svd_embeddings: false skips them)"
