@@ -32,6 +32,7 @@ from agentmerge.methods.lines import LAYER, auto_alpha, closed_form_alpha, depth
 Deltas = Callable[[TensorJob, int, int], tuple[torch.Tensor, torch.Tensor]]
 _BUCKETS = 256  # float32 exponents
 _MANTISSA = (1 << 23) - 1
+_SLICE = 1 << 20  # elements of a chunk l1_parts takes at a time
 
 
 @dataclass(frozen=True)
@@ -80,13 +81,17 @@ def needs_pass(plan: MergePlan) -> bool:
     return auto and exact_alpha(plan) is None
 
 
-def l1_parts(x: torch.Tensor) -> torch.Tensor:
+def l1_parts(x: torch.Tensor, slice_size: int = _SLICE) -> torch.Tensor:
     """``[E]`` finite float32 -> ``[256]`` int64: per exponent field e, the sum of the integer mantissas of |x|
-    (|x| = mantissa * 2^(max(e, 1) - 150), denormals included)."""
-    bits = x.abs().view(torch.int32)
-    exponent = bits >> 23
-    mantissa = (bits & _MANTISSA) | ((exponent > 0).to(torch.int32) << 23)
-    return torch.zeros(_BUCKETS, dtype=torch.int64).scatter_add_(0, exponent.long(), mantissa.long())
+    (|x| = mantissa * 2^(max(e, 1) - 150), denormals included). Taken ``slice_size`` elements at a time, so its
+    integer temporaries (28 bytes an element) stay small next to the chunk the merge's budget was sized for."""
+    out = torch.zeros(_BUCKETS, dtype=torch.int64)
+    for start in range(0, x.numel(), slice_size):
+        bits = x[start : start + slice_size].abs().view(torch.int32)
+        exponent = bits >> 23
+        mantissa = (bits & _MANTISSA) | ((exponent > 0).to(torch.int32) << 23)
+        out.scatter_add_(0, exponent.long(), mantissa.long())
+    return out
 
 
 def exact_value(parts: torch.Tensor) -> Fraction:
