@@ -192,12 +192,19 @@ class ChunkWriter:
         return (result if result.finite else None), ref, models
 
     def deltas(self, job: TensorJob, start: int, stop: int) -> tuple[torch.Tensor, torch.Tensor]:
-        """``(sum_i tau_i, merged - theta_0)``, ``[E]`` float32, of a chunk by the plan's kernels; nothing written."""
+        """``(sum_i tau_i, merged - theta_0)``, ``[E]`` float32, of a chunk by the plan's kernels; nothing written.
+
+        On the compiled path the chunk was sized for inputs as stored (bf16), so the sum is taken a model at a
+        time (one float32 temporary, agents in ``sum_agents``'s order: the same bits), never as N float32 copies.
+        """
         if not self.plan.reference(job):
             result, ref, models = self._compiled_merge(job, start, stop, torch.empty(stop - start))
             if result is not None and result.merged is not None:
                 r = ref.float()
-                return sum_agents(models.float() - r), result.merged - r
+                total = torch.zeros_like(r)
+                for model in models:
+                    total += model.float() - r
+                return total, result.merged.sub_(r)
         ref, tau, delta = self._merged(job, start, stop)
         return sum_agents(tau), (ref + delta) - ref
 
