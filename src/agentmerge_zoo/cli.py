@@ -33,9 +33,21 @@ def register(subparsers: argparse._SubParsersAction) -> None:  # type: ignore[ty
     _build_parser(zoo_sub)
     _bench_parser(zoo_sub)
     _many_parser(zoo_sub)
+    from agentmerge_zoo.check_cli import check_parser
     from agentmerge_zoo.real.cli import register_real
 
+    check_parser(zoo_sub)
+
     register_real(zoo_sub)
+
+
+def steps_option(p: argparse.ArgumentParser) -> None:
+    p.add_argument(
+        "--steps",
+        default=None,
+        help="agents' RL steps instead of the regime's, e.g. memory=200,code=160 (a longer recipe continues the "
+        "shorter one's saved training; what `zoo check --rounds` prints)",
+    )
 
 
 def _common(p: argparse.ArgumentParser) -> None:
@@ -55,6 +67,7 @@ def _build_parser(sub: Any) -> None:
         default="core",
         help="core: code, tool, memory (default); six: also math, sort, search, on their own base (under OUT/six)",
     )
+    steps_option(p)
     _common(p)
     p.set_defaults(func=cmd_build)
 
@@ -93,6 +106,14 @@ def _bench_parser(sub: Any) -> None:
         default=None,
         help="merge trials in flight at once (default: cores / --threads); each trial uses --threads CPUs",
     )
+    p.add_argument(
+        "--no-fair",
+        action="store_true",
+        help="only task arithmetic's lambda tuned (the older protocol) instead of a defaults and a tuned table",
+    )
+    p.add_argument("--no-check", action="store_true", help="skip the convergence check of the agents")
+    p.add_argument("--check-n", type=int, default=None, help="validation prompts per task of the check (default 1000)")
+    steps_option(p)
     _common(p)
     p.set_defaults(func=cmd_bench)
 
@@ -163,13 +184,19 @@ def _threads(n: int | None) -> int:
     return count
 
 
-def _config(smoke: bool, regime: str = "bf16", suite: str = "core") -> Any:
-    from agentmerge_zoo.config import full_config, six_config, smoke_config
+def _config(smoke: bool, regime: str = "bf16", suite: str = "core", steps: str | None = None) -> Any:
+    from agentmerge.errors import ConfigError
+    from agentmerge_zoo.config import full_config, parse_steps, six_config, smoke_config, with_steps
     from agentmerge_zoo.tasks import SIX_DOMAINS
 
     if suite == "six":
-        return smoke_config(regime, SIX_DOMAINS) if smoke else six_config(regime)
-    return smoke_config(regime) if smoke else full_config(regime)
+        cfg = smoke_config(regime, SIX_DOMAINS) if smoke else six_config(regime)
+    else:
+        cfg = smoke_config(regime) if smoke else full_config(regime)
+    try:
+        return with_steps(cfg, parse_steps(steps)) if steps else cfg
+    except ValueError as exc:
+        raise ConfigError(str(exc)) from None
 
 
 def _regimes(args: argparse.Namespace) -> list[str]:
@@ -188,7 +215,7 @@ def cmd_build(args: argparse.Namespace) -> int:
 
     threads = _threads(args.threads)
     paths = build_zoo(
-        _config(args.smoke, args.regime, args.suite),
+        _config(args.smoke, args.regime, args.suite, args.steps),
         Path(args.out),
         args.seed,
         threads=threads,
@@ -201,7 +228,7 @@ def cmd_build(args: argparse.Namespace) -> int:
 
 def cmd_bench(args: argparse.Namespace) -> int:
     from agentmerge.errors import ConfigError
-    from agentmerge_zoo.bench import bench_session
+    from agentmerge_zoo.bench_sweeps import bench_session
     from agentmerge_zoo.build import stderr_logger
     from agentmerge_zoo.regime_report import render_combined_from_json
 
@@ -229,9 +256,11 @@ def _bench_regime(
     from agentmerge_zoo.results import aggregate
 
     docs = Path(args.docs)
-    cfg = _config(args.smoke, regime)
+    cfg = _config(args.smoke, regime, steps=args.steps)
     started = time.perf_counter()
     plan = _plan(args.smoke, seeds, regime, not args.no_pairs)
+    plan = replace(plan, fair=not args.no_fair, check=not args.no_check)
+    plan = replace(plan, check_n=args.check_n or plan.check_n)
     if args.methods:
         keep = set(CORE_METHODS) if args.methods == "core" else set(args.methods.split(","))
         plan = replace(plan, methods=tuple(m for m in plan.methods if m.label in keep))
@@ -282,6 +311,7 @@ def _plan(smoke: bool, seeds: tuple[int, ...], regime: str, pairs: bool) -> Any:
     small = tuple(r for r in ablation if r.label in {"ram_plus_r0_a1", "ram_plus_authors_R1.2"})
     return BenchPlan(
         seeds=seeds,
+        check_n=8,
         fisher_prompts=4,
         ta_lambdas=(0.5, 1.0),
         methods=methods,
@@ -304,6 +334,10 @@ def _command(args: argparse.Namespace) -> str:
         parts += ["--methods", args.methods]
     if args.no_ablation:
         parts.append("--no-ablation")
+    parts += ["--no-fair"] if args.no_fair else []
+    parts += ["--no-check"] if args.no_check else []
+    parts += ["--check-n", str(args.check_n)] if args.check_n else []
+    parts += ["--steps", args.steps] if args.steps else []
     if args.smoke:
         parts.append("--smoke")
     if args.threads:

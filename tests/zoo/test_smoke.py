@@ -145,6 +145,44 @@ def test_bench_smoke_writes_results(zoo: Path, bench: Path) -> None:
         }
 
 
+def test_bench_smoke_checks_agents_and_tunes_every_output_scale(bench: Path) -> None:
+    """The fair bench: each agent's convergence check, a defaults and a tuned table, the regime map under both."""
+    from agentmerge_zoo.fair import output_scale
+
+    combined = json.loads((bench / "docs" / "results.json").read_text())
+    for regime, results in combined["regimes"].items():
+        conv = results["convergence"]
+        assert set(conv) == set(DOMAINS), regime
+        for entry in conv.values():
+            assert list(entry["scores"]) == ["0.5", "1", "1.5", "2"]
+            assert entry["steps"] == [2] and len(entry["converged"]) == 1
+        rows = results["rows"]
+        scaled = [x for x in ("task_arithmetic", "ties", "ram", "ram_plus") if output_scale(x)]
+        assert len(scaled) == 4  # every one has an output scale in the registry
+        assert {f"{x}.tuned" for x in scaled} <= set(rows)
+        assert "linear.tuned" not in rows and "fisher.tuned" not in rows  # no output scale: defaults row only
+        assert set(results["tuned_choice"]) == set(scaled)
+        for label in scaled:
+            choice = results["tuned_choice"][label]
+            assert choice["param"] == output_scale(label) and choice["values"][0] in (0.5, 1.0)
+        assert "ram_minus_best_baseline" in results["map_tuned"]
+        assert results["map_tuned"]["best_baseline"] not in ("ram", "ram_plus", "ram_ties")
+        assert {"code+tool", "code+memory", "tool+memory"} == set(results["pairs_tuned"])
+    seed = bench / "work" / "bf16" / "seed0"
+    val = {r["name"] for r in Results(seed / "sweep-val" / "results.jsonl").records()}
+    assert {"ties_tune0.5", "ties_tune1", "ram_plus_tune0.5", "code+tool.ram_tune1"} <= val
+    test = {r["name"]: r for r in Results(seed / "sweep-test" / "results.jsonl").records()}
+    assert {"task_arithmetic", "ties", "ram"} <= set(test)  # the defaults rows
+    for label in ("ties", "ram", "ram_plus"):  # a tuned row is its own trial unless the default value won
+        best = combined["regimes"]["bf16"]["tuned_choice"][label]["values"][0]
+        assert (f"{label}_at{best:g}" in test) == (best != 1.0)
+    markdown = (bench / "docs" / "results.md").read_text()
+    assert "### Convergence check" in markdown and "| agent_memory | 2 |" in markdown
+    assert "### Main table at defaults (3 agents)" in markdown and "### Main table tuned (3 agents)" in markdown
+    assert "RAM − best baseline, tuned (pts)" in markdown and "Tuned alike: RAM vs the best baseline" in markdown
+    assert "### Two-agent merges, tuned" in markdown
+
+
 def test_bench_rerun_runs_no_trial_and_scores_nothing(zoo: Path, bench: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """A finished bench run again: every trial is found in results.jsonl, Ray never starts, nothing is evaluated."""
     from agentmerge.sweep.run import RaySession
@@ -163,7 +201,8 @@ def test_bench_rerun_runs_no_trial_and_scores_nothing(zoo: Path, bench: Path, mo
     assert sorted((bench / "work" / "evals").rglob("*.json")) == evals
     again = json.loads((bench / "docs" / "results.json").read_text())
     for regime, results in again["regimes"].items():
-        for key in ("rows", "pairs", "dilution", "task_arithmetic_lambda", "ablation", "probe", "skipped"):
+        keys = ("rows", "pairs", "dilution", "task_arithmetic_lambda", "ablation", "probe", "skipped", "convergence")
+        for key in (*keys, "tuned_choice", "map_tuned", "pairs_tuned"):
             assert results[key] == first["regimes"][regime][key], (regime, key)
 
 
@@ -173,7 +212,8 @@ def test_killed_bench_resumes(zoo: Path, tmp_path: Path) -> None:
 
     src = str(Path(agentmerge.__file__).resolve().parents[1])
     env = {**os.environ, "PYTHONPATH": os.pathsep.join([src, os.environ.get("PYTHONPATH", "")])}
-    argv = [*_bench_argv(zoo, tmp_path), "--seeds", "0", "--smoke", "--regimes", "bf16", "--no-pairs"]
+    argv = [*_bench_argv(zoo, tmp_path), "--seeds", "0", "--smoke", "--regimes", "bf16", "--no-pairs", "--no-fair"]
+    argv.append("--no-check")
     cmd = [sys.executable, "-m", "agentmerge", *argv, "--threads", "1", "--max-concurrent", "1", "--quiet"]
     results = tmp_path / "work" / "bf16" / "seed0" / "sweep-test" / "results.jsonl"
     proc = subprocess.Popen(cmd, env=env, start_new_session=True, stderr=subprocess.PIPE)
