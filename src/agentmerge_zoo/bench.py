@@ -1,11 +1,13 @@
 """The zoo benchmark: build the zoo for several seeds, merge the agents with every method, evaluate, report.
 
-Per seed: the base and the three specialists are scored on the test split; the probe measures each agent's
-density and overlap; every available merge method is applied (task arithmetic's lambda is tuned on the
-validation split); the dilution ablation keeps one agent's unique updates at s = 1 and s = 1/N.
+Per seed: the base and the three specialists are scored on the test split; with ``plan.check`` each agent's
+convergence check runs on validation (``converge.py``); the probe measures each agent's density and overlap;
+every available merge method is applied (task arithmetic's lambda tuned on the validation split; with
+``plan.fair`` every method at its defaults and, where it has an output scale, tuned alike: ``fair.py``); the
+dilution ablation keeps one agent's unique updates at s = 1 and s = 1/N.
 
 The merges run through the sweep engine (``agentmerge.sweep``): per seed and regime, one sweep of explicit
-trials on the validation split (task arithmetic's lambda grid) and one on the test split (every other merge),
+trials on the validation split (the tuning grids) and one on the test split (every other merge),
 each trial named by its row label, scored by the ``zoo`` evaluator and recorded in the sweep's
 ``results.jsonl``; the tables are built from those records. Building the zoo, scoring the base and the agents,
 the probe and the Fisher files are not merges and run here. A rerun skips every recorded trial, and every

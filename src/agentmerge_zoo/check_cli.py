@@ -14,7 +14,7 @@ from typing import Any
 
 
 def check_parser(sub: Any) -> None:
-    from agentmerge_zoo.cli import DEFAULT_WORK, DEFAULT_ZOO, _common, steps_option
+    from agentmerge_zoo.cli_common import DEFAULT_WORK, DEFAULT_ZOO, common_options, steps_option
     from agentmerge_zoo.converge import CHECK_N, GROWTH
 
     p = sub.add_parser(
@@ -33,22 +33,22 @@ def check_parser(sub: Any) -> None:
     )
     p.add_argument("--out", default=None, help="the rounds as JSON (default WORK/{regime}/convergence.json)")
     steps_option(p)
-    _common(p)
+    common_options(p)
     p.set_defaults(func=cmd_check)
 
 
 def cmd_check(args: argparse.Namespace) -> int:
     from agentmerge.errors import ConfigError
     from agentmerge_zoo.build import stderr_logger
-    from agentmerge_zoo.cli import _config, _threads
+    from agentmerge_zoo.cli_common import set_threads, zoo_config
     from agentmerge_zoo.converge import CHECK_N, converge, steps_text
     from agentmerge_zoo.converge_report import rounds_lines, write_rounds
 
     if args.rounds < 0 or args.growth <= 0 or (args.n is not None and args.n < 2):
         raise ConfigError("zoo check: --rounds must be >= 0, --growth > 0 and --n >= 2")
     seeds = tuple(int(s) for s in args.seeds.split(",") if s.strip())
-    threads = _threads(args.threads)
-    cfg = _config(args.smoke, args.regime, steps=args.steps)
+    threads = set_threads(args.threads)
+    cfg = zoo_config(args.smoke, args.regime, steps=args.steps)
     n = args.n or (8 if args.smoke else CHECK_N)
     work = Path(args.work)
     log = stderr_logger(args.quiet)

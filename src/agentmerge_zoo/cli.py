@@ -9,7 +9,6 @@ from __future__ import annotations
 import argparse
 import contextlib
 import json
-import os
 import shlex
 import time
 from collections.abc import Iterator
@@ -17,13 +16,20 @@ from dataclasses import replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from agentmerge_zoo.cli_common import (
+    DEFAULT_WORK,
+    DEFAULT_ZOO,
+    common_options,
+    set_threads,
+    steps_option,
+    zoo_config,
+)
+
 if TYPE_CHECKING:
     from agentmerge.sweep.run import RaySession
     from agentmerge_zoo.build import Logger
 
-DEFAULT_ZOO = ".zoo-cache"
 CORE_METHODS = ("linear", "task_arithmetic", "ties", "dare_ties", "ram", "ram_plus")
-DEFAULT_WORK = "bench-work"
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
@@ -41,21 +47,6 @@ def register(subparsers: argparse._SubParsersAction) -> None:  # type: ignore[ty
     register_real(zoo_sub)
 
 
-def steps_option(p: argparse.ArgumentParser) -> None:
-    p.add_argument(
-        "--steps",
-        default=None,
-        help="agents' RL steps instead of the regime's, e.g. memory=200,code=160 (a longer recipe continues the "
-        "shorter one's saved training; what `zoo check --rounds` prints)",
-    )
-
-
-def _common(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--smoke", action="store_true", help="tiny sizes: checks the pipeline runs, not who wins")
-    p.add_argument("--threads", type=int, default=None, help="torch threads (default: all cores)")
-    p.add_argument("--quiet", action="store_true", help="no progress on stderr")
-
-
 def _build_parser(sub: Any) -> None:
     p = sub.add_parser("build", help="pretrain the base and RL-train one agent per domain (cached, resumable)")
     p.add_argument("--out", default=DEFAULT_ZOO, help=f"zoo folder (default {DEFAULT_ZOO})")
@@ -68,7 +59,7 @@ def _build_parser(sub: Any) -> None:
         help="core: code, tool, memory (default); six: also math, sort, search, on their own base (under OUT/six)",
     )
     steps_option(p)
-    _common(p)
+    common_options(p)
     p.set_defaults(func=cmd_build)
 
 
@@ -114,7 +105,7 @@ def _bench_parser(sub: Any) -> None:
     p.add_argument("--no-check", action="store_true", help="skip the convergence check of the agents")
     p.add_argument("--check-n", type=int, default=None, help="validation prompts per task of the check (default 1000)")
     steps_option(p)
-    _common(p)
+    common_options(p)
     p.set_defaults(func=cmd_bench)
 
 
@@ -135,7 +126,7 @@ def _many_parser(sub: Any) -> None:
     p.add_argument("--per-size", type=int, default=5, help="subsets per size, the same in every seed (default 5)")
     p.add_argument("--render-only", action="store_true", help="only re-render results.md from results.json")
     p.add_argument("--max-concurrent", type=int, default=None, help="merge trials in flight at once")
-    _common(p)
+    common_options(p)
     p.set_defaults(func=cmd_many)
 
 
@@ -153,9 +144,9 @@ def cmd_many(args: argparse.Namespace) -> int:
     seeds = tuple(int(s) for s in args.seeds.split(",") if s.strip())
     sizes = tuple(int(s) for s in args.sizes.split(",") if s.strip())
     plan = smoke_plan(seeds) if args.smoke else ManyPlan(seeds=seeds, sizes=sizes, per_size=args.per_size)
-    threads = _threads(args.threads)
+    threads = set_threads(args.threads)
     started = time.perf_counter()
-    cfg = _config(args.smoke, args.regime, "six")
+    cfg = zoo_config(args.smoke, args.regime, "six")
     log = stderr_logger(args.quiet)
     records = run_many(cfg, plan, Path(args.zoo), Path(args.work), log, threads, args.max_concurrent, args.quiet)
     meta = {"command": _many_command(args), "regime": args.regime, "config": cfg.to_dict(), "threads": threads}
@@ -176,29 +167,6 @@ def _many_command(args: argparse.Namespace) -> str:
     return shlex.join(parts)
 
 
-def _threads(n: int | None) -> int:
-    import torch
-
-    count = n or os.cpu_count() or 1
-    torch.set_num_threads(count)
-    return count
-
-
-def _config(smoke: bool, regime: str = "bf16", suite: str = "core", steps: str | None = None) -> Any:
-    from agentmerge.errors import ConfigError
-    from agentmerge_zoo.config import full_config, parse_steps, six_config, smoke_config, with_steps
-    from agentmerge_zoo.tasks import SIX_DOMAINS
-
-    if suite == "six":
-        cfg = smoke_config(regime, SIX_DOMAINS) if smoke else six_config(regime)
-    else:
-        cfg = smoke_config(regime) if smoke else full_config(regime)
-    try:
-        return with_steps(cfg, parse_steps(steps)) if steps else cfg
-    except ValueError as exc:
-        raise ConfigError(str(exc)) from None
-
-
 def _regimes(args: argparse.Namespace) -> list[str]:
     from agentmerge_zoo.config import REGIMES
 
@@ -213,9 +181,9 @@ def _regimes(args: argparse.Namespace) -> list[str]:
 def cmd_build(args: argparse.Namespace) -> int:
     from agentmerge_zoo.build import build_zoo, stderr_logger
 
-    threads = _threads(args.threads)
+    threads = set_threads(args.threads)
     paths = build_zoo(
-        _config(args.smoke, args.regime, args.suite, args.steps),
+        zoo_config(args.smoke, args.regime, args.suite, args.steps),
         Path(args.out),
         args.seed,
         threads=threads,
@@ -238,7 +206,7 @@ def cmd_bench(args: argparse.Namespace) -> int:
         return 0
     if args.max_concurrent is not None and args.max_concurrent < 1:
         raise ConfigError(f"--max-concurrent must be at least 1 (got {args.max_concurrent})")
-    threads = _threads(args.threads)
+    threads = set_threads(args.threads)
     seeds = tuple(int(s) for s in args.seeds.split(",") if s.strip())
     log = stderr_logger(args.quiet)
     with bench_session(threads, args.quiet) as session:  # one Ray runtime for every regime's sweeps
@@ -256,7 +224,7 @@ def _bench_regime(
     from agentmerge_zoo.results import aggregate
 
     docs = Path(args.docs)
-    cfg = _config(args.smoke, regime, steps=args.steps)
+    cfg = zoo_config(args.smoke, regime, steps=args.steps)
     started = time.perf_counter()
     plan = _plan(args.smoke, seeds, regime, not args.no_pairs)
     plan = replace(plan, fair=not args.no_fair, check=not args.no_check)

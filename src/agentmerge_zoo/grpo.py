@@ -13,6 +13,10 @@ therefore lost rather than accumulated, which is what makes RL task vectors spar
 keeps unrounded float32 weights instead, as trainers with float32 master weights (verl) do. ``export`` is the
 dtype of the saved checkpoint: ``bf16`` rounds once at save (verl's converter), ``fp32`` keeps the master
 weights (as the paper's tool agent was released). Precision is a recipe axis of the zoo (see ``config.py``).
+
+A training can be continued exactly (``grpo_run(resume=...)``, :class:`TrainState`): the learning rate is
+constant, so continuing an N-step training to M steps from its saved weights, AdamW state, RNG state and stream
+position gives the same weights as training M steps at once (``tests/zoo/test_converge.py``).
 """
 
 from __future__ import annotations

@@ -17,7 +17,7 @@ from typing import Any
 from agentmerge_zoo.config import DOMAINS, REGIMES
 from agentmerge_zoo.converge_report import check_lines
 from agentmerge_zoo.fair import TUNED, is_tuned
-from agentmerge_zoo.regime_map import cell, plot_regime_map, regime_map_lines
+from agentmerge_zoo.regime_map import cell, is_fair, plot_regime_map, regime_map_lines
 from agentmerge_zoo.report_md import (
     comparison_lines,
     dilution_table,
@@ -33,6 +33,7 @@ from agentmerge_zoo.results import is_ablation, is_variant, jsonable
 
 FULL_SEEDS = 3
 RESUME_COMMAND = "PYTHONPATH=src nohup nice -n 10 bash scripts/zoo_full_run.sh > full-run.log 2>&1 &"
+FAIR_RESUME_COMMAND = "PYTHONPATH=src nohup nice -n 10 bash scripts/zoo_fair_run.sh > fair-run.log 2>&1 &"
 
 # The paper's Figure 2 (Qwen2.5-7B agents): density and w.0 / w.1 / w.2 in percent.
 PAPER_FIG2 = {
@@ -334,6 +335,7 @@ def render_combined(combined: dict[str, Any], figure: str | None) -> str:
     core = [f"`{r}`" for r, v in regimes.items() if "--methods" in v.get("command", "")]
     no_ablation = "paper_like" in regimes and not regimes["paper_like"].get("ablation")
     if missing or short or no_pairs or core or no_ablation:
+        resume = FAIR_RESUME_COMMAND if is_fair(combined) else RESUME_COMMAND
         parts = []
         if no_pairs:
             parts.append(f"the 2-agent pairs were not run for {', '.join(no_pairs)}")
@@ -346,7 +348,7 @@ def render_combined(combined: dict[str, Any], figure: str | None) -> str:
         if short:
             parts.append(f"regimes on fewer than {FULL_SEEDS} seeds: {', '.join(short)}")
         lines += [
-            f"**Partial:** {'; '.join(parts)}. The full run resumes from the caches with `{RESUME_COMMAND}`.",
+            f"**Partial:** {'; '.join(parts)}. The full run resumes from the caches with `{resume}`.",
             "",
         ]
     lines += ["## The regime map", "", *regime_map_lines(combined, figure)]

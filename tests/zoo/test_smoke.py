@@ -125,7 +125,7 @@ def test_bench_smoke_writes_results(zoo: Path, bench: Path) -> None:
     assert "## Regime `paper_like`" in markdown and "### RAM+ ablation" in markdown
     assert "### Two-agent merges" in markdown and "### Overlap by base-weight magnitude" in markdown
     assert "**Partial:** regimes not run yet: fp32_bf16; regimes on fewer than 3 seeds:" in markdown
-    assert "scripts/zoo_full_run.sh" in markdown
+    assert "scripts/zoo_fair_run.sh" in markdown  # a fair bench resumes with the fair run
     # the merges were trials of the seed's two sweeps, named by their row labels
     for regime in combined["regimes"]:
         seed = tmp_path / "work" / regime / "seed0"
