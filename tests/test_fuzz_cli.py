@@ -197,10 +197,10 @@ def argvs(draw: st.DrawFn, pool: dict[str, list[str]]) -> list[str]:
     command = draw(
         st.sampled_from(
             ["merge", "merge-yaml", "probe", "methods", "fisher", "convert", "lm-eval", "eval", "convert-weights",
-             "eval-tasks", "sweep"]
+             "eval-tasks", "sweep", "converge"]
         )
     )  # fmt: skip
-    if command in ("convert-weights", "eval-tasks", "sweep"):
+    if command in ("convert-weights", "eval-tasks", "sweep", "converge"):
         return _new_commands(draw, pool, command, out)
     models = draw(st.lists(st.one_of(st.sampled_from(pool["good"]), st.sampled_from(pool["models"])), max_size=3))
     number = st.sampled_from(pool["numbers"])
@@ -248,7 +248,7 @@ def argvs(draw: st.DrawFn, pool: dict[str, list[str]]) -> list[str]:
 
 
 def _new_commands(draw: st.DrawFn, pool: dict[str, list[str]], command: str, out: str) -> list[str]:
-    """convert (weights), eval with a task file and counts, sweep with a damaged results.jsonl."""
+    """convert (weights), eval with a task file and counts, sweep with a damaged results.jsonl, converge."""
     number = st.sampled_from(["-3", "0", "1", "2"])
     if command == "convert-weights":
         return ["convert", _token(draw, pool, "models"), out, *draw(st.lists(st.just("--force"), max_size=1))]
@@ -257,6 +257,13 @@ def _new_commands(draw: st.DrawFn, pool: dict[str, list[str]], command: str, out
         for flag in draw(st.lists(st.sampled_from(["--limit", "--samples", "--batch-size", "--max-new-tokens"]))):
             argv += [flag, draw(number)]
         return argv
+    if command == "converge":
+        spec = draw(st.sampled_from(["nope", "python:no_such_module:f", "tasks:" + _token(draw, pool, "tasks"), "zoo"]))
+        argv = ["converge", _token(draw, pool, "models"), _token(draw, pool, "models"), "--evaluate", spec, "--quiet"]
+        argv += ["--scales", draw(st.sampled_from(["1,1.5", "1,2", "0,1,1.5", "abc", "1,1.5,nan", "-1,1,1.5"]))]
+        return argv + [
+            x for m in draw(st.lists(st.sampled_from(["m", "x=m", "=", ""]), max_size=2)) for x in ("--metric", m)
+        ]
     lines = draw(st.lists(st.sampled_from(pool["results"]), max_size=3))
     Path(out).mkdir(parents=True, exist_ok=True)
     (Path(out) / "results.jsonl").write_text("".join(line + "\n" for line in lines))

@@ -134,3 +134,20 @@ def test_a_user_regex_that_backtracks_catastrophically_has_a_time_limit(tmp_path
         timeout=120,
     )
     assert "quick: True" in out and "refused:" in out and "catastrophic backtracking" in out and "line 1" in out, out
+
+
+@pytest.mark.parametrize(("config", "words"), [("[1]", "JSON object"), ("[" * 50_000, "config.json"), ("{}", "")])
+def test_a_damaged_model_config_is_one_line(
+    lm: Path, tmp_path: Path, config: str, words: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A config.json that is a list, nested past the limit, or without model_type: one line, for eval and converge
+    (found by the CLI fuzz test: transformers raised a TypeError through eval)."""
+    import shutil
+
+    bad = tmp_path / "bad"
+    shutil.copytree(lm, bad)
+    (bad / "config.json").write_text(config)
+    task_file = str(tasks(tmp_path))
+    one_line_error(["eval", str(bad), "--tasks", task_file, "--quiet"], capsys, str(bad), words)
+    converge = ["converge", str(lm), str(bad), "--evaluate", f"tasks:{task_file}", "--scales", "1,1.5", "--quiet"]
+    one_line_error(converge, capsys, str(bad), words)

@@ -29,6 +29,7 @@ from typing import Any
 from agentmerge.errors import CheckpointError, ConfigError
 from agentmerge.evaluation.evaluator import Context, Evaluator, Reads, Score, set_threads
 from agentmerge.evaluation.taskfile import Example, load_tasks
+from agentmerge.io.headers import read_json_object
 
 MAX_NEW_TOKENS = 100_000  # as a task file's max_new_tokens
 
@@ -165,8 +166,10 @@ def evaluate(
         examples = [_with(ex, system=system) for ex in examples]
     paths = [str(c) for c in checkpoints]
     for p in paths:
-        if not (Path(p).expanduser() / "config.json").is_file():
+        config = Path(p).expanduser() / "config.json"
+        if not config.is_file():
             raise CheckpointError(f"{p}: not a model folder (no config.json)")
+        read_json_object(config, "model config")  # a list, a damaged or a deeply nested file: one line
     names = labels(paths)
     run = EvalRun(
         list(dict.fromkeys(ex.task for ex in examples)), [], "" if not isinstance(tasks, str | Path) else str(tasks)
@@ -333,7 +336,7 @@ class Generator:
         try:
             tokenizer = transformers.AutoTokenizer.from_pretrained(path)
             model = auto_model.from_pretrained(path, dtype=getattr(torch, dtype))
-        except (OSError, ValueError) as e:
+        except (OSError, ValueError, TypeError, KeyError) as e:  # what transformers raises on a damaged folder
             why = " ".join(str(e).split())[:300]  # one line, however many transformers wrote
             raise CheckpointError(f"{path}: transformers cannot load this checkpoint ({why})") from None
         model.to(device).eval()
