@@ -39,11 +39,11 @@ for seed in $SEEDS; do zoo build --out "$ZOO" --seed "$seed" --threads 1 --quiet
 
 for regime in $REGIMES; do
     echo "== $regime: convergence loop ($(date -u +%H:%M:%S))" >&2
-    status=0
     zoo check --zoo "$ZOO" --work "$WORK" --regime "$regime" --seeds "$all" --rounds "$ROUNDS" --growth "$GROWTH" \
-        --out "$DOCS/convergence/$regime.json" --threads 1 --quiet > "$WORK/check-$regime.log" || status=$?
-    if [ "$status" != 0 ] && [ "$status" != 3 ]; then echo "zoo check failed ($status)" >&2; exit "$status"; fi
-    [ "$status" = 3 ] && echo "== $regime: some agent still fails the check after $ROUNDS rounds (see $DOCS/convergence/$regime.md)" >&2
+        --out "$DOCS/convergence/$regime.json" --threads 1 --quiet > "$WORK/check-$regime.log"
+    if grep -q "^still failing" "$WORK/check-$regime.log"; then
+        echo "== $regime: some agent still fails the check after $ROUNDS rounds (see $DOCS/convergence/$regime.md)" >&2
+    fi
     steps=$("$PY" -c 'import json, sys; print(json.load(open(sys.argv[1]))["steps"])' "$DOCS/convergence/$regime.json")
     echo "== $regime: bench at --steps $steps ($(date -u +%H:%M:%S))" >&2
     bench() { zoo bench --zoo "$ZOO" --work "$WORK" --regimes "$regime" --steps "$steps" "${pairs[@]}" \

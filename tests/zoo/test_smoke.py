@@ -77,6 +77,21 @@ def test_eval_cli_writes_json(zoo: Path, tmp_path: Path, capsys: pytest.CaptureF
     assert report["count"]["code.exact"] == 8
 
 
+def test_check_cli_checks_every_agent_and_prints_the_steps(
+    zoo: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    argv = ["zoo", "check", "--zoo", str(zoo), "--work", str(tmp_path), "--regime", "bf16", "--seeds", "0"]
+    assert _run(*argv, "--smoke", "--threads", "1", "--quiet", "--n", "4") == 0
+    out = capsys.readouterr().out
+    assert out.rstrip().endswith("steps: code=2,tool=2,memory=2")
+    data = json.loads((tmp_path / "bf16" / "convergence.json").read_text())
+    (round0,) = data["rounds"]
+    assert set(round0["checks"]["0"]) == set(DOMAINS) and round0["steps"] == {"code": 2, "tool": 2, "memory": 2}
+    assert round0["checks"]["0"]["memory"]["scores"]["1.5"]["n"] == 4
+    assert "| 0 | agent_memory | 2 |" in (tmp_path / "bf16" / "convergence.md").read_text()
+    assert not list(tmp_path.rglob("*.s1.5"))  # the scaled models are removed once scored
+
+
 def _bench_argv(zoo: Path, root: Path) -> list[str]:
     return ["zoo", "bench", "--zoo", str(zoo), "--work", str(root / "work"), "--docs", str(root / "docs")]
 
