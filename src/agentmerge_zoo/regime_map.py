@@ -50,8 +50,11 @@ def map_rows(combined: dict[str, Any]) -> list[list[str]]:
                 f"`{name}` ({len(res['seeds'])} seeds)",
                 dens,
                 excess,
-                f"{cell(m.get('ram_minus_best_baseline'))} (vs {m.get('best_baseline')})",
-                *([_tuned_cell(res)] if fair else []),
+                *(
+                    _ram_cells(res)
+                    if fair
+                    else [f"{cell(m.get('ram_minus_best_baseline'))} (vs {m.get('best_baseline')})"]
+                ),
                 cell(m.get("ram_minus_linear")),
                 cell(m.get("ram_plus_minus_ram"), 2),
                 f"{best_spec} ({m.get('best_merge')})",
@@ -61,9 +64,14 @@ def map_rows(combined: dict[str, Any]) -> list[list[str]]:
     return rows
 
 
-def _tuned_cell(res: dict[str, Any]) -> str:
-    m = res.get("map_tuned")
-    return f"{cell(m.get('ram_minus_best_baseline'))} (vs {m.get('best_baseline')})" if m else "n/a"
+def _ram_cells(res: dict[str, Any]) -> list[str]:
+    """RAM − best baseline at defaults and tuned; a regime of the older protocol (only task arithmetic tuned) is
+    neither, and says so."""
+    m, t = res.get("map", {}), res.get("map_tuned")
+    old = f"{cell(m.get('ram_minus_best_baseline'))} (vs {m.get('best_baseline')})"
+    if not t:
+        return ["n/a", f"{old}, older protocol: only task arithmetic tuned"]
+    return [old, f"{cell(t.get('ram_minus_best_baseline'))} (vs {t.get('best_baseline')})"]
 
 
 def regime_map_lines(combined: dict[str, Any], figure: str | None) -> list[str]:

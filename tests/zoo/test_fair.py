@@ -145,3 +145,7 @@ def test_older_results_render_without_a_tuned_table() -> None:
     assert "map_tuned" not in res
     assert "### Main table (3 agents)" in "\n".join(main_tables(res))
     assert "tuned" not in "\n".join(regime_map_lines({"regimes": {"bf16": res}}, None))
+    fair = aggregate([_record(0, 0.0)], {"command": "x", "config": {"n_test": 1}})
+    mixed = "\n".join(regime_map_lines({"regimes": {"bf16": fair, "paper_like": res}}, None))
+    row = next(line for line in mixed.splitlines() if line.startswith("| `paper_like`"))
+    assert "| n/a | " in row and "older protocol: only task arithmetic tuned" in row  # neither table: says so
