@@ -66,6 +66,13 @@ CASES: list[tuple[str, str, dict[str, Any]]] = [
     ("task_arithmetic-lines", "task_arithmetic", {"lambda": 0.7, "lines_beta": 0.5}),
     ("magmax-lines", "magmax", {"lines_beta": 0.5}),
     ("ties-lines-alpha", "ties", {"lines_beta": 0.3, "lines_alpha": 0.2}),
+    ("tsv", "tsv", {}),
+    ("iso_c", "iso_c", {}),
+    ("iso_cts", "iso_cts", {"common_space_fraction": 0.6}),
+    ("cart", "cart", {}),
+    ("resmerge", "resmerge", {}),
+    ("task_arithmetic-svc", "task_arithmetic", {"lambda": 0.7, "calibrate": "svc"}),
+    ("tsv-svc-no-embeddings", "tsv", {"calibrate": "svc", "svd_embeddings": False}),
 ]
 FISHER_METHODS = {"fisher", "ram_fisher"}
 PATHS = [("fused", None), ("reference", None), ("fused", 997), ("reference", 997)]  # kernel path, chunk size

@@ -69,6 +69,7 @@ def test_exact_l1_sums_are_order_free() -> None:
     want = sum((Fraction(float(v)) for v in x.abs().tolist()), Fraction(0))
     assert exact_value(l1_parts(x)) == want
     assert exact_value(l1_parts(x[:1234]) + l1_parts(x[1234:])) == want
+    assert torch.equal(l1_parts(x, slice_size=7), l1_parts(x))  # taken in slices: the same buckets
 
 
 # --------------------------------------------------------------------------- against per-tensor references

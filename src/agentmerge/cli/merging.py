@@ -17,7 +17,7 @@ from agentmerge.io.safety import (
     write_report,
     write_report_with,
 )
-from agentmerge.methods.params import POST_STEP_NAMES, POST_STEP_PARAMS
+from agentmerge.methods.params import POST_STEP_PARAMS, Param
 from agentmerge.methods.registry import METHODS
 from agentmerge.methods.spec import EPSILON_DEFAULT, ParamValue, check_mask
 
@@ -265,14 +265,17 @@ def cmd_methods(args: argparse.Namespace) -> int:
         notes += [f"output scale: {m.output_scale}"] if m.output_scale else []
         print(f"{m.name}: {m.summary}" + (f" [{', '.join(notes)}]" if notes else ""))
         for p in m.params:
-            if p.name in POST_STEP_NAMES:
-                continue
-            allowed = f" one of {'/'.join(p.choices)}" if p.choices else ""
-            print(f"    {p.name} = {p.default}{allowed}  — {p.help}")
+            if p not in POST_STEP_PARAMS:  # those are listed once below; a method's own default of one here
+                _print_param(p)
     print("every method (with a base model) also takes these post-steps on its merged task vector:")
     for p in POST_STEP_PARAMS:
-        print(f"    {p.name} = {p.default}  — {p.help}")
+        _print_param(p)
     return 0
+
+
+def _print_param(p: Param) -> None:
+    allowed = f" one of {'/'.join(p.choices)}" if p.choices else ""
+    print(f"    {p.name} = {p.default}{allowed}  — {p.help}")
 
 
 # --------------------------------------------------------------------------- mergekit configs

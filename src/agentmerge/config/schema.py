@@ -39,6 +39,7 @@ from agentmerge.errors import ConfigError
 from agentmerge.io.units import FLOAT_DTYPE_NAMES, check_dtype_name, parse_size
 from agentmerge.methods.lines import lines_on
 from agentmerge.methods.method import Method
+from agentmerge.methods.poststeps import check_base
 from agentmerge.methods.registry import METHODS
 from agentmerge.methods.spec import ParamValue
 
@@ -161,6 +162,7 @@ class MergeConfig(_Frozen):
                 f"LiNeS (lines_beta / lines_alpha) scales {m.name!r}'s merged task vector against a base model; "
                 "give one (base: PATH)"
             )
+        check_base(m.name, [self.params, *(o.params for o in self.overrides)], self.base is not None)
         return self
 
     def _check_weights(self, m: Method) -> None:

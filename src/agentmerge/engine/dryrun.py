@@ -10,14 +10,14 @@ from __future__ import annotations
 import os
 import shutil
 import time
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
 from agentmerge.config.schema import MergeConfig, input_refs
 from agentmerge.engine.inputs import Inputs
 from agentmerge.engine.lines_pass import needs_pass
-from agentmerge.engine.plan import make_plan, planned_tensors
+from agentmerge.engine.plan import MergePlan, make_plan, planned_tensors
 from agentmerge.engine.report import input_lines
 from agentmerge.engine.sources import output_sources
 from agentmerge.io.checkpoint import Readable
@@ -50,6 +50,10 @@ class DryRunPlan:
     read_speed: float | None  # bytes/s measured on the inputs
     est_seconds: float | None  # reading time only: a lower bound on the merge time
     inputs: list[str] = field(default_factory=list)  # added vocabulary rows, tokenizer source, its warnings
+    whole: dict[str, Any] | None = None  # whole-tensor (SVD) jobs: ``svdcost.WholeCost``, None when none
+    svd_seconds: float | None = None  # their SVDs' estimated time (with the probe), else None
+    svd_vocab_seconds: float | None = None  # of that, on embeddings and LM head
+    whole_lines: list[str] = field(default_factory=list)  # the memory figure and time estimate of those jobs
 
     def to_dict(self) -> dict[str, Any]:
         return dict(self.__dict__)
@@ -63,6 +67,7 @@ class DryRunPlan:
             *[f"  {name}  {_gb(size)}" for name, size in self.shards],
             f"memory: budget {_gb(self.memory_budget)}, {self.chunk_elements} elements per chunk, "
             f"{self.threads} thread(s), {self.kernels} kernels",
+            *self.whole_lines[:1],
             f"reads: {_gb(self.bytes_read)} in {self.passes} pass(es) over the merged tensors",
         ]
         if self.disk_free is not None:
@@ -73,6 +78,7 @@ class DryRunPlan:
                 f"estimate: at least ~{self.est_seconds:.1f} s to read the inputs at the measured "
                 f"{self.read_speed / 1e6:.0f} MB/s; the method's CPU time and cold caches come on top"
             )
+        lines += self.whole_lines[1:]
         return "\n".join(lines + self.inputs)
 
 
@@ -106,6 +112,7 @@ def plan_merge(
         inputs.close()
     written = sum(s.size for s in shards)
     est = bytes_read / speed if speed else None
+    whole = whole_estimate(plan, cfg.memory_bytes, probe, 2 if needs_pass(plan) else 1)
     return DryRunPlan(
         cfg.method,
         str(out.resolve()),
@@ -124,7 +131,26 @@ def plan_merge(
         speed,
         est,
         notes,
+        *whole,
     )
+
+
+def whole_estimate(
+    plan: MergePlan, budget: int, probe: bool, runs: int = 1
+) -> tuple[dict[str, Any] | None, float | None, float | None, list[str]]:
+    """The whole-tensor (SVD) jobs: their record, estimated SVD seconds (all, vocabulary), the lines to print;
+    ``runs``: how often the kernels run on every tensor (2 when LiNeS's alpha pass runs them first)."""
+    from agentmerge.engine.svdcost import WholeCost, svd_rate  # torch's SVD probe, only for plans that need it
+
+    cost = WholeCost.of(plan, runs)
+    if cost is None:
+        return None, None, None, []
+    lines = [cost.memory_line(budget, plan.threads)]
+    if not probe:
+        return asdict(cost), None, None, lines
+    rate = svd_rate()
+    total, vocab = cost.seconds(rate, plan.threads)
+    return asdict(cost), total, vocab, [*lines, cost.time_line(rate, plan.threads)]
 
 
 def _read_speed(ckpt: Readable) -> float | None:

@@ -5,11 +5,12 @@
 - ``exact_alpha``: alpha = ||sum_i tau_i||_1 / (N ||tau*||_1) without reading anything, where tau* is a fixed
   multiple c sum_i tau_i of the plain sum (``lines.closed_form_alpha``: task arithmetic with equal weights w
   and one lambda for every tensor, alpha = 1 / (N lambda w); the linear average with equal weights, 1);
-- ``alpha_pass``: otherwise one pass over every merged chunk (the method's own kernel, before anything is
-  written) summing |sum_i tau_i| and |tau*|. The sums are exact: each float32 magnitude is m 2^(e - 150) with
-  an integer mantissa m < 2^24, so summing the mantissas per exponent in int64 (``l1_parts``) and adding the
-  256 buckets as exact fractions gives the true L1 norm, whatever the chunking, thread count or order; alpha
-  is rounded once, so a merge is bit-identical however it is cut into chunks.
+- ``alpha_pass``: otherwise one pass over every merged chunk (the method's own kernel and the tensor's
+  post-steps, such as SVC, which LiNeS follows; before anything is written) summing |sum_i tau_i| and |tau*|.
+  The sums are exact: each float32 magnitude is m 2^(e - 150) with an integer mantissa m < 2^24, so summing
+  the mantissas per exponent in int64 (``l1_parts``) and adding the 256 buckets as exact fractions gives the
+  true L1 norm, whatever the chunking, thread count or order; alpha is rounded once, so a merge is
+  bit-identical however it is cut into chunks.
 """
 
 from __future__ import annotations
@@ -31,6 +32,7 @@ from agentmerge.methods.lines import LAYER, auto_alpha, closed_form_alpha, depth
 Deltas = Callable[[TensorJob, int, int], tuple[torch.Tensor, torch.Tensor]]
 _BUCKETS = 256  # float32 exponents
 _MANTISSA = (1 << 23) - 1
+_SLICE = 1 << 20  # elements of a chunk l1_parts takes at a time
 
 
 @dataclass(frozen=True)
@@ -65,8 +67,9 @@ def depth_scaling(plan: MergePlan, deltas: Deltas, quiet: bool = True) -> DepthS
 
 
 def exact_alpha(plan: MergePlan) -> float | None:
-    """alpha without a pass where the method's merged vector is a fixed multiple of sum_i tau_i (``lines``)."""
-    if not plan.merged:
+    """alpha without a pass where the method's merged vector is a fixed multiple of sum_i tau_i (``lines``); not
+    when a post-step (SVC) rewrites some tensor's merged vector first."""
+    if not plan.merged or any(j.steps for j in plan.merged):
         return None
     lambdas = {float(j.params.get("lambda", 1.0)) for j in plan.merged}
     return closed_form_alpha(plan.method.name, plan.weights.tolist(), lambdas)
@@ -78,13 +81,17 @@ def needs_pass(plan: MergePlan) -> bool:
     return auto and exact_alpha(plan) is None
 
 
-def l1_parts(x: torch.Tensor) -> torch.Tensor:
+def l1_parts(x: torch.Tensor, slice_size: int = _SLICE) -> torch.Tensor:
     """``[E]`` finite float32 -> ``[256]`` int64: per exponent field e, the sum of the integer mantissas of |x|
-    (|x| = mantissa * 2^(max(e, 1) - 150), denormals included)."""
-    bits = x.abs().view(torch.int32)
-    exponent = bits >> 23
-    mantissa = (bits & _MANTISSA) | ((exponent > 0).to(torch.int32) << 23)
-    return torch.zeros(_BUCKETS, dtype=torch.int64).scatter_add_(0, exponent.long(), mantissa.long())
+    (|x| = mantissa * 2^(max(e, 1) - 150), denormals included). Taken ``slice_size`` elements at a time, so its
+    integer temporaries (28 bytes an element) stay small next to the chunk the merge's budget was sized for."""
+    out = torch.zeros(_BUCKETS, dtype=torch.int64)
+    for start in range(0, x.numel(), slice_size):
+        bits = x[start : start + slice_size].abs().view(torch.int32)
+        exponent = bits >> 23
+        mantissa = (bits & _MANTISSA) | ((exponent > 0).to(torch.int32) << 23)
+        out.scatter_add_(0, exponent.long(), mantissa.long())
+    return out
 
 
 def exact_value(parts: torch.Tensor) -> Fraction:

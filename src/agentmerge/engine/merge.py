@@ -6,13 +6,17 @@ and the whole model must tell a kernel before it sees one chunk. The write pass 
 the chunk's range from the base and each model (``pread``), merges it with the compiled kernel (or the
 reference kernel, which also names any broken input), casts once to the output dtype and writes the
 bytes at their planned offset. Jobs are independent, so they run on a thread pool in any order, and
-the output is bit-identical whatever the chunk size, shard size or thread count.
+the output is bit-identical whatever the chunk size, shard size or thread count. Whole tensors (SVD
+methods, ``hooks.WholeTensor``) are one job each, through the reference kernel and the post-steps (SVC,
+``TensorJob.steps``); those larger than a thread's share of the budget run after the pool, one at a time,
+on every thread (their LAPACK sums, unlike everything else, round with the thread count).
 """
 
 from __future__ import annotations
 
 import os
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
@@ -38,6 +42,7 @@ from agentmerge.io.vocab import new_rows
 from agentmerge.io.writer import ShardWriter, finish_model_files
 from agentmerge.methods.deltas import histogram_from_patterns, overlap_histogram, sum_agents
 from agentmerge.methods.masks import levels_record, tensor_mask
+from agentmerge.methods.poststeps import STEPS
 from agentmerge.methods.spec import CompiledResult
 
 __all__ = ["MergeResult", "count_overlaps", "merge"]
@@ -110,16 +115,29 @@ def write_pass(plan: MergePlan, inputs: Inputs, collected: Collected, folder: Pa
     writer = ShardWriter(folder, plan_shards(tensors, plan.shard_bytes), tensors)
     chunks = ChunkWriter(plan, inputs, collected, writer)
     collected.depth = depth_scaling(plan, chunks.deltas, quiet)  # LiNeS's alpha: a pass of its own when needed
-    tasks = [chunks.task(job, s, e) for job in plan.jobs for s, e in job.chunks]
+    alone = [j for j in plan.jobs if plan.alone(j)]
+    pooled = sorted((j for j in plan.jobs if not plan.alone(j)), key=lambda j: -j.numel if j.whole else 0)
+    tasks = [chunks.task(job, s, e) for job in pooled for s, e in job.chunks]  # whole tensors (SVDs) first
     tasks += [chunks.added_task(job, s, e) for job, s, e in plan.added_tasks()]
     label = f"merge {plan.method.name} ({plan.kernels} kernels)"
     try:
-        with tqdm(total=len(tasks), desc=label, unit="chunk", disable=quiet) as bar:
+        with tqdm(total=len(tasks) + len(alone), desc=label, unit="chunk", disable=quiet) as bar:
             run_parallel(tasks, plan.threads, bar)
+            merge_alone(chunks, alone, plan.threads, bar)
     finally:
         writer.close()
     if not collected.counted:  # the histograms were counted by the write pass itself
         collected.model_hist = collected.total(len(inputs.models))
+
+
+def merge_alone(chunks: ChunkWriter, jobs: list[TensorJob], threads: int, bar: tqdm) -> None:
+    """Whole tensors too large for a pool thread's share of the budget: one at a time, torch on every thread."""
+    with torch_threads(threads):
+        for job in jobs:
+            bar.set_postfix_str(f"{job.name} {list(job.shape)} on {threads} threads", refresh=True)
+            chunks.write(job, 0, job.numel)
+            bar.update(1)
+        bar.set_postfix_str("")
 
 
 @dataclass(frozen=True)
@@ -148,7 +166,7 @@ class ChunkWriter:
     def write(self, job: TensorJob, start: int, stop: int) -> None:
         if not job.merged:
             self._put(job, start, self.inputs.reference.read(job.name, start, stop).to(job.out_dtype))
-        elif not (self.plan.compiled and self._compiled(job, start, stop)):
+        elif self.plan.reference(job) or not self._compiled(job, start, stop):
             self._reference(job, start, stop)
 
     def _compiled(self, job: TensorJob, start: int, stop: int) -> bool:
@@ -175,7 +193,7 @@ class ChunkWriter:
 
     def deltas(self, job: TensorJob, start: int, stop: int) -> tuple[torch.Tensor, torch.Tensor]:
         """``(sum_i tau_i, merged - theta_0)``, ``[E]`` float32, of a chunk by the plan's kernels; nothing written."""
-        if self.plan.compiled:
+        if not self.plan.reference(job):
             result, ref, models = self._compiled_merge(job, start, stop, torch.empty(stop - start))
             if result is not None and result.merged is not None:
                 r = ref.float()
@@ -183,18 +201,34 @@ class ChunkWriter:
         ref, tau, delta = self._merged(job, start, stop)
         return sum_agents(tau), (ref + delta) - ref
 
-    def _merged(self, job: TensorJob, start: int, stop: int) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    def _merged(
+        self, job: TensorJob, start: int, stop: int, warn: Callable[[str], None] | None = None
+    ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        """``(ref, tau, merged delta)`` of a chunk by the reference kernel, then the tensor's post-steps in order
+        (``warn``: where the kernel's warnings go; the write pass's, not LiNeS's alpha pass's)."""
         ref, models = self.inputs.read(job.name, start, stop)
         tau = models.sub_(ref)  # = task_vectors(ref, models), in place: models is ours
-        spec = self.plan.spec(job, start, stop, self.collected.stats(job.name))
-        return ref, tau, self.plan.method.kernel(spec.with_values(ref, tau, self._extras(job, start, stop)))
+        spec = self.plan.spec(job, start, stop, self.collected.stats(job.name), warn)
+        chunk = spec.with_values(ref, tau, self._extras(job, start, stop))
+        delta = self.plan.method.kernel(chunk)
+        for step in job.steps:  # post-steps (SVC) rewrite the merged delta
+            delta = STEPS[step].apply(chunk, delta)
+        return ref, tau, delta
 
     def _reference(self, job: TensorJob, start: int, stop: int) -> None:
-        ref, tau, delta = self._merged(job, start, stop)
+        ref, tau, delta = self._merged(job, start, stop, self.collected.warner(job.name))
         if not self.collected.counted:
-            mask = tensor_mask(tau, ref, job.rule, self.collected.levels.get(job.name))
-            self.collected.add_hist(job.name, overlap_histogram(mask))
+            self.collected.add_hist(job.name, self._histogram(job, tau, ref))
         self._put(job, start, self._depth(job, ref, ref + delta).to(job.out_dtype))
+
+    def _histogram(self, job: TensorJob, tau: torch.Tensor, ref: torch.Tensor) -> torch.Tensor:
+        """``[N, N]`` overlap histogram of a chunk, its mask made a chunk's worth at a time (a whole tensor
+        would otherwise hold N float32 copies of |tau| at once)."""
+        levels, step = self.collected.levels.get(job.name), self.plan.chunk
+        hist = torch.zeros(tau.shape[0], tau.shape[0], dtype=torch.int64)
+        for s in range(0, tau.shape[1], step):
+            hist += overlap_histogram(tensor_mask(tau[:, s : s + step], ref[s : s + step], job.rule, levels))
+        return hist
 
     def _depth(self, job: TensorJob, ref: torch.Tensor, merged: torch.Tensor) -> torch.Tensor:
         """LiNeS: ``theta_0 + lambda(l) (merged - theta_0)`` in float32 (the same bits from either kernel path)."""
@@ -230,6 +264,7 @@ def _result(cfg: MergeConfig, plan: MergePlan, collected: Collected, out: Path, 
         scales=_scales(plan, collected, [m.label for m in cfg.models]),
         thresholds=levels_record(collected.levels, plan.rules(), [m.label for m in cfg.models]),
         lines=collected.depth.record() if collected.depth is not None else None,
+        warnings=collected.warning_lines(),
     )
 
 

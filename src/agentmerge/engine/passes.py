@@ -35,7 +35,8 @@ from agentmerge.methods.spec import Chunk, Params, TensorSource, TensorStats
 
 @dataclass
 class Collected:
-    """Per tensor and for the whole model: what the passes found; the write pass adds histograms from any thread."""
+    """Per tensor and for the whole model: what the passes found; the write pass adds histograms (and the
+    kernels' warnings) from any thread."""
 
     hists: dict[str, torch.Tensor] = field(default_factory=dict)  # [N, N] per merged tensor
     counted: bool = False  # True: the histograms were counted before the write pass (an ``OverlapCounts``)
@@ -46,7 +47,25 @@ class Collected:
     model_stat: Any = None  # a ``ModelSum``'s value
     levels: dict[str, Levels] = field(default_factory=dict)  # adaptive mask rules: per-agent thresholds per tensor
     depth: Any = None  # LiNeS (``lines_pass.DepthScaling``): each tensor's depth scale of its merged task vector
+    warnings: dict[str, list[str]] = field(default_factory=dict)  # a kernel's warning -> the tensors it concerns
     _lock: threading.Lock = field(default_factory=threading.Lock)
+
+    def warner(self, name: str) -> Callable[[str], None]:
+        """The ``ChunkSpec.warn`` of tensor ``name``: its kernel's warnings, gathered by text."""
+
+        def warn(text: str) -> None:
+            with self._lock:
+                self.warnings.setdefault(text, []).append(name)
+
+        return warn
+
+    def warning_lines(self) -> list[str]:
+        """One line per warning text, naming up to three of its tensors."""
+        lines = []
+        for text, names in self.warnings.items():
+            shown = ", ".join(names[:3]) + (f" and {len(names) - 3} more" if len(names) > 3 else "")
+            lines.append(f"{text} ({len(names)} tensor{'s' if len(names) > 1 else ''}: {shown})")
+        return lines
 
     def add_hist(self, name: str, hist: torch.Tensor) -> None:
         with self._lock:

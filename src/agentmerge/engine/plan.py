@@ -1,18 +1,21 @@
 """The merge plan: which tensors are merged or copied, their chunks and parameters; pure, nothing is read.
 
 Every tensor is treated as a flat array and cut into element ranges ("chunks") small enough that
-``threads`` chunks in flight fit the memory budget. The plan is frozen before any weight is read; the
-driver (``merge.py``) and the dry run (``dryrun.py``) both work from it.
+``threads`` chunks in flight fit the memory budget; a tensor the method or a post-step needs whole (an SVD:
+``Needs.whole``, ``PostStep.whole``) is one chunk, run after the pool when it is larger than a thread's share.
+The plan is frozen before any weight is read; the driver (``merge.py``) and the dry run (``dryrun.py``) both
+work from it.
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
 import torch
 
 from agentmerge.config.schema import MergeConfig
+from agentmerge.errors import MergeError
 from agentmerge.io.checkpoint import Readable
 from agentmerge.io.shards import PlannedTensor
 from agentmerge.io.tensorfile import dtype_from_name
@@ -23,6 +26,7 @@ from agentmerge.methods.hooks import MaskLevels, Pass
 from agentmerge.methods.lines import check_layers, layer_count
 from agentmerge.methods.masks import grid_of
 from agentmerge.methods.method import Method
+from agentmerge.methods.poststeps import active_steps
 from agentmerge.methods.spec import ChunkSpec, MaskRule, Params, TensorStats, mask_rule, update_threshold
 
 MAX_CHUNK = RNG_BLOCK  # elements per chunk at most (see chunk_elements)
@@ -46,6 +50,10 @@ class TensorJob:
     model_params: tuple[Params, ...] = ()  # per model, when any model sets params
     resized: ResizedTensor | None = None  # the vocabulary rows the agents added (vocab.py), else None
     rule: MaskRule = field(default_factory=MaskRule)  # what its masks and overlap statistics count as an update
+    whole: bool = False  # one chunk: the method or a post-step decomposes the whole matrix (``hooks.WholeTensor``)
+    steps: tuple[str, ...] = ()  # the post-steps that run on it after the kernel (``poststeps.POST_STEPS``)
+    copies: float = 0.0  # whole: float32 copies of the tensor its kernel and steps hold beyond the N + 1 inputs
+    svds: tuple[tuple[int, int], ...] = ()  # whole: the (rows, cols) of every SVD its kernel and steps run
 
     @property
     def out_shape(self) -> tuple[int, ...]:
@@ -81,6 +89,23 @@ class MergePlan:
     compiled: bool  # the method's compiled kernel runs (numba present, at most 16 agents, plain mask rules)
     has_base: bool = True  # False: no base model, the first model is the reference
     layers: int = 0  # decoder layers of the reference (``.layers.N.`` in names): LiNeS depth scaling's L
+    memory: int = 1 << 30  # the memory budget (``max_memory``) in bytes
+
+    def whole_bytes(self, job: TensorJob) -> int:
+        """Bytes a whole-tensor job holds at once: N + 1 float32 inputs, the kernel's copies, the cast output."""
+        return int(job.numel * (4 * (len(self.weights) + 1 + job.copies) + job.out_dtype.itemsize))
+
+    def alone(self, job: TensorJob) -> bool:
+        """A whole tensor too large for one thread's share of the budget: merged after the pool, with all threads."""
+        return job.whole and self.whole_bytes(job) * self.threads > self.memory
+
+    @property
+    def whole_jobs(self) -> list[TensorJob]:
+        return [j for j in self.jobs if j.whole]
+
+    def reference(self, job: TensorJob) -> bool:
+        """Whether the reference kernel merges this tensor: always for a whole tensor or one with post-steps."""
+        return not self.compiled or job.whole or bool(job.steps)
 
     @property
     def merged(self) -> list[TensorJob]:
@@ -111,8 +136,15 @@ class MergePlan:
         params = [j.params for j in self.merged]
         return 1 + sum(p.reads(params) for p in self.passes)
 
-    def spec(self, job: TensorJob, start: int, stop: int, stats: TensorStats | None = None) -> ChunkSpec:
-        """The ``ChunkSpec`` of elements ``start:stop`` of ``job``'s tensor."""
+    def spec(
+        self,
+        job: TensorJob,
+        start: int,
+        stop: int,
+        stats: TensorStats | None = None,
+        warn: Callable[[str], None] | None = None,
+    ) -> ChunkSpec:
+        """The ``ChunkSpec`` of elements ``start:stop`` of ``job``'s tensor (``warn``: where its kernel reports)."""
         return ChunkSpec(
             name=job.name,
             start=start,
@@ -124,6 +156,7 @@ class MergePlan:
             shape=job.shape,
             model_params=job.model_params,
             has_base=self.has_base,
+            warn=warn,
         )
 
 
@@ -151,6 +184,7 @@ def make_plan(
         compiled=plain and method.compiled is not None and available(n_models),
         has_base=cfg.base is not None,
         layers=layers,
+        memory=cfg.memory_bytes,
     )
 
 
@@ -182,16 +216,50 @@ def plan_jobs(cfg: MergeConfig, ref: Readable, chunk: int, vocab: VocabPlan | No
         if multiple is not None and merged:  # round up to the method's unit
             unit = multiple(info.shape)
             step = -(-chunk // unit) * unit
-        ranges = tuple((s, min(s + step, info.numel)) for s in range(0, info.numel, step)) or ((0, 0),)
         params = record.of(resolve_mask(cfg.tensor_params(name), info.dtype)) if merged else {}
+        whole = whole_work(cfg, name, info.shape, params) if merged else WholeWork()
+        if whole.whole:
+            step = max(info.numel, 1)
+        ranges = tuple((s, min(s + step, info.numel)) for s in range(0, info.numel, step)) or ((0, 0),)
         model_params = tuple(record.of(resolve_mask(p, info.dtype)) for p in cfg.model_params(name)) if merged else ()
         rule = mask_rule(params, cfg.seed) if merged else MaskRule()
         resized = vocab.tensors.get(name) if vocab is not None else None
         job = TensorJob(
-            name, dtype, info.shape, info.numel, merged, ranges, params, model_params, resized=resized, rule=rule
+            name, dtype, info.shape, info.numel, merged, ranges, params, model_params, resized, rule, *whole.fields()
         )
         jobs.append(job)
     return jobs
+
+
+@dataclass(frozen=True)
+class WholeWork:
+    """Whether a tensor is merged whole, which post-steps run on it, what its kernel and steps hold."""
+
+    whole: bool = False
+    steps: tuple[str, ...] = ()
+    copies: float = 0.0
+    svds: tuple[tuple[int, int], ...] = ()
+
+    def fields(self) -> tuple[bool, tuple[str, ...], float, tuple[tuple[int, int], ...]]:
+        return self.whole, self.steps, self.copies, self.svds
+
+
+def whole_work(cfg: MergeConfig, name: str, shape: tuple[int, ...], params: Params) -> WholeWork:
+    """The method's and the post-steps' claims on one merged tensor (``Needs.whole``, ``PostStep.whole``); a
+    tensor the method refuses (``Needs.check_tensor``) raises here, before anything is read or written."""
+    needs, n = cfg.spec.needs, len(cfg.models)
+    if needs.check_tensor is not None:
+        try:
+            needs.check_tensor(name, shape, params, n)
+        except ValueError as e:
+            raise MergeError(str(e)) from None
+    wholes = [needs.whole] if needs.whole is not None and needs.whole.wanted(name, shape, params) else []
+    steps = active_steps(name, shape, params)
+    wholes += [s.whole for s in steps if s.whole is not None and s.whole.wanted(name, shape, params)]
+    svds = tuple(svd for w in wholes for svd in w.svds(shape, params, n))
+    # one after the other: the largest work space, plus the merged delta each later step receives
+    copies = max((w.copies(n) for w in wholes), default=0.0) + max(len(wholes) - 1, 0)
+    return WholeWork(bool(wholes), tuple(s.name for s in steps), copies, svds)
 
 
 def resolve_mask(params: Params, base_dtype: torch.dtype) -> Params:

@@ -41,6 +41,7 @@ class MergeResult:
     sources: dict[str, Any] | None = None  # tokenizer / generation config source and checks (sources.py)
     thresholds: dict[str, Any] | None = None  # adaptive mask rules only (masks.levels_record), else None
     lines: dict[str, Any] | None = None  # LiNeS depth scaling: its layer count and alpha (lines_pass), else None
+    warnings: list[str] = field(default_factory=list)  # what the kernels warned about (e.g. Iso-C on a low-rank sum)
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -58,6 +59,7 @@ class MergeResult:
             "sources": self.sources,
             **({"thresholds": self.thresholds} if self.thresholds else {}),
             **({"lines": self.lines} if self.lines else {}),
+            **({"warnings": self.warnings} if self.warnings else {}),
         }
 
     def agents(self) -> list[AgentStats] | None:
@@ -100,6 +102,7 @@ def reproducibility_record(
         "sources": result.sources,
         **({"thresholds": result.thresholds} if result.thresholds else {}),
         **({"lines": result.lines} if result.lines else {}),
+        **({"warnings": result.warnings} if result.warnings else {}),
         "seconds": round(result.seconds, 3),
     }
 

@@ -190,7 +190,7 @@ def merge_summary(cfg: MergeConfig, result: MergeResult, warnings: list[str]) ->
         lines.append(_threshold_line(result.thresholds))
     lines += [f"  {line}" for line in input_lines(result.vocab, result.sources, warnings=False)]
     source_warnings = list((result.sources or {}).get("warnings", []))
-    lines += [f"warning: {w}" for w in warnings + source_warnings + tuning_warnings(cfg)]
+    lines += [f"warning: {w}" for w in warnings + source_warnings + result.warnings + tuning_warnings(cfg)]
     return "\n".join(lines)
 
 

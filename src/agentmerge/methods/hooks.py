@@ -4,7 +4,8 @@ A ``Method`` entry carries three hooks, all plain data naming the method's own f
 the dry run and the report run every method the same way and never name one:
 
 - ``needs`` (``Needs``): a base, model weights, how many models, extra per-model tensors (a Fisher file),
-  how its tensors are cut into chunks.
+  how its tensors are cut into chunks (aligned, or whole: ``WholeTensor``, an SVD needs the whole matrix),
+  which tensors it refuses before anything is written (``check_tensor``).
 - ``passes``: the statistics it needs before the write pass, in order. Each is one of four kinds the engine
   knows how to run (``engine.passes``), over every merged tensor, chunk-parallel:
 
@@ -41,6 +42,22 @@ if TYPE_CHECKING:
 
 
 @dataclass(frozen=True)
+class WholeTensor:
+    """Tensors merged whole (an SVD needs the whole matrix): one chunk each, one tensor per model held.
+
+    ``wanted(name, shape, params)`` says which tensors; ``svds(shape, params, n_models)`` the ``(rows, cols)`` of
+    every SVD the kernel (or post-step) runs on one of them (the dry run's time estimate and the benchmark's
+    "SVDs alone"); ``copies(n_models)`` how many float32 copies of the tensor it holds at once beyond the
+    ``N + 1`` inputs (the memory figure). The driver runs a whole tensor in its thread pool when it fits the
+    memory budget's share of one thread, else alone, after the pool, with all threads (``MergePlan.alone``).
+    """
+
+    wanted: Callable[[str, tuple[int, ...], Params], bool]
+    svds: Callable[[tuple[int, ...], Params, int], tuple[tuple[int, int], ...]]
+    copies: Callable[[int], float]
+
+
+@dataclass(frozen=True)
 class Needs:
     """What a config must give a method, and how the driver cuts its tensors."""
 
@@ -50,6 +67,10 @@ class Needs:
     extras: tuple[str, ...] = ()  # extra per-model tensors, e.g. ("fisher",): ``ModelSpec.fisher`` of each model
     # chunks of a tensor of this shape start on multiples of this (e.g. whole rows); None: any
     chunk_multiple: Callable[[tuple[int, ...]], int] | None = None
+    whole: WholeTensor | None = None  # tensors merged whole, one chunk each (SVD methods); None: any may be chunked
+    # refuses a tensor it cannot merge while the plan is made, before anything is read or written:
+    # (name, shape, params, N) -> raises ValueError with a sentence saying what to do
+    check_tensor: Callable[[str, tuple[int, ...], Params, int], None] | None = None
 
 
 # --------------------------------------------------------------------------- statistics before the write pass

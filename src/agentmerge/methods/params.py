@@ -114,7 +114,31 @@ LINES_ALPHA = Param(
     "||sum_i tau_i||_1 / (N ||tau*||_1) (1/N for task arithmetic)",
     low=0.0,
 )
-POST_STEP_PARAMS = (LINES_BETA, LINES_ALPHA)
+# SVC, spectral calibration of every 2-D merged delta (``calibration.py``, applied by the driver after the
+# kernel and before LiNeS: ``poststeps.POST_STEPS``)
+CALIBRATE = Param(
+    "calibrate",
+    "none",
+    "svc: after the method, spectral calibration of every 2-D merged delta (SVC, arXiv 2602.05536); "
+    "none: the method's result as it is",
+    choices=("none", "svc"),
+)
+SVC_ALPHA = Param(
+    "svc_alpha",
+    0.1,
+    "SVC's alpha: gamma_r = N / sum_i max(alpha, s_r^i) per singular direction of the merged delta "
+    "(default per base method as fusion_bench: 1.0 tsv, 0.2 iso_cts, 0.1 otherwise)",
+    low=0.0,
+    low_open=True,
+)
+SVD_EMBEDDINGS = Param(
+    "svd_embeddings",
+    True,
+    "decompose the embeddings and LM head (V x d) like every matrix, as the references do; false: no SVD of them "
+    "(tsv, iso_c, iso_cts: the mean of the task vectors; SVC: left as the method made them), which skips an LLM's "
+    "largest SVDs",
+)
+POST_STEP_PARAMS = (LINES_BETA, LINES_ALPHA, CALIBRATE, SVC_ALPHA, SVD_EMBEDDINGS)
 POST_STEP_NAMES = tuple(p.name for p in POST_STEP_PARAMS)  # none is mergekit's: exported only at their defaults
 
 
@@ -127,7 +151,8 @@ def use(param: Param) -> Any:
 class MethodParams(Mapping[str, ParamValue]):
     """The base of every method's parameter record (see the module docstring); equal to a mapping of its items.
 
-    Its own fields are the post-steps every method takes on its merged task vector (``POST_STEP_PARAMS``).
+    Its own fields are the post-steps every method takes on its merged task vector (``POST_STEP_PARAMS``); a
+    method's record may redeclare one with a default of its own (``svc_alpha``: fusion_bench's per method).
     ``output_scale`` names the parameter that multiplies the method's merged task vector (task arithmetic's
     ``lambda``, RAM's ``scale``), the one the fair protocol tunes on validation (``sweep`` ``output_scale``,
     ``agentmerge converge``); None: the method has none.
@@ -137,6 +162,9 @@ class MethodParams(Mapping[str, ParamValue]):
 
     lines_beta: float = use(LINES_BETA)
     lines_alpha: float = use(LINES_ALPHA)
+    calibrate: str = use(CALIBRATE)
+    svc_alpha: float = use(SVC_ALPHA)
+    svd_embeddings: bool = use(SVD_EMBEDDINGS)
 
     @classmethod
     def table(cls) -> tuple[Param, ...]:

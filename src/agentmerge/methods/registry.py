@@ -2,12 +2,13 @@
 
 ``METHODS`` is the only registry: the config, the CLI (`agentmerge methods`), the driver and the
 mergekit translation all read it. A method's reference kernel lives in ``ram.py`` (RAM family, linear,
-task arithmetic) or ``baselines.py``, its parameter record in ``records.py``, its report hooks in
-``scales.py``; its compiled twin, when it has one, in ``fused/``. The entries name kernels and hooks as
-``Lazy`` references (``rm("ram")`` is ``agentmerge.methods.ram:ram``), imported on first use: the table
-itself, and everything that only reads it (`agentmerge methods`, config checks), loads without torch or
-numba. What the hooks mean: ``hooks.py``. mergekit's names for these entries live with the configs
-(``agentmerge.config.mergekit_names``).
+task arithmetic), ``baselines.py``, ``elementwise.py`` / ``spherical.py`` (the field's) or ``spectral.py`` /
+``resmerge.py`` (the SVD methods), its parameter record in ``records.py`` (``field_params.py``,
+``svd_params.py``), its report hooks in ``scales.py``; its compiled twin, when it has one, in ``fused/``.
+The entries name kernels and hooks as ``Lazy`` references (``rm("ram")`` is ``agentmerge.methods.ram:ram``),
+imported on first use: the table itself, and everything that only reads it (`agentmerge methods`, config
+checks), loads without torch or numba. What the hooks mean: ``hooks.py``. mergekit's names for these entries
+live with the configs (``agentmerge.config.mergekit_names``).
 """
 
 from __future__ import annotations
@@ -15,6 +16,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from types import MappingProxyType
 
+from agentmerge.methods import spectral_rules as sr
 from agentmerge.methods.field_params import (
     ConsensusParams,
     KarcherParams,
@@ -41,6 +43,7 @@ from agentmerge.methods.records import (
     UniqueOnlyParams,
 )
 from agentmerge.methods.spec import Lazy
+from agentmerge.methods.svd_params import CartParams, IsoCParams, IsoCtsParams, ResMergeParams, TsvParams
 
 
 def rm(name: str) -> Lazy:
@@ -81,6 +84,11 @@ def ff(name: str) -> Lazy:
 def fs(name: str) -> Lazy:
     """A compiled form (``Compiled``) of Karcher, Multi-SLERP or NuSLERP in ``fused/sphere.py``."""
     return Lazy(f"agentmerge.methods.fused.sphere:{name}")
+
+
+def sv(name: str) -> Lazy:
+    """A reference kernel of the SVD methods (``spectral.py``; ResMerge's in ``resmerge.py``), imported on first use."""
+    return Lazy(f"agentmerge.methods.{'resmerge' if name == 'resmerge' else 'spectral'}:{name}")
 
 
 def sc(name: str) -> Lazy:
@@ -276,6 +284,46 @@ _ALL = (
         Needs(base=False, weights=True, models=(2, 2), chunk_multiple=sp("nuslerp_unit")),
         passes=(TensorPrepare(sp("nuslerp_prepare")),),
         compiled_at=fs("NUSLERP"),
+    ),
+    Method(
+        "tsv",
+        "TSV-M: each task vector's top k/N singular triplets side by side, both factors orthogonalised (polar)",
+        sv("tsv"),
+        TsvParams,
+        Needs(whole=sr.TSV_WHOLE),
+        paper="2412.00081",
+    ),
+    Method(
+        "iso_c",
+        "Iso-C: the sum of the task vectors with all its singular values set to their mean",
+        sv("iso_c"),
+        IsoCParams,
+        Needs(whole=sr.ISO_C_WHOLE),
+        paper="2502.04959",
+    ),
+    Method(
+        "iso_cts",
+        "Iso-CTS: Iso-C over the sum's top directions and each task's own directions outside them",
+        sv("iso_cts"),
+        IsoCtsParams,
+        Needs(whole=sr.ISO_CTS_WHOLE, check_tensor=sr.cts_check),
+        paper="2502.04959",
+    ),
+    Method(
+        "cart",
+        "CART: the average plus prior times the sum of each model's low-rank deviation from the average",
+        sv("cart"),
+        CartParams,
+        Needs(whole=sr.CART_WHOLE, check_tensor=sr.cart_check),
+        paper="2412.12153",
+    ),
+    Method(
+        "resmerge",
+        "ResMerge: coherence-scaled backbone of the task vectors' SVD tails plus a gated head correction",
+        sv("resmerge"),
+        ResMergeParams,
+        Needs(whole=sr.RESMERGE_WHOLE, check_tensor=sr.resmerge_check),
+        paper="2606.02252",
     ),
 )
 

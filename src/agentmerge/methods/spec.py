@@ -172,6 +172,7 @@ class ChunkSpec:
     shape: tuple[int, ...] = ()  # the whole tensor's shape (() when unknown)
     model_params: tuple[Params, ...] = ()  # per model, when any model sets params; else ()
     has_base: bool = True  # False: no base model, task vectors are taken against the first model
+    warn: Callable[[str], None] | None = None  # where a kernel reports a warning about this tensor (the merge summary)
 
     @property
     def eps(self) -> float:
