@@ -34,7 +34,7 @@ METHOD_RUNS: tuple[MethodRun, ...] = (
     MethodRun("ram", "ram"),
     MethodRun("ram_plus", "ram_plus", {"r": 0.1, "alpha": 2.0}),
     # the field's newer methods that merge any number of models; one not in the registry when the bench runs is
-    # skipped with a note (TSV, Iso-C / Iso-CTS, CART and ResMerge are being added to the engine)
+    # skipped with a note
     *(MethodRun(name, name) for name in ("magmax", "consensus", "sce", "karcher", "multislerp")),
     *(MethodRun(name, name) for name in ("tsv", "iso_c", "iso_cts", "cart", "resmerge")),
 )
