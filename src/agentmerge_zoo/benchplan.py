@@ -86,7 +86,7 @@ class BenchPlan:
     pair_methods: tuple[str, ...] = PAIR_METHODS  # labels of ``methods`` run on the pairs
     fair: bool = False  # defaults and tuned rows for every main-table method with an output scale (``fair.py``)
     check: bool = False  # the convergence check of every agent (``converge.py``) as a stage of each seed
-    check_n: int = 1000  # validation prompts per task of the check
+    check_n: int = 3000  # validation prompts per task of the check (``converge.CHECK_N``)
 
 
 def available_methods() -> set[str]:

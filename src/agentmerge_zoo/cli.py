@@ -103,7 +103,7 @@ def _bench_parser(sub: Any) -> None:
         help="only task arithmetic's lambda tuned (the older protocol) instead of a defaults and a tuned table",
     )
     p.add_argument("--no-check", action="store_true", help="skip the convergence check of the agents")
-    p.add_argument("--check-n", type=int, default=None, help="validation prompts per task of the check (default 1000)")
+    p.add_argument("--check-n", type=int, default=None, help="validation prompts per task of the check (default 3000)")
     steps_option(p)
     common_options(p)
     p.set_defaults(func=cmd_bench)
