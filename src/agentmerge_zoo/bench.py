@@ -1,11 +1,13 @@
 """The zoo benchmark: build the zoo for several seeds, merge the agents with every method, evaluate, report.
 
-Per seed: the base and the three specialists are scored on the test split; the probe measures each agent's
-density and overlap; every available merge method is applied (task arithmetic's lambda is tuned on the
-validation split); the dilution ablation keeps one agent's unique updates at s = 1 and s = 1/N.
+Per seed: the base and the three specialists are scored on the test split; with ``plan.check`` each agent's
+convergence check runs on validation (``converge.py``); the probe measures each agent's density and overlap;
+every available merge method is applied (task arithmetic's lambda tuned on the validation split; with
+``plan.fair`` every method at its defaults and, where it has an output scale, tuned alike: ``fair.py``); the
+dilution ablation keeps one agent's unique updates at s = 1 and s = 1/N.
 
 The merges run through the sweep engine (``agentmerge.sweep``): per seed and regime, one sweep of explicit
-trials on the validation split (task arithmetic's lambda grid) and one on the test split (every other merge),
+trials on the validation split (the tuning grids) and one on the test split (every other merge),
 each trial named by its row label, scored by the ``zoo`` evaluator and recorded in the sweep's
 ``results.jsonl``; the tables are built from those records. Building the zoo, scoring the base and the agents,
 the probe and the Fisher files are not merges and run here. A rerun skips every recorded trial, and every
@@ -16,7 +18,6 @@ from __future__ import annotations
 
 import contextlib
 import json
-import os
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field
@@ -24,15 +25,14 @@ from pathlib import Path
 from typing import Any
 
 from agentmerge.sweep.run import RaySession
+from agentmerge_zoo.bench_sweeps import Entry, Records, Sweeps, bench_session, brief, failure, trial_metrics
 from agentmerge_zoo.benchplan import DILUTION_TAGS, FISHER_METHODS, PAIRS, BenchPlan, MethodRun, available_methods
 from agentmerge_zoo.build import Logger, build_zoo
 from agentmerge_zoo.config import DOMAINS, ZooConfig
-from agentmerge_zoo.evaluate import agentic_average, cache_key, evaluate_cached, file_digest
+from agentmerge_zoo.evaluate import agentic_average, evaluate_cached, file_digest
+from agentmerge_zoo.fair import TUNED, choose_value, output_scale, resolved
 from agentmerge_zoo.fisher import diagonal_fisher, is_fisher_file, save_fisher
-from agentmerge_zoo.tasks import SUITE_VERSION, all_tasks, domain_tasks
-
-Entry = dict[str, Any]  # one explicit trial of a sweep file (name, method, params, models, ...)
-Records = dict[str, dict[str, Any]]  # a sweep's records of this bench's trials, by trial name
+from agentmerge_zoo.tasks import all_tasks, domain_tasks
 
 
 @dataclass
@@ -79,7 +79,7 @@ class SeedBench:
             ckpt, split=split, n=n, tasks=tasks, batch_size=batch, cache=self.evals, label=label
         )
         if not cached:
-            self.log(f"seed {self.seed}: eval {label} [{split}] {report.seconds:.1f}s {_brief(report.metrics)}")
+            self.log(f"seed {self.seed}: eval {label} [{split}] {report.seconds:.1f}s {brief(report.metrics)}")
         return report.metrics
 
     def begin(self, rows: dict[str, dict[str, float]] | None = None) -> None:
@@ -133,73 +133,116 @@ class SeedBench:
         return [r for r in self.plan.methods if self.full or r.label in self.plan.pair_methods]
 
     def tuned(self, available: set[str]) -> list[MethodRun]:
-        """The runs with a parameter chosen on validation (``tune``) whose method the engine has."""
+        """The runs with their own parameter chosen on validation (``tune``) whose method the engine has."""
         return [r for r in self.runs() if r.tune and r.method in available]
 
+    def scaled(self, available: set[str]) -> list[tuple[MethodRun, str]]:
+        """The fair protocol's runs (``fair.py``; none unless ``plan.fair``): main-table runs whose method has an
+        output scale, with its name."""
+        if not self.plan.fair:
+            return []
+        pairs = [(r, output_scale(r.method)) for r in self.runs() if r.kind == "main" and not r.tune]
+        return [(r, scale) for r, scale in pairs if scale is not None and r.method in available]
+
+    @staticmethod
+    def val_name(run: MethodRun, value: float) -> str:
+        """A tuning trial's name: ``ta_lambda1.5`` for task arithmetic (the names of older benches), else
+        ``ties_tune1.5``."""
+        return f"ta_lambda{value:g}" if run.label == "task_arithmetic" else f"{run.label}_tune{value:g}"
+
+    @staticmethod
+    def tuned_name(run: MethodRun, value: float) -> str:
+        """The test trial at the value chosen on validation: ``ta_lambda2`` for task arithmetic, else ``ties_at2``."""
+        return f"ta_lambda{value:g}" if run.label == "task_arithmetic" else f"{run.label}_at{value:g}"
+
     def val_entries(self, available: set[str]) -> list[Entry]:
-        """Task arithmetic at each lambda of the grid, and each tuned run at each value, scored on validation."""
-        grid = self.plan.ta_lambdas
+        """The validation trials: each tuned run at each value of its grid (task arithmetic's lambdas; with
+        ``plan.fair`` every output scale over that one grid), scored on validation."""
         out = [
             self.entry(f"{r.label}_tune{v:g}", r.method, {**r.params, r.tune: v})
             for r in self.tuned(available)
             for v in self.plan.tune_grid
         ]
+        grid = self.plan.ta_lambdas
+        if self.plan.fair:
+            scaled = self.scaled(available)
+            return [
+                self.entry(self.val_name(r, v), r.method, {**r.params, s: v}) for r, s in scaled for v in grid
+            ] + out
         if not any(r.method == "task_arithmetic" for r in self.runs()) or "task_arithmetic" not in available:
             return out
         return [self.entry(f"ta_lambda{lam:g}", "task_arithmetic", {"lambda": lam}) for lam in grid] + out
 
     def read_val(self, records: Records) -> None:
-        """Choose task arithmetic's lambda (and each tuned run's value) by the validation agentic average."""
-        best = self._best_on_val(records, "ta_lambda", self.plan.ta_lambdas)
-        if best is not None:
-            self.out["val"]["task_arithmetic"] = {"val_agentic_avg": best[1], "best_lambda": best[0]}
-        for run in self.tuned(available_methods()):
-            best = self._best_on_val(records, f"{run.label}_tune", self.plan.tune_grid)
+        """Choose each tuned value by the validation agentic average (``fair.choose_value`` under the fair protocol;
+        without it task arithmetic's lambda, the first best in grid order, as older benches did)."""
+        available = available_methods()
+        for run, scale in self.scaled(available):
+            scores = self._val_scores(records, [(v, self.val_name(run, v)) for v in self.plan.ta_lambdas])
+            best = choose_value(scores)
             if best is not None:
-                self.out["val"][run.label] = {"param": run.tune, "val_agentic_avg": best[1], "best": best[0]}
+                entry = {"param": scale, "val_agentic_avg": {f"{v:g}": s for v, s in scores.items()}, "best": best}
+                self.out["val"][run.label] = entry | ({"best_lambda": best} if run.label == "task_arithmetic" else {})
+        if not self.plan.fair:
+            best_ta = self._best_on_val(records, "ta_lambda", self.plan.ta_lambdas)
+            if best_ta is not None:
+                self.out["val"]["task_arithmetic"] = {"val_agentic_avg": best_ta[1], "best_lambda": best_ta[0]}
+        for run in self.tuned(available):
+            best_run = self._best_on_val(records, f"{run.label}_tune", self.plan.tune_grid)
+            if best_run is not None:
+                self.out["val"][run.label] = {"param": run.tune, "val_agentic_avg": best_run[1], "best": best_run[0]}
+
+    def _val_scores(self, records: Records, names: Sequence[tuple[float, str]]) -> dict[float, float]:
+        """The validation agentic average of each value whose trial finished."""
+        found = {value: records.get(self.prefix + name) for value, name in names}
+        return {v: agentic_average(trial_metrics(r)) for v, r in found.items() if r is not None and r["status"] == "ok"}
 
     def _best_on_val(self, records: Records, stem: str, grid: Sequence[float]) -> tuple[float, dict[str, float]] | None:
-        scores = {}
-        for value in grid:
-            rec = records.get(f"{self.prefix}{stem}{value:g}")
-            if rec is not None and rec["status"] == "ok":
-                scores[f"{value:g}"] = agentic_average(_metrics(rec))
+        scores = self._val_scores(records, [(v, f"{stem}{v:g}") for v in grid])
         if not scores:
             return None
-        return float(max(scores, key=lambda k: scores[k])), scores
+        return max(scores, key=lambda v: scores[v]), {f"{v:g}": s for v, s in scores.items()}
 
     def test_entries(self, available: set[str], fisher: dict[str, Path] | None) -> list[Entry]:
-        """Every merge of the table (task arithmetic at its chosen lambda), the ablation, the dilution runs."""
-        out = [e for run in self.runs() if (e := self._test_entry(run, available, fisher)) is not None]
+        """Every merge of the table (task arithmetic at its chosen lambda; under the fair protocol every run at its
+        defaults and each scaled run at its chosen value), the ablation, the dilution runs."""
+        out = [e for run in self.runs() for e in self._test_entry(run, available, fisher)]
         if self.full:
-            out += [e for run in self.plan.ablation if (e := self._test_entry(run, available, fisher)) is not None]
+            out += [e for run in self.plan.ablation for e in self._test_entry(run, available, fisher)]
             out += self._dilution_entries(available)
         return out
 
-    def _test_entry(self, run: MethodRun, available: set[str], fisher: dict[str, Path] | None) -> Entry | None:
-        if run.method == "task_arithmetic":
-            if "task_arithmetic" not in available:
-                self.out["skipped"]["task_arithmetic"] = "method not in the engine registry"
-                return None
-            chosen = self.out["val"].get("task_arithmetic")
-            if chosen is None:
-                self.out["skipped"]["task_arithmetic"] = "no lambda trial finished on validation"
-                return None
-            best = chosen["best_lambda"]
-            return self.entry(f"ta_lambda{best:g}", "task_arithmetic", {"lambda": best})
-        if run.tune and run.method in available:
-            chosen = self.out["val"].get(run.label)
-            if chosen is None:
-                self.out["skipped"][run.label] = f"no {run.tune} trial finished on validation"
-                return None
-            return self.entry(f"{run.label}_at{chosen['best']:g}", run.method, {**run.params, run.tune: chosen["best"]})
+    def _test_entry(self, run: MethodRun, available: set[str], fisher: dict[str, Path] | None) -> list[Entry]:
         if run.method not in available:
             self.out["skipped"][run.label] = "method not in the engine registry when the bench ran"
             self.log(f"seed {self.seed}: skipping {run.label} (not in the engine registry)")
-            return None
+            return []
+        scaled = dict((r.label, s) for r, s in self.scaled(available))
+        if run.label in scaled:
+            return [self.entry(run.label, run.method, run.params), *self._tuned_entry(run, scaled[run.label])]
+        if run.method == "task_arithmetic" or run.tune:
+            param = "lambda" if run.method == "task_arithmetic" else run.tune
+            chosen = self.out["val"].get(run.label)
+            if chosen is None:
+                self.out["skipped"][run.label] = f"no {param} trial finished on validation"
+                return []
+            best = chosen.get("best", chosen.get("best_lambda"))
+            return [self.entry(self.tuned_name(run, best), run.method, {**run.params, param: best})]
         if run.method in FISHER_METHODS and fisher is not None:
-            return self.entry(run.label, run.method, run.params, fisher=[str(fisher[d]) for d in self.domains])
-        return self.entry(run.label, run.method, run.params)
+            return [self.entry(run.label, run.method, run.params, fisher=[str(fisher[d]) for d in self.domains])]
+        return [self.entry(run.label, run.method, run.params)]
+
+    def _tuned_entry(self, run: MethodRun, scale: str) -> list[Entry]:
+        """The test trial of a scaled run at its chosen value; none when that value is its default (the tuned row
+        is then the defaults row) or no value was chosen (noted as skipped)."""
+        chosen = self.out["val"].get(run.label)
+        if chosen is None:
+            self.out["skipped"][run.label + TUNED] = f"no {scale} trial finished on validation"
+            return []
+        params = {**run.params, scale: chosen["best"]}
+        if resolved(run.method, params) == resolved(run.method, run.params):
+            return []
+        return [self.entry(self.tuned_name(run, chosen["best"]), run.method, params)]
 
     def _dilution_entries(self, available: set[str]) -> list[Entry]:
         if "unique_only" not in available:
@@ -214,45 +257,48 @@ class SeedBench:
                 out.append(self.entry(f"unique_{domain}_{tag}", "unique_only", params, evaluate_options=options))
         return out
 
+    def _test_names(self, run: MethodRun, scaled: dict[str, str]) -> dict[str, str | None]:
+        """Row label -> test trial name (None: the tuned row is the defaults row)."""
+        if run.label in scaled:
+            names: dict[str, str | None] = {run.label: run.label}
+            if run.label + TUNED not in self.out["skipped"]:
+                chosen, scale = self.out["val"][run.label], scaled[run.label]
+                params = {**run.params, scale: chosen["best"]}
+                same = resolved(run.method, params) == resolved(run.method, run.params)
+                names[run.label + TUNED] = None if same else self.tuned_name(run, chosen["best"])
+            return names
+        if run.method == "task_arithmetic":
+            return {run.label: self.tuned_name(run, self.out["val"][run.label]["best_lambda"])}
+        if run.tune:
+            return {run.label: self.tuned_name(run, self.out["val"][run.label]["best"])}
+        return {run.label: run.label}
+
     def read_test(self, records: Records) -> None:
         """The table's rows and the dilution scores, from the test sweep's records (failures noted as skipped)."""
+        scaled = dict((r.label, s) for r, s in self.scaled(available_methods()))
         for run in [*self.runs(), *(self.plan.ablation if self.full else ())]:
             if run.label in self.out["skipped"]:
                 continue
-            name = run.label
-            if run.method == "task_arithmetic":
-                name = f"ta_lambda{self.out['val']['task_arithmetic']['best_lambda']:g}"
-            elif run.tune:
-                name = f"{run.label}_at{self.out['val'][run.label]['best']:g}"
-            rec = records[self.prefix + name]
-            if rec["status"] == "ok":
-                self.out["rows"][run.label] = _metrics(rec)
-            else:
-                self.out["skipped"][run.label] = _failure(rec)
-                self.log(f"seed {self.seed}: {run.label} failed: {rec['error']}")
-        if self.full and "unique_only" not in self.out["skipped"]:
-            for domain in self.domains:
-                recs = {tag: records[f"unique_{domain}_{tag}"] for tag in DILUTION_TAGS}
-                if all(r["status"] == "ok" for r in recs.values()):
-                    self.out["dilution"][domain] = {tag: _metrics(r) for tag, r in recs.items()}
+            for label, name in self._test_names(run, scaled).items():
+                rec = records[self.prefix + name] if name is not None else None
+                if rec is None:
+                    if run.label in self.out["rows"]:
+                        self.out["rows"][label] = self.out["rows"][run.label]
+                elif rec["status"] == "ok":
+                    self.out["rows"][label] = trial_metrics(rec)
                 else:
-                    self.out["skipped"][f"unique_{domain}"] = next(
-                        _failure(r) for r in recs.values() if r["status"] != "ok"
-                    )
+                    self.out["skipped"][label] = failure(rec)
+                    self.log(f"seed {self.seed}: {label} failed: {rec['error']}")
+        if self.full and "unique_only" not in self.out["skipped"]:
+            self._read_dilution(records)
 
-
-def _metrics(record: dict[str, Any]) -> dict[str, float]:
-    """A trial's zoo metrics without the evaluator's ``agentic_avg`` (the tables compute their own)."""
-    return {k: float(v) for k, v in record["metrics"].items() if k != "agentic_avg"}
-
-
-def _failure(record: dict[str, Any]) -> str:
-    stage = "evaluation" if "merge_seconds" in record else "merge"
-    return f"{stage} failed: {record.get('error', '')}"
-
-
-def _brief(metrics: dict[str, float]) -> str:
-    return " ".join(f"{k}={v:.3f}" for k, v in metrics.items())
+    def _read_dilution(self, records: Records) -> None:
+        for domain in self.domains:
+            recs = {tag: records[f"unique_{domain}_{tag}"] for tag in DILUTION_TAGS}
+            if all(r["status"] == "ok" for r in recs.values()):
+                self.out["dilution"][domain] = {tag: trial_metrics(r) for tag, r in recs.items()}
+            else:
+                self.out["skipped"][f"unique_{domain}"] = next(failure(r) for r in recs.values() if r["status"] != "ok")
 
 
 def run_bench(
@@ -292,74 +338,13 @@ def run_bench(
     return records
 
 
-def bench_session(threads: int | None, quiet: bool) -> RaySession:
-    """The local Ray runtime of a bench, started by its first trial; ``--threads`` above the core count is honoured."""
-    return RaySession(quiet=quiet, num_cpus=max(os.cpu_count() or 1, threads or 1))
-
-
-@dataclass(frozen=True)
-class Sweeps:
-    """One seed's sweeps: what they merge (the seed's zoo), where they run, and on how many CPUs."""
-
-    cfg: ZooConfig
-    seed: int
-    zoo: dict[str, Path]
-    root: Path  # work/{regime}/seed{S}: sweep-val/ and sweep-test/ (results.jsonl, trials/NAME), fisher/
-    evals: Path
-    log: Logger
-    session: RaySession
-    threads: int | None = None
-    max_concurrent: int | None = None
-    quiet: bool = True
-
-    def config(self, split: str, entries: list[Entry], n: int | None = None) -> Any:
-        """The sweep of ``entries`` on ``split`` (val or test, ``n`` prompts per task, default the zoo's): this seed's
-        agents, merged at its seed."""
-        from agentmerge.sweep.spec import sweep_from_dict
-
-        domains = self.cfg.domains
-        inputs = [self.zoo["base"], *(self.zoo[f"agent_{d}"] for d in domains)]
-        data = {
-            "base": str(self.zoo["base"]),
-            "models": [str(self.zoo[f"agent_{d}"]) for d in domains],
-            "trials": entries,
-            "seeds": [self.seed],
-            "evaluate": "zoo:validation" if split == "val" else "zoo:test",
-            "evaluate_options": {
-                "n": n or (self.cfg.n_val if split == "val" else self.cfg.n_test),
-                "batch_size": self.cfg.eval_batch,
-                "cache": str(self.evals),
-            },
-            "fingerprint": cache_key([file_digest(p) for p in inputs], SUITE_VERSION),
-            "resources": {"cpus": self.threads or os.cpu_count() or 1},
-            "keep": "all",
-        }
-        return sweep_from_dict(data, f"zoo bench seed {self.seed} ({split})")
-
-    def run(self, split: str, entries: list[Entry], n: int | None = None, folder: Path | None = None) -> Records:
-        """Run one sweep (its recorded trials skipped) and return this sweep's records by trial name."""
-        from agentmerge.sweep.run import run_sweep
-        from agentmerge.sweep.spec import choose, trials
-
-        if not entries:
-            return {}
-        sweep = self.config(split, entries, n)
-        folder = folder or self.root / f"sweep-{split}"
-        outcome = run_sweep(sweep, folder, max_concurrent=self.max_concurrent, quiet=self.quiet, session=self.session)
-        for rec in outcome.finished:
-            brief = _brief(_metrics(rec)) if rec["status"] == "ok" else rec.get("error", "")
-            self.log(f"seed {self.seed}: {rec['name']} [{split}] {rec['seconds']:.1f}s {brief}")
-        self.log(f"seed {self.seed}: {split} sweep: {outcome.ran} trials ran, {outcome.skipped} recorded earlier")
-        ids = {t.id for t in trials(sweep, choose(sweep))}
-        return {r["name"]: r for r in outcome.records if r["trial"] in ids}
-
-
 def run_seed(plan: BenchPlan, sweeps: Sweeps) -> dict[str, Any]:
     """One seed: the 3-agent bench and, with ``plan.pairs``, the three pairs, their merges in two sweeps.
 
     First the validation sweep (task arithmetic's lambda grid, of every agent set), then the test sweep (every
     merge of the tables at the chosen lambdas, the RAM+ ablation, the dilution runs). The Fisher files are
-    made between the two when a Fisher merge is planned.
+    made between the two when a Fisher merge is planned. With ``plan.check``, first the convergence check of
+    every agent (``converge.py``; not merges of the tables, so not sweep trials).
     """
     available = available_methods()
     cfg, seed, zoo = sweeps.cfg, sweeps.seed, sweeps.zoo
@@ -368,6 +353,8 @@ def run_seed(plan: BenchPlan, sweeps: Sweeps) -> dict[str, Any]:
     benches = [full, *(pairs if plan.pairs else [])]
     for bench in benches:
         bench.begin()
+    if plan.check:
+        full.out["convergence"] = _check(plan, sweeps)
     records = sweeps.run("val", [e for b in benches for e in b.val_entries(available)])
     for bench in benches:
         bench.read_val(records)
@@ -379,6 +366,14 @@ def run_seed(plan: BenchPlan, sweeps: Sweeps) -> dict[str, Any]:
     record = full.finish()
     record["pairs"] = {"+".join(b.domains): b.finish() for b in benches[1:]}
     return record
+
+
+def _check(plan: BenchPlan, sweeps: Sweeps) -> dict[str, Any]:
+    """Each agent's convergence check on validation (evaluations cached in the seed's cache)."""
+    from agentmerge_zoo.converge import check_seed
+
+    scratch = sweeps.root / "check-scratch"
+    return check_seed(sweeps.cfg, sweeps.zoo, sweeps.evals, scratch, plan.check_n, sweeps.log)
 
 
 def _fisher(plan: BenchPlan, sweeps: Sweeps) -> dict[str, Path]:

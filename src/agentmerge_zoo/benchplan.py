@@ -17,6 +17,7 @@ class MethodRun:
     method: str
     params: dict[str, Any] = field(default_factory=dict)
     tune: str = ""  # a parameter chosen on validation over the plan's lambda grid (as task arithmetic's lambda)
+    kind: str = "main"  # "main": a row of the main table (tuned by the fair protocol); "variant": a RAM variant
 
 
 METHOD_RUNS: tuple[MethodRun, ...] = (
@@ -32,19 +33,25 @@ METHOD_RUNS: tuple[MethodRun, ...] = (
     MethodRun("ram_ties", "ram_ties"),
     MethodRun("ram", "ram"),
     MethodRun("ram_plus", "ram_plus", {"r": 0.1, "alpha": 2.0}),
+    # the field's newer methods that merge any number of models; one not in the registry when the bench runs is
+    # skipped with a note
+    *(MethodRun(name, name) for name in ("magmax", "consensus", "sce", "karcher", "multislerp")),
+    *(MethodRun(name, name) for name in ("tsv", "iso_c", "iso_cts", "cart", "resmerge")),
 )
 # The RAM variants of docs/methods.md ("RAM variants"), opt-in with ``zoo bench --variants``; labels start with
 # ``v_`` and count as RAM-family rows (never as the best baseline). RAM+ settings are the paper's (r 0.1, alpha 2).
 VARIANT_RUNS: tuple[MethodRun, ...] = (
-    MethodRun("v_ram_grid_bf16", "ram", {"mask_dtype": "bfloat16"}),
-    MethodRun("v_ram_plus_grid_bf16", "ram_plus", {"r": 0.1, "alpha": 2.0, "mask_dtype": "bfloat16"}),
-    MethodRun("v_ram_valley", "ram", {"epsilon_rule": "valley"}),
-    MethodRun("v_ram_elect", "ram", {"shared": "elect"}),
-    MethodRun("v_ram_plus_layer", "ram_plus", {"r": 0.1, "alpha": 2.0, "scope": "layer"}),
-    MethodRun("v_ram_plus_module", "ram_plus", {"r": 0.1, "alpha": 2.0, "scope": "module"}),
-    MethodRun("v_ram_fisher", "ram_fisher"),
-    MethodRun("v_ram_fisher_r0.1", "ram_fisher", {"r": 0.1, "alpha": 2.0}),
-    MethodRun("v_ram_scaled", "ram", tune="scale"),  # theta_0 + s * RAM's delta, s chosen like TA's lambda
+    MethodRun("v_ram_grid_bf16", "ram", {"mask_dtype": "bfloat16"}, kind="variant"),
+    MethodRun("v_ram_plus_grid_bf16", "ram_plus", {"r": 0.1, "alpha": 2.0, "mask_dtype": "bfloat16"}, kind="variant"),
+    MethodRun("v_ram_valley", "ram", {"epsilon_rule": "valley"}, kind="variant"),
+    MethodRun("v_ram_elect", "ram", {"shared": "elect"}, kind="variant"),
+    MethodRun("v_ram_plus_layer", "ram_plus", {"r": 0.1, "alpha": 2.0, "scope": "layer"}, kind="variant"),
+    MethodRun("v_ram_plus_module", "ram_plus", {"r": 0.1, "alpha": 2.0, "scope": "module"}, kind="variant"),
+    MethodRun("v_ram_fisher", "ram_fisher", kind="variant"),
+    MethodRun("v_ram_fisher_r0.1", "ram_fisher", {"r": 0.1, "alpha": 2.0}, kind="variant"),
+    MethodRun(
+        "v_ram_scaled", "ram", tune="scale", kind="variant"
+    ),  # theta_0 + s * RAM's delta, s chosen like TA's lambda
 )
 RAM_FAMILY = frozenset({"ram", "ram_plus", "ram_ties"})
 FISHER_METHODS = frozenset({"fisher", "ram_fisher"})  # merges that take the agents' Fisher files
@@ -77,6 +84,9 @@ class BenchPlan:
     ablation: tuple[MethodRun, ...] = ()  # extra 3-agent merges (the RAM+ ablation in the paper-like regime)
     pairs: bool = False  # also the three 2-agent merges (the paper's second table)
     pair_methods: tuple[str, ...] = PAIR_METHODS  # labels of ``methods`` run on the pairs
+    fair: bool = False  # defaults and tuned rows for every main-table method with an output scale (``fair.py``)
+    check: bool = False  # the convergence check of every agent (``converge.py``) as a stage of each seed
+    check_n: int = 3000  # validation prompts per task of the check (``converge.CHECK_N``)
 
 
 def available_methods() -> set[str]:

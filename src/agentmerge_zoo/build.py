@@ -3,7 +3,8 @@
 Layout under ``OUT/seed{S}/`` (``OUT/six/seed{S}/`` for the six-domain zoo, which has its own base):
 ``base/`` and ``agent_{domain}/`` (HF folders) for the default bf16 recipes;
 agents of other precision regimes live next to them in ``agent_{domain}.{storage}-lr{lr}-s{steps}-{export}/``
-(one base per seed serves every regime). Each stage is skipped when its
+(one base per seed serves every regime), and ``rl_state/`` (each training's end state, :func:`state_path`).
+Each stage is skipped when its
 folder is complete and was built from the same settings (fingerprint in ``zoo_stage.json``), so an interrupted
 build resumes where it stopped.
 """
@@ -22,7 +23,7 @@ from transformers import AutoTokenizer
 
 from agentmerge.evaluation.scoring import quiet_transformers
 from agentmerge_zoo.config import ZooConfig, regime_recipes
-from agentmerge_zoo.grpo import EXPORTS, Recipe, grpo_train
+from agentmerge_zoo.grpo import EXPORTS, Recipe, TrainState, grpo_run
 from agentmerge_zoo.modeling import is_complete, load_model, read_stage, save_checkpoint
 from agentmerge_zoo.pretrain import pretrain
 from agentmerge_zoo.splits import held_out_prompts
@@ -114,7 +115,12 @@ def build_agent(cfg: ZooConfig, out: Path, seed: int, domain: str, log: Logger) 
     model = load_model(base)
     tokenizer = AutoTokenizer.from_pretrained(str(base))
     exclude = held_out_prompts(cfg.n_val, cfg.n_test, cfg.domains)
-    history = grpo_train(model, tokenizer, recipe, rl_seed(seed, domain), exclude, log)
+    resume = latest_state(cfg, out, seed, recipe)
+    if resume is not None:
+        log(f"seed {seed}: {domain} continues its training from step {resume.steps} to {recipe.steps}")
+    state = grpo_run(model, tokenizer, recipe, rl_seed(seed, domain), exclude, log, resume)
+    state.save(state_path(cfg, out, seed, recipe, recipe.steps))
+    history = state.history
     seconds = round(time.perf_counter() - started, 1)
     exports = [recipe]
     if recipe.storage == "fp32_master":
@@ -123,11 +129,33 @@ def build_agent(cfg: ZooConfig, out: Path, seed: int, domain: str, log: Logger) 
         folder = agent_dir(out, seed, domain, variant)
         meta = {"stage": f"agent_{domain}", "seed": seed, "fingerprint": cfg.agent_fingerprint(variant)}
         meta.update({"seconds": seconds, "rl_seed": rl_seed(seed, domain), "recipe_tag": recipe_tag(variant)})
+        meta["continued_from"] = resume.steps if resume is not None else 0
         save_checkpoint(model, folder, meta, export=variant.export)
         (folder / "recipe.json").write_text(json.dumps(variant.to_dict(), indent=2) + "\n")
         (folder / "train_log.json").write_text(json.dumps(history) + "\n")
     log(f"seed {seed}: {path.name} saved ({seconds} s)")
     return path
+
+
+def state_path(cfg: ZooConfig, out: Path, seed: int, recipe: Recipe, steps: int) -> Path:
+    """``seed{S}/rl_state/{domain}-{key}-s{steps}.pt``: the end state of ``recipe``'s training at ``steps``; the
+    key is the recipe's fingerprint without its steps and export, so every length of one training shares it."""
+    key = cfg.agent_fingerprint(replace(recipe, steps=0, export="bf16"))
+    return seed_dir(out, seed) / "rl_state" / f"{recipe.domain}-{key}-s{steps}.pt"
+
+
+def latest_state(cfg: ZooConfig, out: Path, seed: int, recipe: Recipe) -> TrainState | None:
+    """The saved state of the same training with the most steps not above ``recipe.steps`` (None: train afresh).
+
+    This is how an agent gets more steps (``with_steps``, the convergence loop): its training continues from
+    where it stopped, and the result equals training the longer recipe from scratch."""
+    stem = state_path(cfg, out, seed, recipe, 0).name.removesuffix("0.pt")  # DOMAIN-KEY-s
+    found = []
+    for path in state_path(cfg, out, seed, recipe, 0).parent.glob(f"{stem}*.pt"):
+        steps = path.name.removeprefix(stem).removesuffix(".pt")
+        if steps.isdigit() and int(steps) <= recipe.steps:
+            found.append((int(steps), path))
+    return TrainState.load(max(found)[1]) if found else None
 
 
 def build_zoo(

@@ -9,7 +9,6 @@ from __future__ import annotations
 import argparse
 import contextlib
 import json
-import os
 import shlex
 import time
 from collections.abc import Iterator
@@ -17,13 +16,20 @@ from dataclasses import replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from agentmerge_zoo.cli_common import (
+    DEFAULT_WORK,
+    DEFAULT_ZOO,
+    common_options,
+    set_threads,
+    steps_option,
+    zoo_config,
+)
+
 if TYPE_CHECKING:
     from agentmerge.sweep.run import RaySession
     from agentmerge_zoo.build import Logger
 
-DEFAULT_ZOO = ".zoo-cache"
 CORE_METHODS = ("linear", "task_arithmetic", "ties", "dare_ties", "ram", "ram_plus")
-DEFAULT_WORK = "bench-work"
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
@@ -33,15 +39,12 @@ def register(subparsers: argparse._SubParsersAction) -> None:  # type: ignore[ty
     _build_parser(zoo_sub)
     _bench_parser(zoo_sub)
     _many_parser(zoo_sub)
+    from agentmerge_zoo.check_cli import check_parser
     from agentmerge_zoo.real.cli import register_real
 
+    check_parser(zoo_sub)
+
     register_real(zoo_sub)
-
-
-def _common(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--smoke", action="store_true", help="tiny sizes: checks the pipeline runs, not who wins")
-    p.add_argument("--threads", type=int, default=None, help="torch threads (default: all cores)")
-    p.add_argument("--quiet", action="store_true", help="no progress on stderr")
 
 
 def _build_parser(sub: Any) -> None:
@@ -55,7 +58,8 @@ def _build_parser(sub: Any) -> None:
         default="core",
         help="core: code, tool, memory (default); six: also math, sort, search, on their own base (under OUT/six)",
     )
-    _common(p)
+    steps_option(p)
+    common_options(p)
     p.set_defaults(func=cmd_build)
 
 
@@ -93,7 +97,15 @@ def _bench_parser(sub: Any) -> None:
         default=None,
         help="merge trials in flight at once (default: cores / --threads); each trial uses --threads CPUs",
     )
-    _common(p)
+    p.add_argument(
+        "--no-fair",
+        action="store_true",
+        help="only task arithmetic's lambda tuned (the older protocol) instead of a defaults and a tuned table",
+    )
+    p.add_argument("--no-check", action="store_true", help="skip the convergence check of the agents")
+    p.add_argument("--check-n", type=int, default=None, help="validation prompts per task of the check (default 3000)")
+    steps_option(p)
+    common_options(p)
     p.set_defaults(func=cmd_bench)
 
 
@@ -114,7 +126,7 @@ def _many_parser(sub: Any) -> None:
     p.add_argument("--per-size", type=int, default=5, help="subsets per size, the same in every seed (default 5)")
     p.add_argument("--render-only", action="store_true", help="only re-render results.md from results.json")
     p.add_argument("--max-concurrent", type=int, default=None, help="merge trials in flight at once")
-    _common(p)
+    common_options(p)
     p.set_defaults(func=cmd_many)
 
 
@@ -132,9 +144,9 @@ def cmd_many(args: argparse.Namespace) -> int:
     seeds = tuple(int(s) for s in args.seeds.split(",") if s.strip())
     sizes = tuple(int(s) for s in args.sizes.split(",") if s.strip())
     plan = smoke_plan(seeds) if args.smoke else ManyPlan(seeds=seeds, sizes=sizes, per_size=args.per_size)
-    threads = _threads(args.threads)
+    threads = set_threads(args.threads)
     started = time.perf_counter()
-    cfg = _config(args.smoke, args.regime, "six")
+    cfg = zoo_config(args.smoke, args.regime, "six")
     log = stderr_logger(args.quiet)
     records = run_many(cfg, plan, Path(args.zoo), Path(args.work), log, threads, args.max_concurrent, args.quiet)
     meta = {"command": _many_command(args), "regime": args.regime, "config": cfg.to_dict(), "threads": threads}
@@ -155,23 +167,6 @@ def _many_command(args: argparse.Namespace) -> str:
     return shlex.join(parts)
 
 
-def _threads(n: int | None) -> int:
-    import torch
-
-    count = n or os.cpu_count() or 1
-    torch.set_num_threads(count)
-    return count
-
-
-def _config(smoke: bool, regime: str = "bf16", suite: str = "core") -> Any:
-    from agentmerge_zoo.config import full_config, six_config, smoke_config
-    from agentmerge_zoo.tasks import SIX_DOMAINS
-
-    if suite == "six":
-        return smoke_config(regime, SIX_DOMAINS) if smoke else six_config(regime)
-    return smoke_config(regime) if smoke else full_config(regime)
-
-
 def _regimes(args: argparse.Namespace) -> list[str]:
     from agentmerge_zoo.config import REGIMES
 
@@ -186,9 +181,9 @@ def _regimes(args: argparse.Namespace) -> list[str]:
 def cmd_build(args: argparse.Namespace) -> int:
     from agentmerge_zoo.build import build_zoo, stderr_logger
 
-    threads = _threads(args.threads)
+    threads = set_threads(args.threads)
     paths = build_zoo(
-        _config(args.smoke, args.regime, args.suite),
+        zoo_config(args.smoke, args.regime, args.suite, args.steps),
         Path(args.out),
         args.seed,
         threads=threads,
@@ -201,7 +196,7 @@ def cmd_build(args: argparse.Namespace) -> int:
 
 def cmd_bench(args: argparse.Namespace) -> int:
     from agentmerge.errors import ConfigError
-    from agentmerge_zoo.bench import bench_session
+    from agentmerge_zoo.bench_sweeps import bench_session
     from agentmerge_zoo.build import stderr_logger
     from agentmerge_zoo.regime_report import render_combined_from_json
 
@@ -211,7 +206,7 @@ def cmd_bench(args: argparse.Namespace) -> int:
         return 0
     if args.max_concurrent is not None and args.max_concurrent < 1:
         raise ConfigError(f"--max-concurrent must be at least 1 (got {args.max_concurrent})")
-    threads = _threads(args.threads)
+    threads = set_threads(args.threads)
     seeds = tuple(int(s) for s in args.seeds.split(",") if s.strip())
     log = stderr_logger(args.quiet)
     with bench_session(threads, args.quiet) as session:  # one Ray runtime for every regime's sweeps
@@ -229,9 +224,11 @@ def _bench_regime(
     from agentmerge_zoo.results import aggregate
 
     docs = Path(args.docs)
-    cfg = _config(args.smoke, regime)
+    cfg = zoo_config(args.smoke, regime, steps=args.steps)
     started = time.perf_counter()
     plan = _plan(args.smoke, seeds, regime, not args.no_pairs)
+    plan = replace(plan, fair=not args.no_fair, check=not args.no_check)
+    plan = replace(plan, check_n=args.check_n or plan.check_n)
     if args.methods:
         keep = set(CORE_METHODS) if args.methods == "core" else set(args.methods.split(","))
         plan = replace(plan, methods=tuple(m for m in plan.methods if m.label in keep))
@@ -282,6 +279,7 @@ def _plan(smoke: bool, seeds: tuple[int, ...], regime: str, pairs: bool) -> Any:
     small = tuple(r for r in ablation if r.label in {"ram_plus_r0_a1", "ram_plus_authors_R1.2"})
     return BenchPlan(
         seeds=seeds,
+        check_n=8,
         fisher_prompts=4,
         ta_lambdas=(0.5, 1.0),
         methods=methods,
@@ -304,6 +302,10 @@ def _command(args: argparse.Namespace) -> str:
         parts += ["--methods", args.methods]
     if args.no_ablation:
         parts.append("--no-ablation")
+    parts += ["--no-fair"] if args.no_fair else []
+    parts += ["--no-check"] if args.no_check else []
+    parts += ["--check-n", str(args.check_n)] if args.check_n else []
+    parts += ["--steps", args.steps] if args.steps else []
     if args.smoke:
         parts.append("--smoke")
     if args.threads:

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+from collections.abc import Mapping
 from dataclasses import asdict, dataclass, field, replace
 from typing import Any
 
@@ -130,6 +131,27 @@ REGIMES: dict[str, str] = {
     "paper_like": "code: bf16 storage at a low lr (sparse, like the paper's 3 % code agent); tool and memory: fp32 "
     "master saved bf16 (about half dense, like the paper's tool and memory agents)",
 }
+
+
+def with_steps(cfg: ZooConfig, steps: Mapping[str, int]) -> ZooConfig:
+    """``cfg`` with some agents' RL steps changed (``{domain: steps}``; others kept): the convergence loop's knob.
+    A longer recipe continues the shorter one's saved training (``build.latest_state``)."""
+    unknown = sorted(set(steps) - {r.domain for r in cfg.recipes})
+    if unknown or any(n < 1 for n in steps.values()):
+        raise ValueError(f"steps: unknown domain(s) {unknown} or a count below 1 in {dict(steps)}")
+    return replace(cfg, recipes=tuple(replace(r, steps=steps.get(r.domain, r.steps)) for r in cfg.recipes))
+
+
+def parse_steps(text: str) -> dict[str, int]:
+    """``memory=200,code=160`` -> ``{"memory": 200, "code": 160}`` (``--steps``)."""
+    out: dict[str, int] = {}
+    for part in (p.strip() for p in text.split(",")):
+        name, sep, value = part.partition("=")
+        if part and (not sep or not value.strip().isdigit()):
+            raise ValueError(f"--steps: {part!r} is not DOMAIN=STEPS (e.g. memory=200)")
+        if part:
+            out[name.strip()] = int(value)
+    return out
 
 
 def full_config(regime: str = "bf16") -> ZooConfig:

@@ -13,6 +13,10 @@ therefore lost rather than accumulated, which is what makes RL task vectors spar
 keeps unrounded float32 weights instead, as trainers with float32 master weights (verl) do. ``export`` is the
 dtype of the saved checkpoint: ``bf16`` rounds once at save (verl's converter), ``fp32`` keeps the master
 weights (as the paper's tool agent was released). Precision is a recipe axis of the zoo (see ``config.py``).
+
+A training can be continued exactly (``grpo_run(resume=...)``, :class:`TrainState`): the learning rate is
+constant, so continuing an N-step training to M steps from its saved weights, AdamW state, RNG state and stream
+position gives the same weights as training M steps at once (``tests/zoo/test_converge.py``).
 """
 
 from __future__ import annotations
@@ -20,6 +24,7 @@ from __future__ import annotations
 import time
 from collections.abc import Callable
 from dataclasses import asdict, dataclass
+from pathlib import Path
 from typing import Any
 
 import torch
@@ -102,6 +107,31 @@ def _policy_loss(
     return -(adv * per_seq).mean()
 
 
+@dataclass
+class TrainState:
+    """Where a training stopped, enough to continue it exactly: the float32 weights, AdamW's state, torch's RNG
+    state and the per-step log (the training stream is replayed to its position: ``steps * prompts_per_step``)."""
+
+    steps: int
+    weights: dict[str, torch.Tensor]
+    optimizer: dict[str, Any]
+    rng: torch.Tensor
+    history: list[dict[str, float]]
+
+    def save(self, path: Path) -> None:
+        """Write the state whole (a temporary file renamed), so a killed process leaves no torn file."""
+        path.parent.mkdir(parents=True, exist_ok=True)
+        tmp = path.with_name(f".{path.name}.tmp")
+        data = {"steps": self.steps, "weights": self.weights, "optimizer": self.optimizer, "rng": self.rng}
+        torch.save(data | {"history": self.history}, tmp)
+        tmp.replace(path)
+
+    @classmethod
+    def load(cls, path: Path) -> TrainState:
+        data = torch.load(path, weights_only=True)
+        return cls(int(data["steps"]), data["weights"], data["optimizer"], data["rng"], list(data["history"]))
+
+
 def grpo_train(
     model: Any,
     tokenizer: Any,
@@ -111,6 +141,20 @@ def grpo_train(
     log: Callable[[str], None] = lambda _msg: None,
 ) -> list[dict[str, float]]:
     """Run the recipe on ``model`` in place; returns a per-step log (mean reward, signal fraction, time)."""
+    return grpo_run(model, tokenizer, recipe, seed, exclude, log).history
+
+
+def grpo_run(
+    model: Any,
+    tokenizer: Any,
+    recipe: Recipe,
+    seed: int,
+    exclude: frozenset[str],
+    log: Callable[[str], None] = lambda _msg: None,
+    resume: TrainState | None = None,
+) -> TrainState:
+    """Train ``model`` in place up to ``recipe.steps``, from scratch or from ``resume`` (a state of the same
+    recipe and seed at fewer steps: the result equals training the whole recipe at once); returns the end state."""
     torch.manual_seed(seed)
     opt = torch.optim.AdamW(
         model.parameters(),
@@ -121,33 +165,53 @@ def grpo_train(
     task = training_task(recipe.domain)
     stream = train_stream({recipe.domain: 1.0}, seed, f"rl-{recipe.domain}-{recipe.team}", exclude)
     history: list[dict[str, float]] = []
+    if resume is not None:
+        if resume.steps > recipe.steps:
+            raise ValueError(f"cannot continue a {resume.steps}-step training to {recipe.steps} steps")
+        model.load_state_dict(resume.weights)
+        opt.load_state_dict(resume.optimizer)
+        torch.set_rng_state(resume.rng)
+        history = list(resume.history)
+        for _ in range(resume.steps * recipe.prompts_per_step):
+            next(stream)
+    offset = history[-1]["seconds"] if history else 0.0
     started = time.perf_counter()
-    for step in range(recipe.steps):
-        examples: list[Example] = [next(stream) for _ in range(recipe.prompts_per_step)]
-        prompts = [ex.prompt for ex in examples for _ in range(recipe.group_size)]
-        model.eval()
-        batch, completion = generate_ids(
-            model, tokenizer, prompts, task.max_new_tokens, sample=True, temperature=recipe.temperature
+    for step in range(len(history), recipe.steps):
+        signal, reward = _grpo_step(
+            model, tokenizer, recipe, task, [next(stream) for _ in range(recipe.prompts_per_step)], opt
         )
-        texts = decode_completions(tokenizer, completion, tokenizer.eos_token_id)
-        rewards = _rewards(recipe.domain, recipe.reward, prompts, texts)
-        adv = group_advantages(rewards, recipe.group_size)
-        signal = float((rewards.view(-1, recipe.group_size).std(dim=1) > 0).float().mean())
-        if signal > 0:
-            model.train()
-            loss = _policy_loss(model, batch, completion, adv, tokenizer.eos_token_id)
-            opt.zero_grad(set_to_none=True)
-            loss.backward()  # type: ignore[no-untyped-call]
-            torch.nn.utils.clip_grad_norm_(model.parameters(), recipe.grad_clip)
-            opt.step()
-            if recipe.storage == "bf16":
-                round_to_bf16_(model)
-        row = {"step": step + 1, "reward": float(rewards.mean()), "signal": signal}
-        row["seconds"] = time.perf_counter() - started
+        row = {"step": step + 1, "reward": reward, "signal": signal}
+        row["seconds"] = offset + time.perf_counter() - started
         history.append(row)
         if (step + 1) % 10 == 0 or step + 1 == recipe.steps:
             recent = history[-10:]
             mean_r = sum(r["reward"] for r in recent) / len(recent)
             log(f"rl {recipe.domain} step {step + 1}/{recipe.steps} reward {mean_r:.3f} signal {signal:.2f}")
     model.eval()
-    return history
+    weights = {k: v.detach().clone() for k, v in model.state_dict().items()}
+    return TrainState(recipe.steps, weights, opt.state_dict(), torch.get_rng_state(), history)
+
+
+def _grpo_step(
+    model: Any, tokenizer: Any, recipe: Recipe, task: Any, examples: list[Example], opt: torch.optim.Optimizer
+) -> tuple[float, float]:
+    """One on-policy step: sample the groups, score them, one update when some group has spread."""
+    prompts = [ex.prompt for ex in examples for _ in range(recipe.group_size)]
+    model.eval()
+    batch, completion = generate_ids(
+        model, tokenizer, prompts, task.max_new_tokens, sample=True, temperature=recipe.temperature
+    )
+    texts = decode_completions(tokenizer, completion, tokenizer.eos_token_id)
+    rewards = _rewards(recipe.domain, recipe.reward, prompts, texts)
+    adv = group_advantages(rewards, recipe.group_size)
+    signal = float((rewards.view(-1, recipe.group_size).std(dim=1) > 0).float().mean())
+    if signal > 0:
+        model.train()
+        loss = _policy_loss(model, batch, completion, adv, tokenizer.eos_token_id)
+        opt.zero_grad(set_to_none=True)
+        loss.backward()  # type: ignore[no-untyped-call]
+        torch.nn.utils.clip_grad_norm_(model.parameters(), recipe.grad_clip)
+        opt.step()
+        if recipe.storage == "bf16":
+            round_to_bf16_(model)
+    return signal, float(rewards.mean())

@@ -21,7 +21,8 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
-from agentmerge_zoo.bench import SeedBench, Sweeps, bench_session
+from agentmerge_zoo.bench import SeedBench
+from agentmerge_zoo.bench_sweeps import Sweeps, bench_session
 from agentmerge_zoo.benchplan import BenchPlan, MethodRun, available_methods
 from agentmerge_zoo.build import Logger, build_zoo
 from agentmerge_zoo.config import ZooConfig

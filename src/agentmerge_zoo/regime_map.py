@@ -26,8 +26,14 @@ def cell(c: dict[str, Any] | None, digits: int = 1) -> str:
     return pm(c, 100.0, digits) if c else "n/a"
 
 
+def is_fair(combined: dict[str, Any]) -> bool:
+    """Whether some regime was benched under the fair protocol (defaults and tuned tables)."""
+    return any("map_tuned" in res for res in combined["regimes"].values())
+
+
 def map_rows(combined: dict[str, Any]) -> list[list[str]]:
     rows = []
+    fair = is_fair(combined)
     for name, res in combined["regimes"].items():
         m = res.get("map", {})
         probe = res.get("probe", {}).get("agents", {})
@@ -44,7 +50,11 @@ def map_rows(combined: dict[str, Any]) -> list[list[str]]:
                 f"`{name}` ({len(res['seeds'])} seeds)",
                 dens,
                 excess,
-                f"{cell(m.get('ram_minus_best_baseline'))} (vs {m.get('best_baseline')})",
+                *(
+                    _ram_cells(res)
+                    if fair
+                    else [f"{cell(m.get('ram_minus_best_baseline'))} (vs {m.get('best_baseline')})"]
+                ),
                 cell(m.get("ram_minus_linear")),
                 cell(m.get("ram_plus_minus_ram"), 2),
                 f"{best_spec} ({m.get('best_merge')})",
@@ -54,12 +64,24 @@ def map_rows(combined: dict[str, Any]) -> list[list[str]]:
     return rows
 
 
+def _ram_cells(res: dict[str, Any]) -> list[str]:
+    """RAM − best baseline at defaults and tuned; a regime of the older protocol (only task arithmetic tuned) is
+    neither, and says so."""
+    m, t = res.get("map", {}), res.get("map_tuned")
+    old = f"{cell(m.get('ram_minus_best_baseline'))} (vs {m.get('best_baseline')})"
+    if not t:
+        return ["n/a", f"{old}, older protocol: only task arithmetic tuned"]
+    return [old, f"{cell(t.get('ram_minus_best_baseline'))} (vs {t.get('best_baseline')})"]
+
+
 def regime_map_lines(combined: dict[str, Any], figure: str | None) -> list[str]:
+    fair = is_fair(combined)
     header = [
         "regime",
         "density % (code / tool / memory)",
         "overlap excess: measured w.0 / independent w.0",
-        "RAM − best baseline (pts)",
+        "RAM − best baseline at defaults (pts)" if fair else "RAM − best baseline (pts)",
+        *(["RAM − best baseline, tuned (pts)"] if fair else []),
         "RAM − linear (pts)",
         "RAM+ − RAM (pts)",
         "best merge − specialist, code / tool / memory (pts)",
@@ -71,7 +93,13 @@ def regime_map_lines(combined: dict[str, Any], figure: str | None) -> list[str]:
         "the baseline); the best merge is the same over every merge. The last column takes, per domain, the merge "
         "that scores highest on that domain (also selected on test: an upper bound for the synergy claim). "
         "Overlap excess below 1 means the agents update the same elements more often than independent masks "
-        "would; 1 means independent.",
+        "would; 1 means independent."
+        + (
+            " At defaults every method runs as it comes; tuned, every method's output scale (RAM's included) is "
+            "chosen on validation from one shared grid, and the other columns are the defaults'."
+            if fair
+            else ""
+        ),
         "",
         *table(header, map_rows(combined)),
         "",
@@ -114,11 +142,24 @@ def verdict_lines(combined: dict[str, Any]) -> list[str]:
             f"- `{name}`: RAM vs the best baseline ({m.get('best_baseline')}): "
             f"{verdict(m.get('ram_minus_best_baseline'))}; "
             f"RAM+ vs the best baseline: {verdict(m.get('ram_plus_minus_best_baseline'))}; "
-            f"RAM+ vs RAM: {verdict(m.get('ram_plus_minus_ram'))}. Best merge on each domain vs its specialist: "
+            f"RAM+ vs RAM: {verdict(m.get('ram_plus_minus_ram'))}. "
+            + _tuned_verdict(res)
+            + "Best merge on each domain vs its specialist: "
             + "; ".join(beats)
             + "."
         )
     return [*lines, ""]
+
+
+def _tuned_verdict(res: dict[str, Any]) -> str:
+    """The tuned table's RAM and RAM+ against its best baseline (empty without a tuned table)."""
+    t = res.get("map_tuned")
+    if not t:
+        return ""
+    return (
+        f"Tuned alike: RAM vs the best baseline ({t.get('best_baseline')}): {verdict(t.get('ram_minus_best_baseline'))}"
+        f"; RAM+ vs the best baseline: {verdict(t.get('ram_plus_minus_best_baseline'))}. "
+    )
 
 
 def _map_points(combined: dict[str, Any]) -> list[tuple[str, float, dict[str, tuple[float, float]]]]:
@@ -130,6 +171,8 @@ def _map_points(combined: dict[str, Any]) -> list[tuple[str, float, dict[str, tu
         if not math.isfinite(x) or "ram_minus_best_baseline" not in m:
             continue
         ys: dict[str, tuple[float, float]] = {"RAM − best baseline": _pair(m["ram_minus_best_baseline"])}
+        if res.get("map_tuned", {}).get("ram_minus_best_baseline"):
+            ys["RAM − best baseline, tuned"] = _pair(res["map_tuned"]["ram_minus_best_baseline"])
         if m.get("ram_minus_linear"):
             ys["RAM − linear (averaging)"] = _pair(m["ram_minus_linear"])
         if m.get("ram_plus_minus_ram"):
@@ -156,11 +199,14 @@ def plot_regime_map(combined: dict[str, Any], path: Path) -> Path | None:
     fig, ax = plt.subplots(figsize=(7.5, 4.5))
     for label, marker in (
         ("RAM − best baseline", "o"),
+        ("RAM − best baseline, tuned", "v"),
         ("RAM − linear (averaging)", "D"),
         ("RAM+ − RAM", "s"),
         ("best merge − specialist (domain mean)", "^"),
     ):
         rows = [(x, ys[label]) for _, x, ys in points if label in ys]
+        if not rows:
+            continue
         ax.errorbar(
             [r[0] for r in rows],
             [r[1][0] * 100 for r in rows],

@@ -3,7 +3,8 @@
 ``docs/results.json`` holds ``{"regimes": {name: aggregate}}`` (each aggregate as ``results.aggregate`` makes
 it, with its own command, seeds and timing); ``docs/results.md`` is rendered from it, and ``docs/regime-map.png``
 plots the map. A regime that has not been run yet is simply absent; one run on fewer seeds says so.
-The map itself (table, verdicts, figure) is drawn by ``regime_map``.
+The map itself (table, verdicts, figure) is drawn by ``regime_map``; a fair bench (``fair.py``) adds the tuned
+table next to the defaults one and RAM − best baseline under both.
 """
 
 from __future__ import annotations
@@ -14,7 +15,9 @@ from pathlib import Path
 from typing import Any
 
 from agentmerge_zoo.config import DOMAINS, REGIMES
-from agentmerge_zoo.regime_map import cell, plot_regime_map, regime_map_lines
+from agentmerge_zoo.converge_report import check_lines
+from agentmerge_zoo.fair import TUNED, is_tuned
+from agentmerge_zoo.regime_map import cell, is_fair, plot_regime_map, regime_map_lines
 from agentmerge_zoo.report_md import (
     comparison_lines,
     dilution_table,
@@ -26,10 +29,11 @@ from agentmerge_zoo.report_md import (
     retention_table,
     table,
 )
-from agentmerge_zoo.results import is_ablation, jsonable
+from agentmerge_zoo.results import is_ablation, is_variant, jsonable
 
 FULL_SEEDS = 3
 RESUME_COMMAND = "PYTHONPATH=src nohup nice -n 10 bash scripts/zoo_full_run.sh > full-run.log 2>&1 &"
+FAIR_RESUME_COMMAND = "PYTHONPATH=src nohup nice -n 10 bash scripts/zoo_fair_run.sh > fair-run.log 2>&1 &"
 
 # The paper's Figure 2 (Qwen2.5-7B agents): density and w.0 / w.1 / w.2 in percent.
 PAPER_FIG2 = {
@@ -193,8 +197,53 @@ def pairs_lines(res: dict[str, Any]) -> list[str]:
     return lines
 
 
+def tuned_rows(res: dict[str, Any]) -> dict[str, Any]:
+    """The tuned table: every non-ablation, non-variant row, its tuned cells where it has them, labelled with the
+    values chosen on validation per seed."""
+    rows: dict[str, Any] = {}
+    choice = res.get("tuned_choice", {})
+    for label, cells in res["rows"].items():
+        if is_ablation(label) or is_variant(label) or is_tuned(label):
+            continue
+        if label + TUNED not in res["rows"]:
+            rows[label] = cells
+            continue
+        c = choice.get(label, {})
+        values = ", ".join(f"{v:g}" for v in c.get("values", []) if isinstance(v, float) and math.isfinite(v))
+        rows[f"{label} ({c.get('param')} {values})"] = res["rows"][label + TUNED]
+    return rows
+
+
+def main_tables(res: dict[str, Any]) -> list[str]:
+    """One main table, or under the fair protocol two: every method at its defaults, and tuned."""
+    main = {**res, "rows": {k: v for k, v in res["rows"].items() if not is_ablation(k) and not is_tuned(k)}}
+    if "map_tuned" not in res:
+        return ["### Main table (3 agents)", "", *main_table(main), "", *comparison_lines(main), ""]
+    tuned = {**res, "rows": tuned_rows(res), "comparisons": res.get("comparisons_tuned", [])}
+    return [
+        "### Main table at defaults (3 agents)",
+        "",
+        "Every method at its defaults (the bench's own parameters; task arithmetic at λ 1): what a user gets out "
+        "of the box.",
+        "",
+        *main_table(main),
+        "",
+        *comparison_lines(main),
+        "",
+        "### Main table tuned (3 agents)",
+        "",
+        "Every method with an output scale (`Method.output_scale`) has it chosen on validation from one shared "
+        "grid by one rule (the highest validation agentic average; a tie goes to the value nearest 1); the values "
+        "chosen per seed follow the label. A method without an output scale is its defaults row.",
+        "",
+        *main_table(tuned),
+        "",
+        *comparison_lines(tuned),
+        "",
+    ]
+
+
 def regime_section(name: str, res: dict[str, Any]) -> list[str]:
-    main = {**res, "rows": {k: v for k, v in res["rows"].items() if not is_ablation(k)}}
     retention = {**res, "retention": {k: v for k, v in res["retention"].items() if not is_ablation(k)}}
     recipes = res["config"]["recipes"]
     recipe_rows = [
@@ -216,12 +265,8 @@ def regime_section(name: str, res: dict[str, Any]) -> list[str]:
         "",
         *gains_table(res),
         "",
-        "### Main table (3 agents)",
-        "",
-        *main_table(main),
-        "",
-        *comparison_lines(main),
-        "",
+        *check_lines(res),
+        *main_tables(res),
         "### Share of each specialist's gain that the merge keeps",
         "",
         *retention_table(retention),
@@ -259,6 +304,9 @@ def _regime_notes(res: dict[str, Any]) -> list[str]:
     pairs = pairs_lines(res)
     if pairs:
         lines += ["### Two-agent merges (the paper's second table)", "", *pairs]
+    pairs = pairs_lines({"pairs": res.get("pairs_tuned")})
+    if pairs:
+        lines += ["### Two-agent merges, tuned", "", "Each output scale chosen on the pair's validation.", "", *pairs]
     lambdas = [f"{e['best_lambda']:g}" for e in res["task_arithmetic_lambda"] if e]
     if lambdas:
         lines.append(f"- task_arithmetic λ chosen on validation, per seed: {', '.join(lambdas)}.")
@@ -287,6 +335,7 @@ def render_combined(combined: dict[str, Any], figure: str | None) -> str:
     core = [f"`{r}`" for r, v in regimes.items() if "--methods" in v.get("command", "")]
     no_ablation = "paper_like" in regimes and not regimes["paper_like"].get("ablation")
     if missing or short or no_pairs or core or no_ablation:
+        resume = FAIR_RESUME_COMMAND if is_fair(combined) else RESUME_COMMAND
         parts = []
         if no_pairs:
             parts.append(f"the 2-agent pairs were not run for {', '.join(no_pairs)}")
@@ -299,7 +348,7 @@ def render_combined(combined: dict[str, Any], figure: str | None) -> str:
         if short:
             parts.append(f"regimes on fewer than {FULL_SEEDS} seeds: {', '.join(short)}")
         lines += [
-            f"**Partial:** {'; '.join(parts)}. The full run resumes from the caches with `{RESUME_COMMAND}`.",
+            f"**Partial:** {'; '.join(parts)}. The full run resumes from the caches with `{resume}`.",
             "",
         ]
     lines += ["## The regime map", "", *regime_map_lines(combined, figure)]

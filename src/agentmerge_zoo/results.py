@@ -15,6 +15,7 @@ from typing import Any
 
 from agentmerge_zoo.config import DOMAINS
 from agentmerge_zoo.evaluate import mean_and_se
+from agentmerge_zoo.fair import TUNED, defaults_view, has_tuned, is_tuned, tuned_view
 from agentmerge_zoo.tasks import metric_columns, metric_domain
 
 Stat = dict[str, Any]
@@ -67,32 +68,55 @@ def is_merge(label: str) -> bool:
 
 
 def aggregate(records: Sequence[dict[str, Any]], meta: dict[str, Any]) -> dict[str, Any]:
-    """The content of results.json (one regime)."""
+    """The content of results.json (one regime). A fair bench's records (``fair.py``) also give the tuned
+    table's paired differences, pairs and regime-map point (``*_tuned``) and the tuned values (``tuned_choice``)."""
     labels = row_labels(records)
-    rows: dict[str, dict[str, Stat]] = {}
-    for label in labels:
-        per_seed = [r["rows"][label] for r in records]
-        cells = {m: stat([p[m] for p in per_seed]) for m in metric_columns()}
-        cells["agentic_avg"] = stat([agentic(p) for p in per_seed])
-        rows[label] = cells
-    return {
+    defaults, tuned = defaults_view(records), tuned_view(records)
+    main = row_labels(defaults)
+    out = {
         **meta,
         "seeds": [r["seed"] for r in records],
         "columns": [*metric_columns(), "agentic_avg"],
-        "rows": rows,
+        "rows": {label: _cells(records, label) for label in labels},
         "gains": _gains(records),
         "retention": {label: _retention(records, label) for label in labels},
         "probe": _probe(records),
         "dilution": _dilution(records),
         "task_arithmetic_lambda": [r["val"].get("task_arithmetic", {}) for r in records],
         "skipped": _skipped(records),
-        "comparisons": _comparisons(records, labels),
+        "comparisons": _comparisons(defaults, main),
         "ablation": _ablation(records, labels),
-        "variants": _variants(records, labels),
-        "pairs": _pairs(records),
-        "map": regime_point(records, labels),
+        "variants": _variants(tuned, main),
+        "pairs": _pairs(defaults),
+        "map": regime_point(defaults, main),
         "timing": [{"seed": r["seed"], **r["timing"]} for r in records],
     }
+    if has_tuned(records):
+        out["comparisons_tuned"] = _comparisons(tuned, main)
+        out["pairs_tuned"] = _pairs(tuned)
+        out["map_tuned"] = regime_point(tuned, main)
+        out["tuned_choice"] = _choices(records, labels)
+    if all("convergence" in r for r in records):
+        from agentmerge_zoo.converge_report import aggregate_checks
+
+        out["convergence"] = aggregate_checks(records)
+    return out
+
+
+def _cells(records: Sequence[dict[str, Any]], label: str) -> dict[str, Stat]:
+    per_seed = [r["rows"][label] for r in records]
+    cells = {m: stat([p[m] for p in per_seed]) for m in metric_columns()}
+    cells["agentic_avg"] = stat([agentic(p) for p in per_seed])
+    return cells
+
+
+def _choices(records: Sequence[dict[str, Any]], labels: Sequence[str]) -> dict[str, Any]:
+    """Per tuned row: the parameter and the value chosen on validation in each seed."""
+    out: dict[str, Any] = {}
+    for label in [x.removesuffix(TUNED) for x in labels if is_tuned(x)]:
+        chosen = [r["val"].get(label, {}) for r in records]
+        out[label] = {"param": chosen[0].get("param"), "values": [c.get("best") for c in chosen]}
+    return out
 
 
 def _ablation(records: Sequence[dict[str, Any]], labels: Sequence[str]) -> dict[str, Any]:

@@ -77,6 +77,21 @@ def test_eval_cli_writes_json(zoo: Path, tmp_path: Path, capsys: pytest.CaptureF
     assert report["count"]["code.exact"] == 8
 
 
+def test_check_cli_checks_every_agent_and_prints_the_steps(
+    zoo: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    argv = ["zoo", "check", "--zoo", str(zoo), "--work", str(tmp_path), "--regime", "bf16", "--seeds", "0"]
+    assert _run(*argv, "--smoke", "--threads", "1", "--quiet", "--n", "4") == 0
+    out = capsys.readouterr().out
+    assert out.rstrip().endswith("steps: code=2,tool=2,memory=2")
+    data = json.loads((tmp_path / "bf16" / "convergence.json").read_text())
+    (round0,) = data["rounds"]
+    assert set(round0["checks"]["0"]) == set(DOMAINS) and round0["steps"] == {"code": 2, "tool": 2, "memory": 2}
+    assert round0["checks"]["0"]["memory"]["scores"]["1.5"]["n"] == 4
+    assert "| 0 | agent_memory | 2 |" in (tmp_path / "bf16" / "convergence.md").read_text()
+    assert not list(tmp_path.rglob("*.s1.5"))  # the scaled models are removed once scored
+
+
 def _bench_argv(zoo: Path, root: Path) -> list[str]:
     return ["zoo", "bench", "--zoo", str(zoo), "--work", str(root / "work"), "--docs", str(root / "docs")]
 
@@ -125,7 +140,7 @@ def test_bench_smoke_writes_results(zoo: Path, bench: Path) -> None:
     assert "## Regime `paper_like`" in markdown and "### RAM+ ablation" in markdown
     assert "### Two-agent merges" in markdown and "### Overlap by base-weight magnitude" in markdown
     assert "**Partial:** regimes not run yet: fp32_bf16; regimes on fewer than 3 seeds:" in markdown
-    assert "scripts/zoo_full_run.sh" in markdown
+    assert "scripts/zoo_fair_run.sh" in markdown  # a fair bench resumes with the fair run
     # the merges were trials of the seed's two sweeps, named by their row labels
     for regime in combined["regimes"]:
         seed = tmp_path / "work" / regime / "seed0"
@@ -143,6 +158,44 @@ def test_bench_smoke_writes_results(zoo: Path, bench: Path) -> None:
             "tool.f1",
             "agentic_avg",
         }
+
+
+def test_bench_smoke_checks_agents_and_tunes_every_output_scale(bench: Path) -> None:
+    """The fair bench: each agent's convergence check, a defaults and a tuned table, the regime map under both."""
+    from agentmerge_zoo.fair import output_scale
+
+    combined = json.loads((bench / "docs" / "results.json").read_text())
+    for regime, results in combined["regimes"].items():
+        conv = results["convergence"]
+        assert set(conv) == set(DOMAINS), regime
+        for entry in conv.values():
+            assert list(entry["scores"]) == ["0.5", "1", "1.5", "2"]
+            assert entry["steps"] == [2] and len(entry["converged"]) == 1
+        rows = results["rows"]
+        scaled = [x for x in ("task_arithmetic", "ties", "ram", "ram_plus") if output_scale(x)]
+        assert len(scaled) == 4  # every one has an output scale in the registry
+        assert {f"{x}.tuned" for x in scaled} <= set(rows)
+        assert "linear.tuned" not in rows and "fisher.tuned" not in rows  # no output scale: defaults row only
+        assert set(results["tuned_choice"]) == set(scaled)
+        for label in scaled:
+            choice = results["tuned_choice"][label]
+            assert choice["param"] == output_scale(label) and choice["values"][0] in (0.5, 1.0)
+        assert "ram_minus_best_baseline" in results["map_tuned"]
+        assert results["map_tuned"]["best_baseline"] not in ("ram", "ram_plus", "ram_ties")
+        assert {"code+tool", "code+memory", "tool+memory"} == set(results["pairs_tuned"])
+    seed = bench / "work" / "bf16" / "seed0"
+    val = {r["name"] for r in Results(seed / "sweep-val" / "results.jsonl").records()}
+    assert {"ties_tune0.5", "ties_tune1", "ram_plus_tune0.5", "code+tool.ram_tune1"} <= val
+    test = {r["name"]: r for r in Results(seed / "sweep-test" / "results.jsonl").records()}
+    assert {"task_arithmetic", "ties", "ram"} <= set(test)  # the defaults rows
+    for label in ("ties", "ram", "ram_plus"):  # a tuned row is its own trial unless the default value won
+        best = combined["regimes"]["bf16"]["tuned_choice"][label]["values"][0]
+        assert (f"{label}_at{best:g}" in test) == (best != 1.0)
+    markdown = (bench / "docs" / "results.md").read_text()
+    assert "### Convergence check" in markdown and "| agent_memory | 2 |" in markdown
+    assert "### Main table at defaults (3 agents)" in markdown and "### Main table tuned (3 agents)" in markdown
+    assert "RAM − best baseline, tuned (pts)" in markdown and "Tuned alike: RAM vs the best baseline" in markdown
+    assert "### Two-agent merges, tuned" in markdown
 
 
 def test_bench_rerun_runs_no_trial_and_scores_nothing(zoo: Path, bench: Path, monkeypatch: pytest.MonkeyPatch) -> None:
@@ -163,7 +216,8 @@ def test_bench_rerun_runs_no_trial_and_scores_nothing(zoo: Path, bench: Path, mo
     assert sorted((bench / "work" / "evals").rglob("*.json")) == evals
     again = json.loads((bench / "docs" / "results.json").read_text())
     for regime, results in again["regimes"].items():
-        for key in ("rows", "pairs", "dilution", "task_arithmetic_lambda", "ablation", "probe", "skipped"):
+        keys = ("rows", "pairs", "dilution", "task_arithmetic_lambda", "ablation", "probe", "skipped", "convergence")
+        for key in (*keys, "tuned_choice", "map_tuned", "pairs_tuned"):
             assert results[key] == first["regimes"][regime][key], (regime, key)
 
 
@@ -173,7 +227,8 @@ def test_killed_bench_resumes(zoo: Path, tmp_path: Path) -> None:
 
     src = str(Path(agentmerge.__file__).resolve().parents[1])
     env = {**os.environ, "PYTHONPATH": os.pathsep.join([src, os.environ.get("PYTHONPATH", "")])}
-    argv = [*_bench_argv(zoo, tmp_path), "--seeds", "0", "--smoke", "--regimes", "bf16", "--no-pairs"]
+    argv = [*_bench_argv(zoo, tmp_path), "--seeds", "0", "--smoke", "--regimes", "bf16", "--no-pairs", "--no-fair"]
+    argv.append("--no-check")
     cmd = [sys.executable, "-m", "agentmerge", *argv, "--threads", "1", "--max-concurrent", "1", "--quiet"]
     results = tmp_path / "work" / "bf16" / "seed0" / "sweep-test" / "results.jsonl"
     proc = subprocess.Popen(cmd, env=env, start_new_session=True, stderr=subprocess.PIPE)
