@@ -19,12 +19,12 @@ from pathlib import Path
 
 import torch
 
-from agentmerge_zoo.bench import DOMAIN_TASKS
+from agentmerge.evaluation.scoring import quiet_transformers
 from agentmerge_zoo.build import agent_dir, build_agent, build_base, stderr_logger
 from agentmerge_zoo.config import full_config
 from agentmerge_zoo.evaluate import evaluate
 from agentmerge_zoo.precision import task_vector_stats
-from agentmerge.evaluation.scoring import quiet_transformers
+from agentmerge_zoo.tasks import domain_tasks
 
 
 def main() -> int:
@@ -74,7 +74,7 @@ def main() -> int:
 
 def _score(path: Path, domain: str, n: int) -> tuple[float, float]:
     """Own-domain validation score (mean of the domain's metrics) and its standard error."""
-    report = evaluate(path, split="val", n=n, tasks=list(DOMAIN_TASKS[domain]), batch_size=250, quiet=True)
+    report = evaluate(path, split="val", n=n, tasks=list(domain_tasks(domain)), batch_size=250, quiet=True)
     keys = list(report.metrics)
     mean = sum(report.metrics[k] for k in keys) / len(keys)
     se = math.sqrt(sum(report.stderr[k] ** 2 for k in keys)) / len(keys)
