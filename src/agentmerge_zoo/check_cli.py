@@ -15,8 +15,8 @@ from typing import Any
 
 
 def check_parser(sub: Any) -> None:
+    from agentmerge_zoo.checksizes import CHECK_N, GROWTH
     from agentmerge_zoo.cli_common import DEFAULT_WORK, DEFAULT_ZOO, common_options, steps_option
-    from agentmerge_zoo.converge import CHECK_N, GROWTH
 
     p = sub.add_parser(
         "check",
@@ -41,8 +41,9 @@ def check_parser(sub: Any) -> None:
 def cmd_check(args: argparse.Namespace) -> int:
     from agentmerge.errors import ConfigError
     from agentmerge_zoo.build import stderr_logger
+    from agentmerge_zoo.checksizes import CHECK_N
     from agentmerge_zoo.cli_common import set_threads, zoo_config
-    from agentmerge_zoo.converge import CHECK_N, converge, steps_text
+    from agentmerge_zoo.converge import converge, steps_text
     from agentmerge_zoo.converge_report import rounds_lines, write_rounds
 
     if args.rounds < 0 or args.growth <= 0 or (args.n is not None and args.n < 2):

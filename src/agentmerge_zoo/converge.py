@@ -31,13 +31,10 @@ from typing import Any
 from agentmerge.evaluation.convergence import SCALES, check_agent
 from agentmerge.evaluation.evaluator import Score
 from agentmerge_zoo.build import Logger, build_zoo
+from agentmerge_zoo.checksizes import CHECK_N, GROWTH, ROUNDS
 from agentmerge_zoo.config import ZooConfig, with_steps
 from agentmerge_zoo.suite import ZooEvaluator
 from agentmerge_zoo.tasks import SIX_DOMAINS, all_tasks, domain_tasks
-
-CHECK_N = 3000  # validation prompts per task of the check (module docstring)
-GROWTH = 1.0  # an extension adds growth x the current steps (1.0: doubles them)
-ROUNDS = 3  # extensions at most
 
 
 def own_metric(domain: str) -> str:
