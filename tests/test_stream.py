@@ -11,7 +11,7 @@ import pytest
 
 from agentmerge import MergeConfig, ModelSpec, merge, probe
 from agentmerge.engine import counting
-from agentmerge.io.cache import cache_dir
+from agentmerge.io.cache import cache_dir, seal, unseal
 from agentmerge.methods.masks import Levels
 from agentmerge.methods.spec import MaskRule
 
@@ -180,7 +180,9 @@ def test_broken_threshold_entries_are_computed_again(
     (store,) = (cache_dir() / "levels").glob("*.json")
     entries = json.loads(store.read_text())
     name, entry = next(iter(entries.items()))
-    entries[name] = {**entry, "values": entry["values"][:-1]}  # one agent short
+    value = unseal(name, entry)
+    assert value is not None, "the entry is sealed with its key"
+    entries[name] = seal(name, {**value, "values": value["values"][:-1]})  # one agent short, checksum right
     store.write_text(json.dumps(entries))
     merge(_ram(family, epsilon_rule="valley"), tmp_path / "b", quiet=True)
     assert len(computed) == first + 1  # that tensor alone
