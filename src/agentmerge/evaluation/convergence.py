@@ -163,10 +163,11 @@ def markdown(checks: Sequence[AgentCheck]) -> str:
         for s in scales:
             p = c.at(s)
             cells.append("" if p is None else f"{p.value:.4g}" + (f" ± {p.se:.2g}" if p.se is not None else ""))
-        cells += [_num(c.gain), _num(c.two_se), {True: "yes", False: "**no**", None: "unknown"}[c.converged]]
+        two_se = "" if c.two_se is None else f"{c.two_se:.2g}"
+        cells += [_num(c.gain), two_se, {True: "yes", False: "**no**", None: "unknown"}[c.converged]]
         lines.append("| " + " | ".join(cells) + " |")
     return "\n".join(lines)
 
 
 def _num(x: float | None) -> str:
-    return "" if x is None else f"{x:+.4g}"
+    return "" if x is None else f"{x:+.2g}"
