@@ -30,15 +30,7 @@ def dot_blocks_loop(v: Any, block: int, diagonal: bool, out: Any) -> None:
             for c in range(a, a + 1 if diagonal else k):
                 for j in range(m):
                     buf[j] = np.float64(v[a, lo + j]) * np.float64(v[c, lo + j])
-                for j in range(m, block):
-                    buf[j] = 0.0
-                h = block
-                while h > 1:
-                    h //= 2
-                    for j in range(h):
-                        buf[j] = buf[j] + buf[j + h]
-                out[a, c, b] = buf[0]
-                out[c, a, b] = buf[0]
+                out[a, c, b] = out[c, a, b] = halved(buf, m, block)
 
 
 def dot_blocks(vectors: torch.Tensor, block: int, diagonal: bool = False) -> torch.Tensor:
