@@ -9,7 +9,6 @@ from typing import Any
 
 import pytest
 import torch
-from safetensors.torch import load_file
 
 from agentmerge.cli import main
 from agentmerge.errors import ConfigError
@@ -22,13 +21,7 @@ from agentmerge.evaluation.convergence import (
     scaled_model,
 )
 from agentmerge.evaluation.evaluator import Context, Evaluator, Score
-
-
-def tensors(folder: Path) -> dict[str, torch.Tensor]:
-    out: dict[str, torch.Tensor] = {}
-    for f in sorted(folder.glob("*.safetensors")):
-        out.update(load_file(f))
-    return out
+from fieldrefs import tensors
 
 
 def check(values: dict[float, tuple[float, float | None]]) -> AgentCheck:
