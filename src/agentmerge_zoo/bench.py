@@ -28,7 +28,7 @@ from agentmerge.sweep.run import RaySession
 from agentmerge_zoo.bench_sweeps import Entry, Records, Sweeps, bench_session, brief, failure, trial_metrics
 from agentmerge_zoo.benchplan import DILUTION_TAGS, FISHER_METHODS, PAIRS, BenchPlan, MethodRun, available_methods
 from agentmerge_zoo.build import Logger, build_zoo
-from agentmerge_zoo.config import DOMAINS, ZooConfig
+from agentmerge_zoo.config import DOMAINS, ZooConfig, seed_dirs
 from agentmerge_zoo.evaluate import agentic_average, evaluate_cached, file_digest
 from agentmerge_zoo.fair import TUNED, choose_value, output_scale, resolved
 from agentmerge_zoo.fisher import diagonal_fisher, is_fisher_file, save_fisher
@@ -327,7 +327,7 @@ def run_bench(
             started = time.perf_counter()
             zoo = build_zoo(cfg, zoo_out, seed, threads=threads, log=log)
             built = time.perf_counter() - started
-            root, evals = work / cfg.regime / f"seed{seed}", work / "evals" / f"seed{seed}"
+            root, evals = seed_dirs(cfg, work, seed)
             sweeps = Sweeps(cfg, seed, zoo, root, evals, log, session, threads, max_concurrent, quiet)
             record = run_seed(plan, sweeps)
             record["timing"]["build"] = built

@@ -3,7 +3,8 @@ the failing ones more steps (``converge.py``), on its own (``zoo bench`` runs th
 
 Prints the rounds' table and, last, ``steps: code=..,tool=..,memory=..`` (what ``zoo bench --steps`` takes; the
 status is 0 whatever the verdicts, as for ``agentmerge converge``);
-writes ``--out`` (default ``WORK/{regime}/convergence.json``) and its Markdown next to it.
+writes ``--out`` (default ``WORK/{regime}/convergence.json``; ``--suite six``, the many-agent study's zoo:
+``WORK/many/{regime}/convergence.json``) and its Markdown next to it.
 """
 
 from __future__ import annotations
@@ -26,6 +27,12 @@ def check_parser(sub: Any) -> None:
     p.add_argument("--zoo", default=DEFAULT_ZOO, help=f"zoo folder (default {DEFAULT_ZOO})")
     p.add_argument("--work", default=DEFAULT_WORK, help=f"evaluation cache and scratch (default {DEFAULT_WORK})")
     p.add_argument("--regime", default="bf16", help="precision regime of the agents (default bf16)")
+    p.add_argument(
+        "--suite",
+        choices=("core", "six"),
+        default="core",
+        help="core: the code, tool and memory agents (default); six: the six-domain zoo of `zoo many` (ZOO/six)",
+    )
     p.add_argument("--seeds", default="0,1,2", help="comma-separated pipeline seeds (default 0,1,2)")
     p.add_argument("--n", type=int, default=None, help=f"validation prompts per task (default {CHECK_N})")
     p.add_argument("--rounds", type=int, default=0, help="extensions at most (default 0: only check)")
@@ -43,6 +50,7 @@ def cmd_check(args: argparse.Namespace) -> int:
     from agentmerge_zoo.build import stderr_logger
     from agentmerge_zoo.checksizes import CHECK_N
     from agentmerge_zoo.cli_common import set_threads, zoo_config
+    from agentmerge_zoo.config import seed_dirs
     from agentmerge_zoo.converge import converge, steps_text
     from agentmerge_zoo.converge_report import rounds_lines, write_rounds
 
@@ -50,14 +58,14 @@ def cmd_check(args: argparse.Namespace) -> int:
         raise ConfigError("zoo check: --rounds must be >= 0, --growth > 0 and --n >= 2")
     seeds = tuple(int(s) for s in args.seeds.split(",") if s.strip())
     threads = set_threads(args.threads)
-    cfg = zoo_config(args.smoke, args.regime, steps=args.steps)
+    cfg = zoo_config(args.smoke, args.regime, args.suite, args.steps)
     n = args.n or (8 if args.smoke else CHECK_N)
     work = Path(args.work)
     log = stderr_logger(args.quiet)
     final, history = converge(
         cfg, seeds, Path(args.zoo), work, log, n=n, rounds=args.rounds, growth=args.growth, threads=threads
     )
-    out = Path(args.out) if args.out else work / args.regime / "convergence.json"
+    out = Path(args.out) if args.out else seed_dirs(cfg, work, 0)[0].parent / "convergence.json"
     md = write_rounds(out, args.regime, history, steps_text(final), _check_command(args))
     print("\n".join(rounds_lines(args.regime, history)))
     print(f"wrote {out} and {md}")
@@ -69,6 +77,7 @@ def cmd_check(args: argparse.Namespace) -> int:
 
 def _check_command(args: argparse.Namespace) -> str:
     parts = ["agentmerge", "zoo", "check", "--zoo", args.zoo, "--work", args.work, "--regime", args.regime]
+    parts += ["--suite", args.suite] if args.suite != "core" else []
     parts += ["--seeds", args.seeds, "--rounds", str(args.rounds), "--growth", f"{args.growth:g}"]
     parts += ["--n", str(args.n)] if args.n else []
     parts += ["--steps", args.steps] if args.steps else []

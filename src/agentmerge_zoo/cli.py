@@ -126,6 +126,13 @@ def _many_parser(sub: Any) -> None:
     p.add_argument("--per-size", type=int, default=5, help="subsets per size, the same in every seed (default 5)")
     p.add_argument("--render-only", action="store_true", help="only re-render results.md from results.json")
     p.add_argument("--max-concurrent", type=int, default=None, help="merge trials in flight at once")
+    p.add_argument(
+        "--no-fair",
+        action="store_true",
+        help="only task arithmetic's lambda and RAM's scale tuned (the older protocol) instead of a defaults and a "
+        "tuned table",
+    )
+    steps_option(p)
     common_options(p)
     p.set_defaults(func=cmd_many)
 
@@ -144,15 +151,17 @@ def cmd_many(args: argparse.Namespace) -> int:
     seeds = tuple(int(s) for s in args.seeds.split(",") if s.strip())
     sizes = tuple(int(s) for s in args.sizes.split(",") if s.strip())
     plan = smoke_plan(seeds) if args.smoke else ManyPlan(seeds=seeds, sizes=sizes, per_size=args.per_size)
+    plan = replace(plan, fair=not args.no_fair)
     threads = set_threads(args.threads)
     started = time.perf_counter()
-    cfg = zoo_config(args.smoke, args.regime, "six")
+    cfg = zoo_config(args.smoke, args.regime, "six", args.steps)
     log = stderr_logger(args.quiet)
     records = run_many(cfg, plan, Path(args.zoo), Path(args.work), log, threads, args.max_concurrent, args.quiet)
     meta = {"command": _many_command(args), "regime": args.regime, "config": cfg.to_dict(), "threads": threads}
     meta["plan"] = {"sizes": plan.sizes, "per_size": plan.per_size, "grid": plan.grid, "ta_grid": plan.ta_grid}
     meta["plan"] |= {"n_val": plan.n_val}
-    meta["plan"] |= {"n_test": plan.n_test, "methods": [r.label for r in plan.methods]}
+    meta["plan"] |= {"n_test": plan.n_test, "methods": [r.label for r in plan.runs()], "fair": plan.fair}
+    meta["steps"] = {r.domain: r.steps for r in cfg.recipes}
     meta["wall_seconds"] = time.perf_counter() - started
     json_path, md_path = write_many(aggregate_many(records, meta) | {"records": records}, docs)
     print(f"wrote {md_path} and {json_path}", flush=True)
@@ -162,6 +171,8 @@ def cmd_many(args: argparse.Namespace) -> int:
 def _many_command(args: argparse.Namespace) -> str:
     parts = ["agentmerge", "zoo", "many", "--zoo", args.zoo, "--work", args.work, "--docs", args.docs]
     parts += ["--seeds", args.seeds, "--regime", args.regime, "--sizes", args.sizes, "--per-size", str(args.per_size)]
+    parts += ["--no-fair"] if args.no_fair else []
+    parts += ["--steps", args.steps] if args.steps else []
     parts += ["--smoke"] if args.smoke else []
     parts += ["--threads", str(args.threads)] if args.threads else []
     return shlex.join(parts)

@@ -12,6 +12,7 @@ import hashlib
 import json
 from collections.abc import Mapping
 from dataclasses import asdict, dataclass, field, replace
+from pathlib import Path
 from typing import Any
 
 from agentmerge_zoo.grpo import Recipe
@@ -131,6 +132,14 @@ REGIMES: dict[str, str] = {
     "paper_like": "code: bf16 storage at a low lr (sparse, like the paper's 3 % code agent); tool and memory: fp32 "
     "master saved bf16 (about half dense, like the paper's tool and memory agents)",
 }
+
+
+def seed_dirs(cfg: ZooConfig, work: Path, seed: int) -> tuple[Path, Path]:
+    """One seed's work folders: the root of its merges (sweeps, check scratch) and its evaluation cache; the
+    six-domain zoo's apart from the core zoo's (``WORK/many/{regime}/seed{S}``, ``WORK/evals/six/seed{S}``)."""
+    if cfg.suite == "six":
+        return work / "many" / cfg.regime / f"seed{seed}", work / "evals" / "six" / f"seed{seed}"
+    return work / cfg.regime / f"seed{seed}", work / "evals" / f"seed{seed}"
 
 
 def with_steps(cfg: ZooConfig, steps: Mapping[str, int]) -> ZooConfig:

@@ -32,7 +32,7 @@ from agentmerge.evaluation.convergence import SCALES, check_agent
 from agentmerge.evaluation.evaluator import Score
 from agentmerge_zoo.build import Logger, build_zoo
 from agentmerge_zoo.checksizes import CHECK_N, GROWTH, ROUNDS
-from agentmerge_zoo.config import ZooConfig, with_steps
+from agentmerge_zoo.config import ZooConfig, seed_dirs, with_steps
 from agentmerge_zoo.suite import ZooEvaluator
 from agentmerge_zoo.tasks import SIX_DOMAINS, all_tasks, domain_tasks
 
@@ -114,8 +114,8 @@ def converge(
         checks: dict[int, dict[str, Any]] = {}
         for seed in seeds:
             zoo = build_zoo(cfg, zoo_out, seed, threads=threads, log=log)
-            root = work / cfg.regime / f"seed{seed}"
-            checks[seed] = check_seed(cfg, zoo, work / "evals" / f"seed{seed}", root / "check-scratch", n, log)
+            root, evals = seed_dirs(cfg, work, seed)
+            checks[seed] = check_seed(cfg, zoo, evals, root / "check-scratch", n, log)
         bad = failing(checks, cfg.domains)
         steps = {d: cfg.recipe(d).steps for d in cfg.domains}
         history.append({"round": round_, "steps": steps, "checks": checks, "failing": bad})

@@ -1,9 +1,13 @@
 """The many-agent study: merges of N = 2, 3, 4 and 6 of the six-domain zoo's agents, every method, every seed.
 
 For each size N the study merges a fixed sample of N-agent subsets (the same subsets in every seed, so seeds are
-paired) with each method of :data:`MANY_RUNS`; task arithmetic's lambda and RAM's scale are tuned on validation
-per subset, as in the bench. Each merge is scored on its agents' tasks; the base and the six specialists are
+paired) with each method of :data:`MANY_RUNS`. Under the fair protocol (``fair.py``, the default) every method
+with an output scale runs at its defaults and, per subset, with that scale chosen on validation from one shared
+grid (:data:`TA_GRID`) by one rule, as in the bench; the RAM variant ``v_ram_elect`` runs at its defaults only.
+Without it (``fair=False``, the older protocol) only task arithmetic's lambda and RAM's scale (``v_ram_scaled``,
+over :data:`GRID`) are tuned. Each merge is scored on its agents' tasks; the base and the six specialists are
 scored once on every task. Per subset it also measures the crowding of the agents' masks (:mod:`crowding`).
+The agents' RL steps are the config's (``--steps``, what ``zoo check --suite six --rounds`` settles on).
 
 The merges are trials of two sweeps per seed (``work/many/{regime}/seed{S}/sweep-{val,test}``), so a rerun skips
 what is recorded and evaluations are cached by the weights' digest. :mod:`agentmerge_zoo.many_report` turns the
@@ -25,7 +29,7 @@ from agentmerge_zoo.bench import SeedBench
 from agentmerge_zoo.bench_sweeps import Sweeps, bench_session
 from agentmerge_zoo.benchplan import BenchPlan, MethodRun, available_methods
 from agentmerge_zoo.build import Logger, build_zoo
-from agentmerge_zoo.config import ZooConfig
+from agentmerge_zoo.config import ZooConfig, seed_dirs
 from agentmerge_zoo.crowding import crowding
 from agentmerge_zoo.evaluate import evaluate_cached
 from agentmerge_zoo.tasks import all_tasks
@@ -36,8 +40,8 @@ MANY_RUNS: tuple[MethodRun, ...] = (
     MethodRun("ties", "ties", {"density": 0.5, "lambda": 1.0}),
     MethodRun("ram", "ram"),
     MethodRun("ram_plus", "ram_plus", {"r": 0.1, "alpha": 2.0}),
-    MethodRun("v_ram_elect", "ram", {"shared": "elect"}),
-    MethodRun("v_ram_scaled", "ram", tune="scale"),
+    MethodRun("v_ram_elect", "ram", {"shared": "elect"}, kind="variant"),
+    MethodRun("v_ram_scaled", "ram", tune="scale", kind="variant"),  # the older protocol's tuned RAM
 )
 GRID = (0.5, 0.75, 1.0, 1.5, 2.0, 3.0, 4.0, 6.0)  # RAM's scale (and task arithmetic's lambda, below 0.5 too:
 TA_GRID = (0.25, *GRID)  # a sum of six agents may want less than half of it)
@@ -55,10 +59,17 @@ class ManyPlan:
     ta_grid: tuple[float, ...] = TA_GRID  # task arithmetic's lambda
     n_val: int = 200
     n_test: int = 500
+    fair: bool = True  # defaults and tuned rows for every method with an output scale (module docstring)
+
+    def runs(self) -> tuple[MethodRun, ...]:
+        """The merges of each subset: under the fair protocol, RAM's tuned row is ``ram.tuned`` (no
+        ``v_ram_scaled``)."""
+        return tuple(r for r in self.methods if not (self.fair and r.tune))
 
     def bench_plan(self) -> BenchPlan:
-        labels = tuple(r.label for r in self.methods)
-        return BenchPlan(self.seeds, self.ta_grid, self.grid, methods=self.methods, pair_methods=labels)
+        runs = self.runs()
+        labels = tuple(r.label for r in runs)
+        return BenchPlan(self.seeds, self.ta_grid, self.grid, methods=runs, pair_methods=labels, fair=self.fair)
 
 
 def subsets(domains: Sequence[str], sizes: Sequence[int], per_size: int, seed: int = 0) -> list[tuple[str, ...]]:
@@ -136,7 +147,7 @@ def run_many(
         for seed in plan.seeds:
             started = time.perf_counter()
             zoo = build_zoo(cfg, zoo_out, seed, threads=threads, log=log)
-            root, evals = work / "many" / cfg.regime / f"seed{seed}", work / "evals" / "six" / f"seed{seed}"
+            root, evals = seed_dirs(cfg, work, seed)
             sweeps = Sweeps(cfg, seed, zoo, root, evals, log, session, threads, max_concurrent, quiet)
             record = run_many_seed(cfg, plan, sweeps)
             record["timing"] = {"seconds": time.perf_counter() - started}

@@ -8,6 +8,10 @@ with score(d) the mean of domain d's metrics: the share of the specialists' summ
 merge keeps (1 = every specialist's gain, 0 = the base). A sum rather than a mean of per-domain ratios, so a
 specialist with a small gain does not blow the ratio up. Per seed the subsets of one size are averaged; cells are
 mean ± SE over seeds, and differences are paired (the same seed and subsets).
+
+A study run under the fair protocol (``fair.py``: rows ``LABEL.tuned``) gets two views, **defaults** (every
+method at its defaults, what a user gets out of the box) and **tuned** (every output scale chosen on validation,
+per subset, from one grid); an older study has one view, as it ran.
 """
 
 from __future__ import annotations
@@ -18,6 +22,7 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
+from agentmerge_zoo.fair import defaults_view, has_tuned, tuned_view
 from agentmerge_zoo.report_md import pm, table
 from agentmerge_zoo.results import Stat, domain_score, stat
 
@@ -73,8 +78,37 @@ def _curve(records: Sequence[dict[str, Any]], sizes: list[int], value: Value) ->
 
 
 def aggregate_many(records: Sequence[dict[str, Any]], meta: dict[str, Any]) -> dict[str, Any]:
-    """Curves (retained gain per method, paired differences, crowding, tuned values) against N."""
-    sizes, methods = _sizes(records), _methods(records)
+    """Per view (module docstring): the retained gain per method and the paired differences, against N; the
+    crowding, the values chosen on validation and the specialists."""
+    sizes = _sizes(records)
+    out: dict[str, Any] = {"meta": meta, "seeds": [r["seed"] for r in records], "sizes": sizes}
+    out["subsets"] = {str(n): [s["domains"] for s in _by_size(records[0], n)] for n in sizes}
+    if has_tuned([s for r in records for s in r["subsets"].values()]):
+        views = {"defaults": _view(records, defaults_view), "tuned": _view(records, tuned_view)}
+    else:
+        views = {"as run": list(records)}
+    out["views"] = {name: _curves(view, sizes) for name, view in views.items()}
+    out["crowding"] = {k: _curve(records, sizes, _at("crowding", k)) for k in CROWDING_KEYS}
+    out["chosen"] = _chosen(records, sizes)
+    out["specialists"] = _specialists(records)
+    return out
+
+
+Records = list[dict[str, Any]]
+
+
+def _view(records: Sequence[dict[str, Any]], view: Callable[[Records], Records]) -> Records:
+    """The seed records with every subset's rows seen through ``view`` (``fair.defaults_view`` / ``tuned_view``)."""
+    out = []
+    for record in records:
+        names, subs = list(record["subsets"]), list(record["subsets"].values())
+        out.append({**record, "subsets": dict(zip(names, view(subs), strict=True))})
+    return out
+
+
+def _curves(records: Sequence[dict[str, Any]], sizes: list[int]) -> dict[str, Any]:
+    """The retained gain of each method, and its paired difference from each reference method, against N."""
+    methods = _methods(records)
 
     def kept(label: str) -> Value:
         return lambda s: gain_kept(s["rows"], s["domains"], label)
@@ -82,26 +116,21 @@ def aggregate_many(records: Sequence[dict[str, Any]], meta: dict[str, Any]) -> d
     def minus(label: str, ref: str) -> Value:
         return lambda s: gain_kept(s["rows"], s["domains"], label) - gain_kept(s["rows"], s["domains"], ref)
 
-    out: dict[str, Any] = {"meta": meta, "seeds": [r["seed"] for r in records], "sizes": sizes}
-    out["subsets"] = {str(n): [s["domains"] for s in _by_size(records[0], n)] for n in sizes}
-    out["kept"] = {m: _curve(records, sizes, kept(m)) for m in methods}
-    out["minus"] = {
+    curves: dict[str, Any] = {"kept": {m: _curve(records, sizes, kept(m)) for m in methods}}
+    curves["minus"] = {
         ref: {m: _curve(records, sizes, minus(m, ref)) for m in methods if m != ref}
         for ref in REFERENCES
         if ref in methods
     }
-    out["crowding"] = {k: _curve(records, sizes, _at("crowding", k)) for k in CROWDING_KEYS}
-    out["tuned"] = _tuned(records, sizes)
-    out["specialists"] = _specialists(records)
-    return out
+    return curves
 
 
-def _tuned(records: Sequence[dict[str, Any]], sizes: list[int]) -> dict[str, dict[str, Stat]]:
+def _chosen(records: Sequence[dict[str, Any]], sizes: list[int]) -> dict[str, dict[str, Stat]]:
     """The lambda / scale chosen on validation, averaged over a size's subsets."""
     out: dict[str, dict[str, Stat]] = {}
     first = next(iter(records[0]["subsets"].values()))
     for label, chosen in first["val"].items():
-        key = "best_lambda" if label == "task_arithmetic" else "best"
+        key = "best" if "best" in chosen else "best_lambda"
         if key in chosen:
             out[label] = _curve(records, sizes, _at("val", label, key))
     return out
@@ -135,6 +164,7 @@ def render_many(res: dict[str, Any], figure: str | None) -> str:
         "",
         f"Command: `{meta['command']}`",
         "",
+        *(_steps_lines(meta["steps"]) if meta.get("steps") else []),
         "## The specialists",
         "",
         *table(
@@ -142,27 +172,46 @@ def render_many(res: dict[str, Any], figure: str | None) -> str:
             [[d, pm(e["base"]), pm(e["agent"]), pm(e["gain"])] for d, e in res["specialists"].items()],
         ),
         "",
-        "## Share of the specialists' gain kept, against N",
-        "",
-        "kept = Σ_d (merge − base) / Σ_d (specialist − base) over the merged agents' domains, in percent.",
-        "",
-        *table(["method", *cols], [[m, *[pm(c[n]) for n in sizes]] for m, c in res["kept"].items()]),
-        "",
     ]
-    for ref, entries in res["minus"].items():
-        lines += [f"### Paired differences from `{ref}` (points of gain kept)", ""]
-        lines += table(["method", *cols], [[m, *[pm(c[n]) for n in sizes]] for m, c in entries.items()])
-        lines.append("")
+    for name, curves in res["views"].items():
+        lines += _view_lines(name, curves, sizes, cols, len(res["views"]) > 1)
     lines += ["## Crowding of the masks, against N", "", *_crowding_lines(res, sizes, cols)]
-    if res["tuned"]:
+    if res["chosen"]:
         lines += ["## Values chosen on validation", ""]
-        rows = [[label, *[pm(c[n], 1.0, 2) for n in sizes]] for label, c in res["tuned"].items()]
+        rows = [[label, *[pm(c[n], 1.0, 2) for n in sizes]] for label, c in res["chosen"].items()]
         lines += [*table(["tuned (λ or scale)", *cols], rows), ""]
     lines += ["## Subsets", ""]
     lines += [f"- N = {n}: " + ", ".join("+".join(s) for s in res["subsets"][n]) for n in sizes]
     if figure:
         lines += ["", f"![many-agent curves]({figure})"]
     return "\n".join(lines) + "\n"
+
+
+def _steps_lines(steps: dict[str, int]) -> list[str]:
+    """The agents' RL steps (the recipe's, or what the convergence loop settled on)."""
+    return ["Agents' RL steps: " + ", ".join(f"{d} {n}" for d, n in steps.items()) + ".", ""]
+
+
+VIEW_TEXT = {
+    "defaults": "Every method at its defaults (task arithmetic λ 1, RAM scale 1): what a user gets out of the box.",
+    "tuned": "Every method with an output scale (task arithmetic, TIES λ; RAM, RAM+ scale) at the value chosen on "
+    "validation for each subset, from one grid by one rule (`fair.py`); the RAM variant keeps its defaults.",
+}
+
+
+def _view_lines(name: str, curves: dict[str, Any], sizes: list[str], cols: list[str], titled: bool) -> list[str]:
+    """The retained-gain table of one view and its paired differences."""
+    title = "## Share of the specialists' gain kept, against N" + (f": {name}" if titled else "")
+    lines = [title, ""]
+    lines += [VIEW_TEXT[name], ""] if name in VIEW_TEXT else []
+    lines += ["kept = Σ_d (merge − base) / Σ_d (specialist − base) over the merged agents' domains, in percent.", ""]
+    lines += table(["method", *cols], [[m, *[pm(c[n]) for n in sizes]] for m, c in curves["kept"].items()])
+    lines.append("")
+    for ref, entries in curves["minus"].items():
+        lines += [f"### Paired differences from `{ref}` (points of gain kept{f', {name}' if titled else ''})", ""]
+        lines += table(["method", *cols], [[m, *[pm(c[n]) for n in sizes]] for m, c in entries.items()])
+        lines.append("")
+    return lines
 
 
 def _crowding_lines(res: dict[str, Any], sizes: list[str], cols: list[str]) -> list[str]:
@@ -181,7 +230,7 @@ def _crowding_lines(res: dict[str, Any], sizes: list[str], cols: list[str]) -> l
 
 
 def plot_many(res: dict[str, Any], path: Path) -> None:
-    """Retained gain per method against N (left) and the crowding shares (right)."""
+    """Retained gain per method against N, a panel per view, and the crowding shares (last panel)."""
     import matplotlib
 
     matplotlib.use("Agg")
@@ -189,14 +238,17 @@ def plot_many(res: dict[str, Any], path: Path) -> None:
 
     sizes = [str(n) for n in res["sizes"]]
     xs = [int(n) for n in sizes]
-    fig, (left, right) = plt.subplots(1, 2, figsize=(11, 4.2))
-    for method, curve in res["kept"].items():
-        ys = [100 * curve[n]["mean"] for n in sizes]
-        es = [100 * curve[n]["se"] for n in sizes]
-        left.errorbar(xs, ys, yerr=es, marker="o", capsize=3, label=method)
-    left.set(xlabel="agents merged (N)", ylabel="specialists' gain kept (%)", xticks=xs)
-    left.axhline(100, color="grey", lw=0.8, ls=":")
-    left.legend(fontsize=7)
+    views = res["views"]
+    fig, axes = plt.subplots(1, len(views) + 1, figsize=(5.5 * (len(views) + 1), 4.2))
+    for ax, (name, curves) in zip(axes, views.items(), strict=False):
+        for method, curve in curves["kept"].items():
+            ys = [100 * curve[n]["mean"] for n in sizes]
+            es = [100 * curve[n]["se"] for n in sizes]
+            ax.errorbar(xs, ys, yerr=es, marker="o", capsize=3, label=method)
+        ax.set(xlabel="agents merged (N)", ylabel="specialists' gain kept (%)", xticks=xs, title=name)
+        ax.axhline(100, color="grey", lw=0.8, ls=":")
+        ax.legend(fontsize=7)
+    right = axes[-1]
     for key in CROWDING_KEYS:
         curve = res["crowding"][key]
         right.plot(xs, [100 * curve[n]["mean"] for n in sizes], marker="o", label=key)
