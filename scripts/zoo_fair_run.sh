@@ -15,6 +15,7 @@
 # COMMIT=1, a commit of those docs (a machine may not survive to the next regime).
 # Environment: PY (default python), ZOO (.zoo-cache), WORK (bench-work), SEEDS ("0 1 2"), PARALLEL (2),
 # REGIMES ("bf16 fp32_bf16 fp32_fp32 paper_like"), ROUNDS (3), GROWTH (1: doubles the steps), PAIRS (1),
+# CHECK_THREADS (torch threads of the convergence loop, which runs one process: 1),
 # DOCS (docs), COMMIT (0); SMOKE=1 runs it all at the smoke sizes (checks the script, not who wins).
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -27,6 +28,7 @@ REGIMES=${REGIMES:-"bf16 fp32_bf16 fp32_fp32 paper_like"}
 ROUNDS=${ROUNDS:-3}
 GROWTH=${GROWTH:-1}
 PAIRS=${PAIRS:-1}
+CHECK_THREADS=${CHECK_THREADS:-1}
 DOCS=${DOCS:-docs}
 smoke=(); [ "${SMOKE:-0}" = 1 ] && smoke=(--smoke)
 all=$(echo $SEEDS | tr ' ' ',')
@@ -40,7 +42,7 @@ for seed in $SEEDS; do zoo build --out "$ZOO" --seed "$seed" --threads 1 --quiet
 for regime in $REGIMES; do
     echo "== $regime: convergence loop ($(date -u +%H:%M:%S))" >&2
     zoo check --zoo "$ZOO" --work "$WORK" --regime "$regime" --seeds "$all" --rounds "$ROUNDS" --growth "$GROWTH" \
-        --out "$DOCS/convergence/$regime.json" --threads 1 --quiet > "$WORK/check-$regime.log"
+        --out "$DOCS/convergence/$regime.json" --threads "$CHECK_THREADS" --quiet > "$WORK/check-$regime.log"
     if grep -q "^still failing" "$WORK/check-$regime.log"; then
         echo "== $regime: some agent still fails the check after $ROUNDS rounds (see $DOCS/convergence/$regime.md)" >&2
     fi
