@@ -16,6 +16,8 @@
 # Environment: PY (default python), ZOO (.zoo-cache), WORK (bench-work), SEEDS ("0 1 2"), PARALLEL (2),
 # REGIMES ("bf16 fp32_bf16 fp32_fp32 paper_like"), ROUNDS (3), GROWTH (1: doubles the steps), PAIRS (1),
 # CHECK_THREADS (torch threads of the convergence loop, which runs one process: 1),
+# MANY (1: last, the many-agent study on the six-domain zoo, regime MANY_REGIME, default fp32_bf16: its own
+# convergence loop, then `zoo many` at the steps it settled on, into DOCS/many and DOCS/convergence/six-*),
 # DOCS (docs), COMMIT (0); SMOKE=1 runs it all at the smoke sizes (checks the script, not who wins).
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -29,6 +31,8 @@ ROUNDS=${ROUNDS:-3}
 GROWTH=${GROWTH:-1}
 PAIRS=${PAIRS:-1}
 CHECK_THREADS=${CHECK_THREADS:-1}
+MANY=${MANY:-1}
+MANY_REGIME=${MANY_REGIME:-fp32_bf16}
 DOCS=${DOCS:-docs}
 smoke=(); [ "${SMOKE:-0}" = 1 ] && smoke=(--smoke)
 all=$(echo $SEEDS | tr ' ' ',')
@@ -64,3 +68,17 @@ for regime in $REGIMES; do
         git commit -m "Zoo fair run: regime $regime (converged agents, defaults and tuned)" || true
     fi
 done
+
+[ "$MANY" = 1 ] || exit 0
+echo "== many agents ($MANY_REGIME): convergence loop ($(date -u +%H:%M:%S))" >&2
+conv="$DOCS/convergence/six-$MANY_REGIME"
+zoo check --zoo "$ZOO" --work "$WORK" --regime "$MANY_REGIME" --suite six --seeds "$all" --rounds "$ROUNDS" \
+    --growth "$GROWTH" --out "$conv.json" --threads "$CHECK_THREADS" --quiet > "$WORK/check-six-$MANY_REGIME.log"
+steps=$("$PY" -c 'import json, sys; print(json.load(open(sys.argv[1]))["steps"])' "$conv.json")
+echo "== many agents: study at --steps $steps ($(date -u +%H:%M:%S))" >&2
+zoo many --zoo "$ZOO" --work "$WORK" --docs "$DOCS/many" --seeds "$all" --regime "$MANY_REGIME" --steps "$steps" \
+    --threads 1 --max-concurrent "$PARALLEL" --quiet > "$WORK/many.log" 2>&1
+if [ "${COMMIT:-0}" = 1 ]; then
+    git add "$DOCS/many" "$conv".*
+    git commit -m "Zoo fair run: the many-agent study (converged six-domain agents, defaults and tuned)" || true
+fi
