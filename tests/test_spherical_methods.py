@@ -176,6 +176,23 @@ def test_multislerp_refuses_a_zero_mean_direction() -> None:
     assert not bool(METHODS["multislerp"].kernel(two).any())  # two opposite models: mergekit's linear fallback
 
 
+def test_multislerp_keeps_a_tensor_no_agent_changed_at_the_base() -> None:
+    """Sparse agents (bf16 RL) often leave a tensor untouched: its zero task vectors give zero length, so the base,
+    where mergekit raises with three models; one changed agent among them is not refused either."""
+    tau = torch.zeros(3, 50)
+    c = Chunk(
+        name="model.layers.0.input_layernorm.weight", start=0, stop=50, base=torch.ones(50), tau=tau,
+        weights=torch.ones(3), params=METHODS["multislerp"].defaults(), stats=TensorStats(), shape=(50,),
+    )  # fmt: skip
+    assert not bool(METHODS["multislerp"].kernel(c).any())
+    x = torch.randn(50, generator=torch.Generator().manual_seed(5))
+    one = Chunk(**{**c.__dict__, "tau": torch.stack([torch.zeros(50), x, torch.zeros(50)])})
+    torch.testing.assert_close(METHODS["multislerp"].kernel(one), x / 3, rtol=1e-5, atol=1e-7)
+    zero_weight = Chunk(**{**c.__dict__, "tau": torch.stack([x, torch.zeros(50), torch.zeros(50)]),
+                           "weights": torch.tensor([0.0, 1.0, 1.0])})  # fmt: skip
+    assert not bool(METHODS["multislerp"].kernel(zero_weight).any())
+
+
 # --------------------------------------------------------------------------- the CLI and mergekit YAML
 
 

@@ -169,6 +169,10 @@ def karcher(c: Chunk) -> torch.Tensor:
 def multislerp_coefficients(g: torch.Tensor, weights: torch.Tensor, eps: float, name: str) -> torch.Tensor:
     """``[N, N]`` float64 Gram, ``[N]`` float64 weights (normalised or not) -> ``[N]`` coefficients."""
     norms = g.diagonal().clamp(min=0.0).sqrt()
+    if not bool((norms * weights != 0).any()):
+        # every weighted input is zero (e.g. a tensor no agent changed): the result's length sum_i w_i |x_i| is 0,
+        # so the result is 0 (the base) whatever the undefined direction; mergekit raises here with 3+ models
+        return torch.zeros_like(weights)
     units = weights / (norms + eps)  # the coefficients of sum_i w_i u_i
     length = _norm(g, units)
     if length < eps:
