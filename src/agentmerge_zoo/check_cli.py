@@ -50,7 +50,7 @@ def cmd_check(args: argparse.Namespace) -> int:
     from agentmerge_zoo.build import stderr_logger
     from agentmerge_zoo.checksizes import CHECK_N
     from agentmerge_zoo.cli_common import set_threads, zoo_config
-    from agentmerge_zoo.config import seed_dirs
+    from agentmerge_zoo.config import regime_dir
     from agentmerge_zoo.converge import converge, steps_text
     from agentmerge_zoo.converge_report import rounds_lines, write_rounds
 
@@ -65,7 +65,7 @@ def cmd_check(args: argparse.Namespace) -> int:
     final, history = converge(
         cfg, seeds, Path(args.zoo), work, log, n=n, rounds=args.rounds, growth=args.growth, threads=threads
     )
-    out = Path(args.out) if args.out else seed_dirs(cfg, work, 0)[0].parent / "convergence.json"
+    out = Path(args.out) if args.out else regime_dir(cfg, work) / "convergence.json"
     md = write_rounds(out, args.regime, history, steps_text(final), _check_command(args))
     print("\n".join(rounds_lines(args.regime, history)))
     print(f"wrote {out} and {md}")

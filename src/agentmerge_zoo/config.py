@@ -134,12 +134,16 @@ REGIMES: dict[str, str] = {
 }
 
 
+def regime_dir(cfg: ZooConfig, work: Path) -> Path:
+    """The regime's work folder: ``WORK/{regime}``, the six-domain zoo's ``WORK/many/{regime}``."""
+    return work / "many" / cfg.regime if cfg.suite == "six" else work / cfg.regime
+
+
 def seed_dirs(cfg: ZooConfig, work: Path, seed: int) -> tuple[Path, Path]:
-    """One seed's work folders: the root of its merges (sweeps, check scratch) and its evaluation cache; the
-    six-domain zoo's apart from the core zoo's (``WORK/many/{regime}/seed{S}``, ``WORK/evals/six/seed{S}``)."""
-    if cfg.suite == "six":
-        return work / "many" / cfg.regime / f"seed{seed}", work / "evals" / "six" / f"seed{seed}"
-    return work / cfg.regime / f"seed{seed}", work / "evals" / f"seed{seed}"
+    """One seed's work folders: the root of its merges (sweeps, check scratch) under :func:`regime_dir`, and its
+    evaluation cache (``WORK/evals/seed{S}``, the six-domain zoo's ``WORK/evals/six/seed{S}``)."""
+    evals = work / "evals" / "six" if cfg.suite == "six" else work / "evals"
+    return regime_dir(cfg, work) / f"seed{seed}", evals / f"seed{seed}"
 
 
 def with_steps(cfg: ZooConfig, steps: Mapping[str, int]) -> ZooConfig:

@@ -54,6 +54,7 @@ def _methods(records: Sequence[dict[str, Any]]) -> list[str]:
 
 
 Value = Callable[[dict[str, Any]], float]  # one subset's record -> a number
+Records = list[dict[str, Any]]
 
 
 def _seed_mean(record: dict[str, Any], size: int, value: Value) -> float:
@@ -92,9 +93,6 @@ def aggregate_many(records: Sequence[dict[str, Any]], meta: dict[str, Any]) -> d
     out["chosen"] = _chosen(records, sizes)
     out["specialists"] = _specialists(records)
     return out
-
-
-Records = list[dict[str, Any]]
 
 
 def _view(records: Sequence[dict[str, Any]], view: Callable[[Records], Records]) -> Records:
