@@ -3,11 +3,14 @@
 # Resumable stage by stage and seed by seed: rerun the same command after a kill and it goes on where it stopped.
 #   scripts/real_zoo_run.sh [SEED ...]          (default: 0 1)
 # Environment: WORK (default real-work), THREADS (torch threads, default 2), PYTHON (default .venv/bin/python),
-# WHEELS (default WORK/wheels), COMMIT=1 to commit docs/real after each seed (a machine may not survive the run).
+# WHEELS (default WORK/wheels), COMMIT=1 to commit docs/real after each seed (a machine may not survive the run),
+# METHODS (comma-separated merge methods of the bench; default every eligible one; a later rerun without it adds
+# the missing methods' trials and keeps the finished ones).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 WORK=${WORK:-real-work}
 THREADS=${THREADS:-2}
+methods=(); [ -z "${METHODS:-}" ] || methods=(--methods "$METHODS")
 PY=${PYTHON:-.venv/bin/python}
 SEEDS=("$@")
 [ ${#SEEDS[@]} -gt 0 ] || SEEDS=(0 1)
@@ -19,7 +22,7 @@ for seed in "${SEEDS[@]}"; do
   for stage in agents check bench; do
     echo "== seed $seed: $stage ($(date +%H:%M:%S))" >&2
     "$PY" -m agentmerge zoo real run --base "$WORK/base" --work "$WORK" --seeds "$seed" --until "$stage" \
-      --threads "$THREADS" --docs "$WORK/docs-seed$seed"
+      --threads "$THREADS" --docs "$WORK/docs-seed$seed" "${methods[@]}"
   done
   finished=$(ls -d "$WORK"/seed*/result.json 2>/dev/null | sed -E 's|.*/seed([0-9]+)/result.json|\1|' | sort -n | paste -sd,)
   "$PY" -m agentmerge zoo real report --work "$WORK" --seeds "$finished" --docs docs/real
