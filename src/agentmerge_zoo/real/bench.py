@@ -38,7 +38,7 @@ class BenchPlan:
 
     n_val: int = 32
     n_test: int = 64
-    grid: tuple[float, ...] = (0.5, 1.0, 1.5)
+    grid: tuple[float, ...] = (0.5, 1.0, 1.5, 2.0, 3.0)
     methods: tuple[str, ...] = ()  # () = every eligible registry method
     pairs: bool = True
     pair_methods: tuple[str, ...] = PAIR_METHODS
