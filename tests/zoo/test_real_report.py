@@ -41,6 +41,7 @@ def _seed(seed: int, ram: float, ties: float) -> dict[str, Any]:
         for s in SKILLS[:3]
     }
     check["probe"] = {s: {"density": 0.5, "overlap": [0.2, 0.3, 0.5], "drift": 1e-3} for s in SKILLS[:3]}
+    check["probe"]["tool"] |= {"independent": [0.25, 0.5, 0.25], "rho": 4.0, "lambda": 1.25}
     reports = {"ram": _flat(ram), "ties": _flat(ties), "ram.tuned": _flat(ram), "ties.tuned": _flat(ties + 0.25)}
     reports["tool+code.ram"] = _report({"tool": [ram] * 4, "code": [ram] * 4, "capitals": [0.25] * 4})
     tuning = {"ram": {"param": "scale", "value": 1.0, "val": {}}, "ties": {"param": "lambda", "value": 1.5, "val": {}}}
@@ -63,6 +64,21 @@ def test_cells_are_means_over_seeds_with_their_standard_error() -> None:
     assert agg["differences"]["tuned"]["best_baseline"] == "ties"
     assert agg["differences"]["tuned"]["ram-ties"]["mean"] == pytest.approx(0.0)
     assert set(agg["pairs"]) == {"tool+code.ram"}
+    assert ram["code_kept"]["mean"] == pytest.approx(0.75) and ram["code_kept"]["se"] == pytest.approx(0.25)
+    assert agg["differences"]["defaults"]["best"] == "ram"
+    assert "ram-task_arithmetic" not in agg["differences"]["defaults"]  # no task arithmetic row to pair with
+
+
+def test_differences_pair_ram_with_task_arithmetic_and_ram_plus_with_ram() -> None:
+    seeds = [_seed(0, 0.5, 0.25), _seed(1, 0.75, 0.5)]
+    for seed, level in zip(seeds, (0.25, 0.5), strict=True):
+        reports = seed["bench"]["reports"]
+        reports["task_arithmetic"], reports["ram_plus"] = _flat(level + 0.25), _flat(level + 0.5)
+        seed["bench"]["methods"] += ["task_arithmetic", "ram_plus"]
+    diffs = aggregate(seeds)["differences"]["defaults"]
+    assert diffs["best"] == "ram_plus" and diffs["best_baseline"] == "task_arithmetic"
+    assert diffs["ram-task_arithmetic"]["mean"] == pytest.approx(0.0)  # ram 0.5 / 0.75, task arithmetic the same
+    assert diffs["ram_plus-ram"]["mean"] == pytest.approx(0.25)
 
 
 def test_one_seed_pairs_prompts() -> None:
@@ -99,8 +115,14 @@ def test_write_results_renders_every_section(tmp_path: Path) -> None:
         (tmp_path / f"seed{s}" / "result.json").write_text(json.dumps(_seed(s, 0.5 + 0.25 * s, 0.25)))
     json_path, md_path = write_results(tmp_path, [0, 1], tmp_path / "docs", "agentmerge zoo real run ...")
     text = md_path.read_text()
-    for heading in ("## Agents", "## Defaults", "## Tuned", "## Paired differences", "## Pairs", "## Dilution"):
+    headings = ("## Agents", "## Probe", "## Defaults", "## Tuned", "## Paired differences", "## Share", "## Pairs")
+    for heading in (*headings, "## Dilution"):
         assert heading in text
+    assert (
+        "| 0 | tool | 50.0 | 20.0 / 30.0 / 50.0 | 25.0 / 50.0 / 25.0 | 4.00 | 1.250 | 46.2, 40.8 / 56.1 / 3.1 |" in text
+    )
+    assert "| ram.tuned | 75 ± 25 | 75 ± 25 | 75 ± 25 | 75 ± 25 |" in text
+    assert (tmp_path / "docs" / "curves.png").stat().st_size > 0
     assert "lambda=1.5, lambda=1.5" in text  # the chosen scale of each seed
     assert "defaults: ram-ties = +37.5 ± 12.5" in text  # per-seed differences 25 and 50
     data = json.loads(json_path.read_text())

@@ -33,12 +33,17 @@ def trained_mean(report: dict[str, Any]) -> float:
     return sum(_strict(report, s) for s in TRAINED) / len(TRAINED)
 
 
+def skill_kept(report: dict[str, Any], base: dict[str, Any], agents: dict[str, Any], skill: str) -> float:
+    """``(merge - base) / (agent - base)`` on ``skill``; NaN when its agent did not beat the base or it is unscored."""
+    gain = _strict(agents[skill], skill) - _strict(base, skill)
+    if gain <= 0 or skill not in report:
+        return math.nan
+    return (_strict(report, skill) - _strict(base, skill)) / gain
+
+
 def gain_kept(report: dict[str, Any], base: dict[str, Any], agents: dict[str, Any]) -> float:
-    shares = []
-    for skill in TRAINED:
-        gain = _strict(agents[skill], skill) - _strict(base, skill)
-        if gain > 0 and skill in report:
-            shares.append((_strict(report, skill) - _strict(base, skill)) / gain)
+    shares = [skill_kept(report, base, agents, s) for s in TRAINED]
+    shares = [x for x in shares if not math.isnan(x)]
     return sum(shares) / len(shares) if shares else math.nan
 
 
@@ -55,6 +60,12 @@ def method_row(seeds: Sequence[dict[str, Any]], name: str) -> dict[str, Any] | N
         row["trained_avg"] = cell([trained_mean(r) for r in reports], _pooled_se(reports[0]))
         kept = [gain_kept(r, s["check"]["base"], s["check"]["agents"]) for r, s in zip(reports, have, strict=True)]
         row["gain_kept"] = cell(kept, math.nan)
+        for skill in TRAINED:
+            each = [
+                skill_kept(r, s["check"]["base"], s["check"]["agents"], skill)
+                for r, s in zip(reports, have, strict=True)
+            ]
+            row[f"{skill}_kept"] = cell([x for x in each if not math.isnan(x)] or [math.nan], math.nan)
     for skill in (h for h in HELD_OUT if h in reports[0]):
         deltas = [_strict(r, skill) - _strict(s["check"]["base"], skill) for r, s in zip(reports, have, strict=True)]
         row[f"{skill}_delta"] = cell(deltas, float(reports[0][skill]["strict_se"]))
@@ -87,6 +98,12 @@ def best_baseline(rows: dict[str, dict[str, Any]]) -> str | None:
     return max(scored)[1] if scored else None
 
 
+def _best(rows: dict[str, dict[str, Any]]) -> str | None:
+    """The method with the highest trained-skill mean, RAM's included."""
+    scored = [(r["trained_avg"]["mean"], m) for m, r in rows.items() if not math.isnan(r["trained_avg"]["mean"])]
+    return max(scored)[1] if scored else None
+
+
 def aggregate(seeds: Sequence[dict[str, Any]]) -> dict[str, Any]:
     """The report's numbers: defaults and tuned tables, pairs, dilution, paired differences."""
     methods = sorted({m for s in seeds for m in s["bench"]["methods"]})
@@ -98,10 +115,11 @@ def aggregate(seeds: Sequence[dict[str, Any]]) -> dict[str, Any]:
     for kind, rows in tables.items():
         best = best_baseline(rows)
         suffix = "" if kind == "defaults" else ".tuned"
-        diffs = {"best_baseline": best}
-        for ram in ("ram", "ram_plus"):
-            if best is not None and ram in rows:
-                diffs[f"{ram}-{best}"] = paired(seeds, ram + suffix, best + suffix)  # type: ignore[assignment]
+        diffs: dict[str, Any] = {"best_baseline": best, "best": _best(rows)}
+        wanted = [("ram", best), ("ram_plus", best), ("ram", "task_arithmetic"), ("ram_plus", "ram")]
+        for a, b in wanted:
+            if b is not None and a in rows and b in rows and a != b:
+                diffs[f"{a}-{b}"] = paired(seeds, a + suffix, b + suffix)
         out["differences"][kind] = diffs
     names = {n for s in seeds for n in s["bench"]["reports"] if "+" in n or n.startswith("dilution.")}
     out["pairs"] = {n: method_row(seeds, n) for n in sorted(names) if "+" in n}

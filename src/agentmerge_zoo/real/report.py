@@ -10,6 +10,7 @@ from typing import Any
 
 from agentmerge_zoo.real.aggregate import aggregate
 from agentmerge_zoo.real.suite import HELD_OUT, TRAINED
+from agentmerge_zoo.regime_report import PAPER_FIG2
 from agentmerge_zoo.report_md import table
 
 
@@ -59,6 +60,84 @@ def agents_table(seeds: Sequence[dict[str, Any]]) -> list[str]:
     return table(header, rows)
 
 
+def probe_table(seeds: Sequence[dict[str, Any]]) -> list[str]:
+    """Per seed and agent: density, w.0 / w.1 / w.2 (the share of its updated elements that 0, 1, 2 other agents
+    also updated) measured and under independent masks, RAM+'s rho and lambda, next to the paper's Figure 2."""
+    header = ["seed", "agent", "density %", "w.0 / w.1 / w.2 % measured", "independent masks", "rho", "RAM+ lambda"]
+    header += ["paper Fig. 2: density %, w.0 / w.1 / w.2 %"]
+    rows = []
+    for s in seeds:
+        for skill in TRAINED:
+            probe = s["check"]["probe"][skill]
+            paper_d, paper_w = PAPER_FIG2[f"agent_{skill}"]
+            rows.append(
+                [
+                    str(s["seed"]),
+                    skill,
+                    f"{100 * probe['density']:.1f}",
+                    _shares(probe["overlap"]),
+                    _shares(probe["independent"]) if "independent" in probe else "-",
+                    f"{float(probe['rho']):.2f}" if "rho" in probe else "-",
+                    f"{probe['lambda']:.3f}" if "lambda" in probe else "-",
+                    f"{paper_d}, {' / '.join(f'{w}' for w in paper_w)}",
+                ]
+            )
+    return table(header, rows)
+
+
+def _shares(values: Sequence[float]) -> str:
+    return " / ".join(f"{100 * v:.1f}" for v in values)
+
+
+def kept_table(tables: dict[str, dict[str, Any]]) -> list[str]:
+    """The share of each agent's own-skill gain that each merge keeps, defaults and tuned."""
+    header = ["merge", *(f"{k} gain kept %" for k in TRAINED), "mean %"]
+    rows = []
+    for kind, suffix in (("defaults", ""), ("tuned", ".tuned")):
+        for method, row in sorted(tables[kind].items(), key=lambda kv: -kv[1]["trained_avg"]["mean"]):
+            cells = [pct(row.get(f"{k}_kept"), 0) for k in TRAINED]
+            rows.append([method + suffix, *cells, pct(row.get("gain_kept"), 0)])
+    return table(header, rows)
+
+
+def differences(agg: dict[str, Any]) -> list[str]:
+    """The paired differences as lines, each naming the view and the methods."""
+    lines = []
+    for kind, diffs in agg["differences"].items():
+        lines.append(f"- {kind}: best method {diffs.get('best')}, best baseline (not RAM) {diffs.get('best_baseline')}")
+        for name, d in diffs.items():
+            if name not in ("best_baseline", "best") and d:
+                lines.append(f"- {kind}: {name} = {100 * d['mean']:+.1f} ± {100 * d['se']:.1f}")
+    return lines
+
+
+def plot_curves(seeds: Sequence[dict[str, Any]], path: Path) -> Path | None:
+    """Each agent's GRPO reward per step (moving mean over 5 steps), one panel per skill; None without matplotlib."""
+    try:
+        import matplotlib
+    except ImportError:
+        return None
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, axes = plt.subplots(1, len(TRAINED), figsize=(4 * len(TRAINED), 3), squeeze=False)
+    for ax, skill in zip(axes[0], TRAINED, strict=True):
+        for s in seeds:
+            rewards = [float(r["reward"]) for r in s["curves"][skill]]
+            smooth = [
+                sum(rewards[max(0, i - 4) : i + 1]) / len(rewards[max(0, i - 4) : i + 1]) for i in range(len(rewards))
+            ]
+            ax.plot(range(1, len(rewards) + 1), smooth, label=f"seed {s['seed']}")
+        ax.set_title(f"{skill} agent")
+        ax.set_xlabel("GRPO step")
+        ax.set_ylabel("training reward (moving mean of 5)")
+        ax.legend(fontsize=8)
+    fig.tight_layout()
+    fig.savefig(path, dpi=100)
+    plt.close(fig)
+    return path
+
+
 def _verdict(conv: dict[str, Any]) -> str:
     if "converged" not in conv:
         return "-"
@@ -93,16 +172,14 @@ def render(seeds: Sequence[dict[str, Any]], agg: dict[str, Any], command: str) -
     lines = ["# The real zoo: SmolLM2-135M-Instruct agents merged with every method", ""]
     lines += [f"Seeds {agg['seeds']}, made by `{command}` (see [README.md](README.md) for the setup and budget).", ""]
     lines += ["## Agents", "", *agents_table(seeds), ""]
+    lines += ["Reward curves: [curves.png](curves.png).", ""]
+    lines += ["## Probe against the paper's Figure 2", "", *probe_table(seeds), ""]
     lines += ["## Defaults (strict % on test)", "", *method_table(agg["tables"]["defaults"]), ""]
     lines += ["## Tuned (output scale chosen on validation)", ""]
     lines += [*method_table(agg["tables"]["tuned"], _chosen(seeds)), ""]
-    lines += ["## Paired differences (trained-skill mean, points)", ""]
-    for kind, diffs in agg["differences"].items():
-        for name, d in diffs.items():
-            if name != "best_baseline" and d:
-                lines.append(f"- {kind}: {name} = {100 * d['mean']:+.1f} ± {100 * d['se']:.1f}")
+    lines += ["## Paired differences (trained-skill mean, points)", "", *differences(agg), ""]
+    lines += ["## Share of each agent's gain that the merge keeps", "", *kept_table(agg["tables"]), ""]
     lines += [
-        "",
         "## Pairs",
         "",
         *_simple(agg["pairs"]),
@@ -129,6 +206,7 @@ def write_results(work: Path, seeds: Sequence[int], docs: Path, command: str) ->
     payload = {"command": command, "aggregate": agg, "seeds": [_slim(r) for r in results]}
     (docs / "results.json").write_text(json.dumps(payload, indent=1) + "\n")
     (docs / "results.md").write_text(render(results, agg, command) + "\n")
+    plot_curves(results, docs / "curves.png")
     return docs / "results.json", docs / "results.md"
 
 

@@ -54,7 +54,10 @@ def _probe(base: Path, agents: dict[str, Path]) -> dict[str, Any]:
     from agentmerge import probe
 
     result = probe(str(base), [str(agents[s]) for s in TRAINED], labels=list(TRAINED), quiet=True)
-    rows = {a.name: {"density": a.density, "overlap": a.overlap, "rho": a.rho, "lambda": a.lam} for a in result.agents}
+    rows = {
+        a.name: {"density": a.density, "overlap": a.overlap, "independent": indep, "rho": a.rho, "lambda": a.lam}
+        for a, indep in zip(result.agents, result.independent, strict=True)
+    }
     for skill in TRAINED:
         rows[skill]["drift"] = drift(base, agents[skill])
     return rows
