@@ -23,6 +23,7 @@ from transformers import AutoTokenizer
 
 from agentmerge.config.userinput import did_you_mean
 from agentmerge.errors import ConfigError
+from agentmerge.evaluation.fisher import transformers_step
 from agentmerge.evaluation.scoring import quiet_transformers
 from agentmerge_zoo.generation import complete
 from agentmerge_zoo.modeling import load_model
@@ -83,7 +84,9 @@ def evaluate(
     """Greedy-decode every prompt of the chosen tasks and score the completions with the task verifiers."""
     quiet_transformers()
     started = time.perf_counter()
-    tokenizer = AutoTokenizer.from_pretrained(str(checkpoint))
+    tokenizer = transformers_step(
+        checkpoint, "load its tokenizer", lambda: AutoTokenizer.from_pretrained(str(checkpoint))
+    )
     if tokenizer.get_vocab() != char_vocab():
         raise ConfigError(
             f"{checkpoint}: not a zoo model (its tokenizer is not the zoo's character tokenizer), so the zoo suite "
@@ -94,7 +97,7 @@ def evaluate(
     for name in names:
         if name not in suite:
             raise ConfigError(f"unknown zoo task {name!r}{did_you_mean(name, tuple(suite))}")
-    model = load_model(checkpoint)
+    model = transformers_step(checkpoint, "load it as a zoo model", lambda: load_model(checkpoint))
     report = EvalReport(str(checkpoint), split)
     for name in tqdm(names, desc=f"eval {Path(checkpoint).name}", disable=quiet, leave=False):
         task = suite[name]

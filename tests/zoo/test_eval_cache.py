@@ -72,3 +72,21 @@ def test_other_weights_are_not_served_from_the_cache(tmp_path: Path, monkeypatch
     (cache / next(p.name for p in cache.iterdir() if p.name.startswith("b."))).write_text("{torn")
     _, cached = evaluate_cached(b, split="test", n=8, tasks=["code"], batch_size=8, cache=cache)
     assert not cached and len(calls) == 3  # an unreadable entry is evaluated again, not trusted
+
+
+def test_converge_on_a_folder_without_a_tokenizer_is_one_error_line(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """``converge --evaluate zoo`` reaches the evaluator without the eval command's checks (found by the fuzz test)."""
+    from agentmerge.cli import main
+    from agentmerge.errors import AgentMergeError
+    from tinylm import constant_lm
+
+    model = constant_lm(tmp_path / "lm", "a")
+    for tokenizer_file in model.glob("tokenizer*"):
+        tokenizer_file.unlink()
+    with pytest.raises(AgentMergeError, match="lm: cannot load its tokenizer"):
+        zoo_evaluate.evaluate(model, n=1, quiet=True)
+    assert main(["converge", str(model), str(model), "--evaluate", "zoo", "--quiet", "--scales", "1,1.5"]) == 2
+    err = capsys.readouterr().err
+    assert "lm: cannot load its tokenizer" in err and "Traceback" not in err
