@@ -167,7 +167,8 @@ def test_training_resumes_to_the_same_agent_and_exports_bf16(
     a, b = _weights(tmp_path / "whole"), _weights(tmp_path / "resumed")
     assert all(torch.equal(a[k], b[k]) for k in a)
     assert all(t.dtype == torch.bfloat16 for t in a.values())  # fp32 master weights exported bf16
-    assert not (tmp_path / "resumed.state").exists()
+    kept = json.loads((tmp_path / "resumed.state" / "state.json").read_text())  # the final state stays
+    assert kept["seed"] == 0 and len(kept["curve"]) == 3 and kept["recipe"] == recipe.to_dict()
     assert json.loads((tmp_path / "whole" / "agent.json").read_text())["recipe"] == recipe.to_dict()
     monkeypatch.setattr(train, "grpo_step", dies_at_step_three)
     calls[0] = -100
@@ -175,3 +176,39 @@ def test_training_resumes_to_the_same_agent_and_exports_bf16(
     assert calls[0] == -100 and again["curve"] == whole["curve"]
     other = train.train_agent(base, tmp_path / "whole", replace(recipe, steps=1), seed=0)  # another recipe: retrained
     assert calls[0] == -99 and len(other["curve"]) == 1
+
+
+def test_more_steps_extend_a_finished_agent_to_what_a_fresh_run_gives(
+    base: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setitem(suite.SKILLS, "memory", VowelSkill())
+    recipe = Recipe(skill="memory", lr=1e-2, steps=3, prompts_per_step=1, group_size=4, max_new_tokens=8)
+    fresh = train.train_agent(base, tmp_path / "fresh", recipe, seed=0)
+    train.train_agent(base, tmp_path / "agent", replace(recipe, steps=2), seed=0)
+    real_step, calls = grpo_hf.grpo_step, [0]
+
+    def counted(*args: Any, **kwargs: Any) -> dict[str, float]:
+        calls[0] += 1
+        return real_step(*args, **kwargs)
+
+    monkeypatch.setattr(train, "grpo_step", counted)
+    extended = train.train_agent(base, tmp_path / "agent", recipe, seed=0)
+    assert calls[0] == 1  # only the new step ran
+    assert [r["reward"] for r in extended["curve"]] == [r["reward"] for r in fresh["curve"]]
+    a, b = _weights(tmp_path / "fresh"), _weights(tmp_path / "agent")
+    assert all(torch.equal(a[k], b[k]) for k in a)
+    train.train_agent(base, tmp_path / "agent", recipe, seed=1)  # another seed: from the base, all 3 steps
+    assert calls[0] == 4
+    train.train_agent(base, tmp_path / "agent", replace(recipe, steps=2, lr=5e-3), seed=1)  # another lr: the same
+    assert calls[0] == 6
+
+
+def test_only_a_prefix_of_the_same_run_continues() -> None:
+    recipe = Recipe(skill="memory", lr=1e-2, steps=3, prompts_per_step=1, group_size=4)
+    saved = {"recipe": replace(recipe, steps=2).to_dict(), "seed": 0, "curve": [{}, {}]}
+    assert train.continues(saved, recipe, seed=0)
+    assert not train.continues(saved, recipe, seed=1)
+    assert not train.continues(saved, replace(recipe, steps=1), seed=0)  # fewer steps than were run
+    assert not train.continues(saved, replace(recipe, lr=1e-3), seed=0)
+    assert not train.continues({**saved, "seed": None}, recipe, seed=0)  # a state from before seeds were saved
+    assert not train.continues(None, recipe, seed=0)
