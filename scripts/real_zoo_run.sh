@@ -5,12 +5,13 @@
 # Environment: WORK (default real-work), THREADS (torch threads, default 2), PYTHON (default .venv/bin/python),
 # WHEELS (default WORK/wheels), COMMIT=1 to commit docs/real after each seed (a machine may not survive the run),
 # METHODS (comma-separated merge methods of the bench; default every eligible one; a later rerun without it adds
-# the missing methods' trials and keeps the finished ones).
+# the missing methods' trials and keeps the finished ones), PAIR_METHODS (the 2-agent merges' methods).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 WORK=${WORK:-real-work}
 THREADS=${THREADS:-2}
 methods=(); [ -z "${METHODS:-}" ] || methods=(--methods "$METHODS")
+[ -z "${PAIR_METHODS:-}" ] || methods+=(--pair-methods "$PAIR_METHODS")
 PY=${PYTHON:-.venv/bin/python}
 SEEDS=("$@")
 [ ${#SEEDS[@]} -gt 0 ] || SEEDS=(0 1)

@@ -102,3 +102,18 @@ def test_a_rerun_does_nothing(smoke: Path, monkeypatch: pytest.MonkeyPatch) -> N
     before = (smoke / "docs" / "results.json").read_text()
     assert _run(*_argv(smoke), "--quiet") == 0
     assert (smoke / "docs" / "results.json").read_text() == before
+
+
+def test_method_lists_name_registry_methods(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    from agentmerge.cli import main
+    from agentmerge.errors import ConfigError
+    from agentmerge_zoo.real.cli import method_list
+
+    assert method_list("ram, task_arithmetic,", "--methods") == ("ram", "task_arithmetic")
+    with pytest.raises(ConfigError, match=r"--pair-methods: unknown merge method 'ram_pluss'.*ram_plus"):
+        method_list("ram,ram_pluss", "--pair-methods")
+    with pytest.raises(ConfigError, match="no method named"):
+        method_list(" , ", "--methods")
+    assert main([*_argv(tmp_path), "--methods", "tsvm", "--quiet"]) == 2  # before anything is built
+    assert "unknown merge method 'tsvm'" in capsys.readouterr().err
+    assert not (tmp_path / "base").exists()

@@ -44,6 +44,11 @@ def register_real(zoo_sub: Any) -> None:
     p.add_argument("--until", choices=("agents", "check", "bench"), default="bench", help="last stage to run")
     p.add_argument("--smoke", action="store_true", help="tiny random Llama, tiny sizes: checks the paths run")
     p.add_argument("--methods", default=None, help="comma-separated merge methods (default: every eligible one)")
+    p.add_argument(
+        "--pair-methods",
+        default=None,
+        help="comma-separated methods of the 2-agent merges (default: TA, TIES, RAM, RAM+)",
+    )
     _common(p)
     p.set_defaults(func=cmd_run)
     p = sub.add_parser("report", help="re-render docs/real/results.{md,json} from finished seeds")
@@ -108,7 +113,9 @@ def cmd_run(args: argparse.Namespace) -> int:
     torch.set_num_threads(args.threads)
     cfg = smoke_config() if args.smoke else RealConfig()
     if args.methods:
-        cfg = replace(cfg, bench=replace(cfg.bench, methods=tuple(m for m in args.methods.split(",") if m)))
+        cfg = replace(cfg, bench=replace(cfg.bench, methods=method_list(args.methods, "--methods")))
+    if args.pair_methods:
+        cfg = replace(cfg, bench=replace(cfg.bench, pair_methods=method_list(args.pair_methods, "--pair-methods")))
     base = args.base or _smoke_base(args)
     log = _log(args.quiet)
     with RaySession(quiet=True, num_cpus=max(args.threads, cfg.bench.threads)) as session:
@@ -118,6 +125,21 @@ def cmd_run(args: argparse.Namespace) -> int:
         paths = write_results(args.work, _seeds(args.seeds), args.docs, _command(args))
         print(f"wrote {paths[1]} and {paths[0]}")
     return 0
+
+
+def method_list(text: str, flag: str) -> tuple[str, ...]:
+    """Comma-separated registry method names; an unknown one is a ConfigError (not silently dropped)."""
+    from agentmerge import METHODS
+    from agentmerge.config.userinput import did_you_mean
+    from agentmerge.errors import ConfigError
+
+    names = tuple(m.strip() for m in text.split(",") if m.strip())
+    for name in names:
+        if name not in METHODS:
+            raise ConfigError(f"{flag}: unknown merge method {name!r}{did_you_mean(name, tuple(METHODS))}")
+    if not names:
+        raise ConfigError(f"{flag}: no method named (got {text!r})")
+    return names
 
 
 def _smoke_base(args: argparse.Namespace) -> Path:
@@ -134,6 +156,7 @@ def _command(args: argparse.Namespace) -> str:
     parts += ["--docs", str(args.docs), "--threads", str(args.threads)]
     parts += ["--smoke"] if args.smoke else ["--base", str(args.base)]
     parts += ["--methods", args.methods] if args.methods else []
+    parts += ["--pair-methods", args.pair_methods] if args.pair_methods else []
     return shlex.join(parts)
 
 
