@@ -14,7 +14,8 @@
 # on; (3) the seeds aggregated into DOCS/results.{json,md} and DOCS/regime-map.png from the caches; (4) with
 # COMMIT=1, a commit of those docs (a machine may not survive to the next regime).
 # Environment: PY (default python), ZOO (.zoo-cache), WORK (bench-work), SEEDS ("0 1 2"), PARALLEL (2),
-# REGIMES ("bf16 fp32_bf16 fp32_fp32 paper_like"), ROUNDS (3), GROWTH (1: doubles the steps), PAIRS (1),
+# REGIMES ("bf16 fp32_bf16 fp32_fp32 paper_like"; REGIMES="" runs none), ROUNDS (3),
+# GROWTH (1: doubles the steps), PAIRS (1),
 # CHECK_THREADS (torch threads of the convergence loop, which runs one process: 1),
 # MANY (1: last, the many-agent study on the six-domain zoo, regime MANY_REGIME, default fp32_bf16: its own
 # convergence loop, then `zoo many` at the steps it settled on, into DOCS/many and DOCS/convergence/six-*),
@@ -26,7 +27,7 @@ ZOO=${ZOO:-.zoo-cache}
 WORK=${WORK:-bench-work}
 SEEDS=${SEEDS:-"0 1 2"}
 PARALLEL=${PARALLEL:-2}
-REGIMES=${REGIMES:-"bf16 fp32_bf16 fp32_fp32 paper_like"}
+REGIMES=${REGIMES-"bf16 fp32_bf16 fp32_fp32 paper_like"}  # set but empty: no regime (e.g. only MANY=1)
 ROUNDS=${ROUNDS:-3}
 GROWTH=${GROWTH:-1}
 PAIRS=${PAIRS:-1}

@@ -91,17 +91,19 @@ def paired(seeds: Sequence[dict[str, Any]], a: str, b: str) -> dict[str, float] 
     return {"mean": mean, "se": se, "over": float(len(diffs))}
 
 
+def best_method(rows: dict[str, dict[str, Any]], with_ram: bool = True) -> str | None:
+    """The method with the highest trained-skill mean (RAM's family left out unless ``with_ram``)."""
+    scored = [
+        (r["trained_avg"]["mean"], m)
+        for m, r in rows.items()
+        if (with_ram or m.split(".")[0] not in RAM_FAMILY) and not math.isnan(r["trained_avg"]["mean"])
+    ]
+    return max(scored)[1] if scored else None
+
+
 def best_baseline(rows: dict[str, dict[str, Any]]) -> str | None:
     """The non-RAM method with the highest trained-skill mean."""
-    scored = [(r["trained_avg"]["mean"], m) for m, r in rows.items() if m.split(".")[0] not in RAM_FAMILY]
-    scored = [x for x in scored if not math.isnan(x[0])]
-    return max(scored)[1] if scored else None
-
-
-def _best(rows: dict[str, dict[str, Any]]) -> str | None:
-    """The method with the highest trained-skill mean, RAM's included."""
-    scored = [(r["trained_avg"]["mean"], m) for m, r in rows.items() if not math.isnan(r["trained_avg"]["mean"])]
-    return max(scored)[1] if scored else None
+    return best_method(rows, with_ram=False)
 
 
 def aggregate(seeds: Sequence[dict[str, Any]]) -> dict[str, Any]:
@@ -115,7 +117,7 @@ def aggregate(seeds: Sequence[dict[str, Any]]) -> dict[str, Any]:
     for kind, rows in tables.items():
         best = best_baseline(rows)
         suffix = "" if kind == "defaults" else ".tuned"
-        diffs: dict[str, Any] = {"best_baseline": best, "best": _best(rows)}
+        diffs: dict[str, Any] = {"best_baseline": best, "best": best_method(rows)}
         wanted = [("ram", best), ("ram_plus", best), ("ram", "task_arithmetic"), ("ram_plus", "ram")]
         for a, b in wanted:
             if b is not None and a in rows and b in rows and a != b:

@@ -124,9 +124,8 @@ def plot_curves(seeds: Sequence[dict[str, Any]], path: Path) -> Path | None:
     for ax, skill in zip(axes[0], TRAINED, strict=True):
         for s in seeds:
             rewards = [float(r["reward"]) for r in s["curves"][skill]]
-            smooth = [
-                sum(rewards[max(0, i - 4) : i + 1]) / len(rewards[max(0, i - 4) : i + 1]) for i in range(len(rewards))
-            ]
+            windows = [rewards[max(0, i - 4) : i + 1] for i in range(len(rewards))]
+            smooth = [sum(w) / len(w) for w in windows]
             ax.plot(range(1, len(rewards) + 1), smooth, label=f"seed {s['seed']}")
         ax.set_title(f"{skill} agent")
         ax.set_xlabel("GRPO step")
