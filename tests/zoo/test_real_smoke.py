@@ -41,7 +41,20 @@ def _run(*argv: str) -> int:
 
 
 def _argv(work: Path) -> list[str]:
-    return ["zoo", "real", "run", "--smoke", "--work", str(work), "--docs", str(work / "docs"), "--threads", "1"]
+    return [
+        "zoo",
+        "real",
+        "run",
+        "--smoke",
+        "--work",
+        str(work),
+        "--docs",
+        str(work / "docs"),
+        "--threads",
+        "1",
+        "--concurrent",
+        "2",
+    ]
 
 
 @pytest.fixture(scope="module")
@@ -86,7 +99,7 @@ def test_results_hold_every_table(smoke: Path) -> None:
     text = (smoke / "docs" / "results.md").read_text()
     for heading in ("## Agents", "## Defaults", "## Tuned", "## Paired differences", "## Pairs", "## Dilution"):
         assert heading in text
-    assert "--smoke" in data["command"]
+    assert "--smoke" in data["command"] and "--concurrent 2" in data["command"]
 
 
 def test_a_rerun_does_nothing(smoke: Path, monkeypatch: pytest.MonkeyPatch) -> None:
@@ -115,5 +128,6 @@ def test_method_lists_name_registry_methods(tmp_path: Path, capsys: pytest.Captu
     with pytest.raises(ConfigError, match="no method named"):
         method_list(" , ", "--methods")
     assert main([*_argv(tmp_path), "--methods", "tsvm", "--quiet"]) == 2  # before anything is built
+    assert main([*_argv(tmp_path), "--concurrent", "0", "--quiet"]) == 2
     assert "unknown merge method 'tsvm'" in capsys.readouterr().err
     assert not (tmp_path / "base").exists()

@@ -44,7 +44,8 @@ class BenchPlan:
     pair_methods: tuple[str, ...] = PAIR_METHODS
     dilution: bool = True
     fisher_texts: int = 16
-    threads: int = 2
+    threads: int = 2  # torch threads of each trial
+    concurrent: int = 1  # trials at once (each with ``threads``)
 
 
 def bench_methods(plan: BenchPlan) -> list[str]:
@@ -150,14 +151,17 @@ def run_trials(
     split: str,
     n: int,
     skills: dict[str, list[str]],
-    threads: int,
+    plan: BenchPlan,
     session: Any,
 ) -> dict[str, dict[str, Any]]:
-    """Run the named trials as one sweep in ``root``; their records by name (earlier runs' included)."""
+    """Run the named trials as one sweep in ``root``, ``plan.concurrent`` at once; their records by name (earlier
+    runs' included)."""
     from agentmerge.sweep.run import run_sweep
 
     _write_eval_file(root, split, n, inputs.cache, skills)
-    outcome = run_sweep(_sweep(inputs, entries, threads), root, quiet=True, session=session, max_concurrent=1)
+    outcome = run_sweep(
+        _sweep(inputs, entries, plan.threads), root, quiet=True, session=session, max_concurrent=plan.concurrent
+    )
     wanted = {e.name for e in entries}
     return {r["name"]: r for r in outcome.records if r.get("name") in wanted}
 

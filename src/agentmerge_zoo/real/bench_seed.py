@@ -40,7 +40,7 @@ def tune(inputs: SeedInputs, plan: BenchPlan, methods: list[str], work: Path, se
         for value in plan.grid if param is not None else ():
             entries.append(trial_entry(tuning_name(method, value), method, {str(param): value}, inputs, EVERY_AGENT))
             skills[tuning_name(method, value)] = list(TRAINED)
-    records = run_trials(work / "val", inputs, entries, "val", plan.n_val, skills, plan.threads, session)
+    records = run_trials(work / "val", inputs, entries, "val", plan.n_val, skills, plan, session)
     out: dict[str, Any] = {}
     for method in methods:
         param = scale_param(method)
@@ -90,7 +90,7 @@ def bench_seed(inputs: SeedInputs, plan: BenchPlan, work: Path, session: Any, lo
     tuned = tune(inputs, plan, methods, work, session)
     entries, skills = test_entries(inputs, plan, methods, tuned)
     log(f"bench: {len(entries)} test trials")
-    records = run_trials(work / "test", inputs, entries, "test", plan.n_test, skills, plan.threads, session)
+    records = run_trials(work / "test", inputs, entries, "test", plan.n_test, skills, plan, session)
     reports: dict[str, Any] = {}
     failed: dict[str, str] = {}
     for name, record in records.items():

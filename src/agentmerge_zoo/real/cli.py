@@ -49,6 +49,7 @@ def register_real(zoo_sub: Any) -> None:
         default=None,
         help="comma-separated methods of the 2-agent merges (default: TA, TIES, RAM, RAM+)",
     )
+    p.add_argument("--concurrent", type=int, default=1, help="bench trials at once, each with --threads (default 1)")
     _common(p)
     p.set_defaults(func=cmd_run)
     p = sub.add_parser("report", help="re-render docs/real/results.{md,json} from finished seeds")
@@ -59,7 +60,7 @@ def register_real(zoo_sub: Any) -> None:
 
 
 def _common(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--threads", type=int, default=2, help="torch threads (default 2)")
+    p.add_argument("--threads", type=int, default=2, help="torch threads of each process (default 2)")
     p.add_argument("--quiet", action="store_true", help="no progress on stderr")
 
 
@@ -105,6 +106,7 @@ def cmd_measure(args: argparse.Namespace) -> int:
 def cmd_run(args: argparse.Namespace) -> int:
     import torch
 
+    from agentmerge.errors import ConfigError
     from agentmerge.sweep.run import RaySession
     from agentmerge_zoo.real.config import RealConfig, smoke_config
     from agentmerge_zoo.real.report import write_results
@@ -116,9 +118,12 @@ def cmd_run(args: argparse.Namespace) -> int:
         cfg = replace(cfg, bench=replace(cfg.bench, methods=method_list(args.methods, "--methods")))
     if args.pair_methods:
         cfg = replace(cfg, bench=replace(cfg.bench, pair_methods=method_list(args.pair_methods, "--pair-methods")))
+    if args.concurrent < 1 or args.threads < 1:
+        raise ConfigError("zoo real run: --threads and --concurrent take a positive count")
+    cfg = replace(cfg, bench=replace(cfg.bench, threads=args.threads, concurrent=args.concurrent))
     base = args.base or _smoke_base(args)
     log = _log(args.quiet)
-    with RaySession(quiet=True, num_cpus=max(args.threads, cfg.bench.threads)) as session:
+    with RaySession(quiet=True, num_cpus=args.threads * args.concurrent) as session:
         for seed in _seeds(args.seeds):
             run_stages(cfg, base, args.work, seed, session, log, args.until)
     if args.until == "bench":
@@ -153,7 +158,7 @@ def _smoke_base(args: argparse.Namespace) -> Path:
 
 def _command(args: argparse.Namespace) -> str:
     parts = ["agentmerge", "zoo", "real", "run", "--work", str(args.work), "--seeds", args.seeds]
-    parts += ["--docs", str(args.docs), "--threads", str(args.threads)]
+    parts += ["--docs", str(args.docs), "--threads", str(args.threads), "--concurrent", str(args.concurrent)]
     parts += ["--smoke"] if args.smoke else ["--base", str(args.base)]
     parts += ["--methods", args.methods] if args.methods else []
     parts += ["--pair-methods", args.pair_methods] if args.pair_methods else []
