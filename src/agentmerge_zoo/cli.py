@@ -217,6 +217,8 @@ def cmd_bench(args: argparse.Namespace) -> int:
         return 0
     if args.max_concurrent is not None and args.max_concurrent < 1:
         raise ConfigError(f"--max-concurrent must be at least 1 (got {args.max_concurrent})")
+    if args.methods:
+        method_labels(args.methods)  # an unknown label fails here, before anything runs
     threads = set_threads(args.threads)
     seeds = tuple(int(s) for s in args.seeds.split(",") if s.strip())
     log = stderr_logger(args.quiet)
@@ -241,7 +243,7 @@ def _bench_regime(
     plan = replace(plan, fair=not args.no_fair, check=not args.no_check)
     plan = replace(plan, check_n=args.check_n or plan.check_n)
     if args.methods:
-        keep = set(CORE_METHODS) if args.methods == "core" else set(args.methods.split(","))
+        keep = method_labels(args.methods)
         plan = replace(plan, methods=tuple(m for m in plan.methods if m.label in keep))
     if getattr(args, "variants", False):
         from agentmerge_zoo.benchplan import VARIANT_RUNS
@@ -276,6 +278,26 @@ def _docs_lock(docs: Path) -> Iterator[None]:
             yield
         finally:
             fcntl.flock(handle, fcntl.LOCK_UN)
+
+
+def method_labels(text: str) -> set[str]:
+    """``--methods``: 'core' or comma-separated labels of the 3-agent table; an unknown one is a ConfigError."""
+    from agentmerge.config.userinput import did_you_mean
+    from agentmerge.errors import ConfigError
+    from agentmerge_zoo.benchplan import METHOD_RUNS
+
+    if text.strip() == "core":
+        return set(CORE_METHODS)
+    known = [m.label for m in METHOD_RUNS]
+    labels = {m.strip() for m in text.split(",") if m.strip()}
+    for label in sorted(labels):
+        if label not in known:
+            raise ConfigError(
+                f"--methods: no method labelled {label!r}{did_you_mean(label, known)}; known: {', '.join(known)}"
+            )
+    if not labels:
+        raise ConfigError("--methods: name at least one method label (or 'core')")
+    return labels
 
 
 def _plan(smoke: bool, seeds: tuple[int, ...], regime: str, pairs: bool) -> Any:

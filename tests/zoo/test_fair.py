@@ -149,3 +149,18 @@ def test_older_results_render_without_a_tuned_table() -> None:
     mixed = "\n".join(regime_map_lines({"regimes": {"bf16": fair, "paper_like": res}}, None))
     row = next(line for line in mixed.splitlines() if line.startswith("| `paper_like`"))
     assert "| n/a | " in row and "older protocol: only task arithmetic tuned" in row  # neither table: says so
+
+
+def test_bench_methods_flag_rejects_unknown_labels_before_running(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from agentmerge.cli import main
+    from agentmerge_zoo.cli import CORE_METHODS, method_labels
+
+    assert method_labels("core") == set(CORE_METHODS) and set(CORE_METHODS) <= {m.label for m in METHOD_RUNS}
+    assert method_labels("ram, task_arithmetic,") == {"ram", "task_arithmetic"}
+    argv = ["zoo", "bench", "--zoo", str(tmp_path / "zoo"), "--work", str(tmp_path / "w"), "--docs", str(tmp_path)]
+    assert main([*argv, "--methods", "ram,ram_pluss", "--quiet"]) == 2
+    err = capsys.readouterr().err
+    assert "no method labelled 'ram_pluss'" in err and "did you mean 'ram_plus'" in err
+    assert not (tmp_path / "zoo").exists() and not (tmp_path / "w").exists()
