@@ -32,7 +32,7 @@ from agentmerge.methods.lines import LAYER, auto_alpha, closed_form_alpha, depth
 Deltas = Callable[[TensorJob, int, int], tuple[torch.Tensor, torch.Tensor]]
 _BUCKETS = 256  # float32 exponents
 _MANTISSA = (1 << 23) - 1
-_SLICE = 1 << 20  # elements of a chunk l1_parts takes at a time
+_SLICE = 1 << 16  # elements of a chunk l1_parts takes at a time (its temporaries: 28 B an element, ~2 MB)
 
 
 @dataclass(frozen=True)
