@@ -10,7 +10,7 @@ from typing import Any
 import pytest
 
 from agentmerge_zoo.real.aggregate import aggregate, best_baseline, gain_kept, paired
-from agentmerge_zoo.real.report import write_results
+from agentmerge_zoo.real.report import kept_note, write_results
 
 SKILLS = ("tool", "code", "memory", "capitals")
 
@@ -100,6 +100,16 @@ def test_gain_kept_skips_agents_that_did_not_beat_the_base() -> None:
     kept = gain_kept(_flat(0.5), seed["check"]["base"], agents)
     assert kept == pytest.approx(0.5)
     assert math.isnan(gain_kept(_flat(0.5), _flat(0.9), agents))
+
+
+def test_kept_note_names_the_seeds_whose_agent_beat_the_base() -> None:
+    seeds = [_seed(0, 0.5, 0.25), _seed(1, 0.5, 0.25)]
+    seeds[1]["check"]["agents"]["code"] = _flat(0.25)  # seed 1's code agent: no gain
+    seeds[0]["check"]["agents"]["tool"] = _flat(0.2)  # seed 0's tool agent: below the base
+    note = kept_note(seeds)
+    assert "tool 1; code 0; memory 0, 1." in note
+    seeds[1]["check"]["agents"]["tool"] = _flat(0.25)
+    assert "tool none;" in kept_note(seeds)
 
 
 def test_best_baseline_is_never_a_ram_method() -> None:

@@ -100,6 +100,22 @@ def kept_table(tables: dict[str, dict[str, Any]]) -> list[str]:
     return table(header, rows)
 
 
+def kept_note(seeds: Sequence[dict[str, Any]]) -> str:
+    """Which seeds each skill's gain-kept column is over: those whose agent beat the base on that skill's test."""
+    parts = []
+    for skill in TRAINED:
+        beat = [
+            str(s["seed"])
+            for s in seeds
+            if s["check"]["agents"][skill][skill]["strict"] > s["check"]["base"][skill]["strict"]
+        ]
+        parts.append(f"{skill} {', '.join(beat) or 'none'}")
+    return (
+        "A skill's column is over the seeds whose agent beat the base on that skill's test prompts (a share of a "
+        "gain ≤ 0 has no meaning), ± SE only where two or more are: " + "; ".join(parts) + "."
+    )
+
+
 def differences(agg: dict[str, Any]) -> list[str]:
     """The paired differences as lines, each naming the view and the methods."""
     lines = []
@@ -178,6 +194,7 @@ def render(seeds: Sequence[dict[str, Any]], agg: dict[str, Any], command: str) -
     lines += [*method_table(agg["tables"]["tuned"], _chosen(seeds)), ""]
     lines += ["## Paired differences (trained-skill mean, points)", "", *differences(agg), ""]
     lines += ["## Share of each agent's gain that the merge keeps", "", *kept_table(agg["tables"]), ""]
+    lines += [kept_note(seeds), ""]
     lines += [
         "## Pairs",
         "",
