@@ -16,6 +16,7 @@ from agentmerge.cli import main
 from agentmerge.config.mergekit_export import to_mergekit
 from agentmerge.config.schema import config_from_dict
 from agentmerge.engine.dryrun import plan_merge
+from agentmerge.engine.inputs import Scratch
 from agentmerge.engine.lines_pass import exact_value, l1_parts
 from agentmerge.errors import ConfigError, MergeError
 from agentmerge.methods.lines import depth_scale, layer_count, layer_of
@@ -70,6 +71,9 @@ def test_exact_l1_sums_are_order_free() -> None:
     assert exact_value(l1_parts(x)) == want
     assert exact_value(l1_parts(x[:1234]) + l1_parts(x[1234:])) == want
     assert torch.equal(l1_parts(x, slice_size=7), l1_parts(x))  # taken in slices: the same buckets
+    scratch = Scratch()  # the alpha pass's reused buffers: larger from an earlier chunk, the same buckets
+    assert exact_value(l1_parts(torch.full((5000,), -9.0), scratch=scratch)) == 45000
+    assert exact_value(l1_parts(x, scratch=scratch)) == want
 
 
 # --------------------------------------------------------------------------- against per-tensor references
