@@ -14,7 +14,7 @@ from safetensors.torch import save_file
 
 from agentmerge.config.schema import MergeConfig, ModelSpec
 from agentmerge.engine.merge import merge
-from agentmerge.engine.parallel import run_parallel
+from agentmerge.engine.parallel import fold_parallel, run_parallel
 from agentmerge.errors import MergeError
 from agentmerge.methods.deltas import (
     histogram_from_patterns,
@@ -202,6 +202,37 @@ def test_run_parallel_keeps_task_order() -> None:
     tasks = [lambda i=i: (time.sleep(0.002 * (i % 3)), i)[1] for i in range(40)]
     assert run_parallel(tasks, 3) == list(range(40))
     assert run_parallel(tasks, 1) == list(range(40))
+
+
+@pytest.mark.parametrize("threads", [1, 2, 3])
+def test_fold_parallel_folds_in_task_order_and_holds_few_results(threads: int) -> None:
+    """The fold sees results in task order (a non-commutative fold shows any other), one task's slowness included,
+    and never more than 4 x threads results wait for it: the pass holds a bounded number, not one per chunk."""
+    import threading
+    import time
+
+    lock, alive, most = threading.Lock(), [0], [0]
+
+    class Result:
+        def __init__(self, i: int) -> None:
+            self.i = i
+            with lock:
+                alive[0] += 1
+                most[0] = max(most[0], alive[0])
+
+    def task(i: int) -> Result:
+        time.sleep(0.05 if i == 3 else 0.001 * (i % 3))
+        return Result(i)
+
+    def fold(acc: list[int], r: Result) -> list[int]:
+        with lock:
+            alive[0] -= 1
+        return [*acc, r.i]
+
+    tasks = [lambda i=i: task(i) for i in range(60)]
+    assert fold_parallel(tasks, threads, fold, []) == list(range(60))
+    assert most[0] <= max(1, 4 * threads)
+    assert fold_parallel([], threads, fold, [7]) == [7]
 
 
 # --------------------------------------------------------------------------- whole merges, fused vs reference

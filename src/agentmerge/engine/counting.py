@@ -17,7 +17,7 @@ from tqdm import tqdm
 
 from agentmerge.engine.caches import LevelsCache, OverlapCache
 from agentmerge.engine.inputs import Inputs, Scratch
-from agentmerge.engine.parallel import run_parallel
+from agentmerge.engine.parallel import fold_parallel, run_parallel
 from agentmerge.engine.plan import MergePlan, TensorJob
 from agentmerge.methods.deltas import histogram_from_patterns, overlap_histogram, task_vectors
 from agentmerge.methods.fused.jit import available
@@ -109,8 +109,9 @@ def _hist_task(
 
 
 def model_sum(inputs: Inputs, plan: MergePlan, total: ModelSum, levels: Mapping[str, Levels], quiet: bool) -> Any:
-    """A ``ModelSum`` pass: ``total.count`` of every chunk of every merged tensor, summed in plan order (so the sum
-    does not depend on threads); None, and nothing read, when ``total.wanted`` holds for no tensor.
+    """A ``ModelSum`` pass: ``total.count`` of every chunk of every merged tensor, summed in plan order as the
+    chunks come in (so the sum does not depend on threads, and no chunk's result outlives the sum); None, and
+    nothing read, when ``total.wanted`` holds for no tensor.
 
     Each chunk is a ``Chunk`` with its values, its extra tensors and its tensor's adaptive thresholds (``levels``),
     so its mask is the one the write pass will use.
@@ -128,8 +129,12 @@ def model_sum(inputs: Inputs, plan: MergePlan, total: ModelSum, levels: Mapping[
 
     tasks = [task(job, s, e) for job in plan.merged for s, e in job.chunks]
     with tqdm(total=len(tasks), desc=total.label, unit="chunk", disable=quiet, leave=False) as bar:
-        counted = run_parallel(tasks, plan.threads, bar)
-    return sum(counted, torch.zeros_like(counted[0]))
+        return fold_parallel(tasks, plan.threads, _add, None, bar)
+
+
+def _add(acc: torch.Tensor | None, counted: torch.Tensor) -> torch.Tensor:
+    """One step of a left-to-right sum (the first term is kept as it is, so 0 + c0 + c1 ... is the same bits)."""
+    return counted if acc is None else acc.add_(counted)
 
 
 def run_rounds(
