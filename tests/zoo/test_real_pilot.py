@@ -1,5 +1,6 @@
 """``zoo real pilot``: stages extend one agent, each scored against the base; a rerun skips measured stages and a
-shorter stage than the agent has is refused (it would train again from the base). On the tiny random Llama."""
+shorter stage than the agent has is refused (it would train again from the base); ``check`` adds the convergence
+check of the last stage. On the tiny random Llama."""
 
 from __future__ import annotations
 
@@ -55,6 +56,10 @@ def test_stages_extend_the_agent_and_a_rerun_skips_them(tiny_base: Path, tmp_pat
     curve_2 = json.loads(agent.read_text())["curve"]
     assert curve_2[:1] == curve_1  # extended, not trained again
     assert json.loads(out.read_text()) == second
+    checked = run_pilot(tiny_base, tmp_path / "w", recipe, 0, [1, 2], 2, out, check=2)
+    assert checked["stages"] == second["stages"]  # the stages are not trained or measured again
+    assert checked["check"]["steps"] == 2 and set(checked["check"]["scores"]) == {"0.5", "1", "1.5", "2"}
+    assert isinstance(checked["check"]["converged"], bool)
     with pytest.raises(ValueError, match="trained to 2 steps already"):
         run_pilot(tiny_base, tmp_path / "w", recipe, 0, [1, 2, 0], 2, out)
 

@@ -70,6 +70,7 @@ def register_real(zoo_sub: Any) -> None:
     p.add_argument("--group-size", type=int, default=None, help="default: the skill's recipe")
     p.add_argument("--n-test", type=int, default=64, help="test prompts (default 64, the bench's)")
     p.add_argument("--json", type=Path, required=True, help="the record, rewritten after each stage")
+    p.add_argument("--check", type=int, default=0, help="convergence check of the last stage on N val prompts")
     _common(p)
     p.set_defaults(func=cmd_pilot)
 
@@ -203,7 +204,9 @@ def cmd_pilot(args: argparse.Namespace) -> int:
     changes = {"lr": args.lr, "prompts_per_step": args.prompts_per_step, "group_size": args.group_size}
     recipe = replace(recipes[args.skill], **{k: v for k, v in changes.items() if v is not None})
     try:
-        run_pilot(args.base, args.work, recipe, args.seed, args.steps, args.n_test, args.json, _log(args.quiet))
+        run_pilot(
+            args.base, args.work, recipe, args.seed, args.steps, args.n_test, args.json, args.check, _log(args.quiet)
+        )
     except ValueError as e:
         raise ConfigError(str(e)) from e
     print(f"wrote {args.json}")

@@ -7,6 +7,9 @@ the agent of the stage before it and costs only its new steps. After each stage 
 same test prompts of the skill, greedy as the bench scores them, and the row gives both scores and the paired
 gain: mean ± SE over prompts of agent - base (strict), the bar of the real-zoo issue being a gain above 2 SE.
 
+With ``check`` the agent of the last stage also takes the zoo's convergence check (``convergence.check_agent``:
+its own skill on validation at theta0 + s tau, s = 0.5 / 1 / 1.5 / 2), recorded as ``check`` with its steps.
+
 The record (``--json``) is rewritten after each stage, so a cut-off pilot keeps what it measured, and a rerun with
 more stages and the same options skips the stages already in it. A stage with fewer steps than the agent already
 has is refused: ``train_agent`` would train that shorter recipe again from the base.
@@ -55,7 +58,7 @@ def _resumed(record: dict[str, Any], saved_at: Path) -> dict[str, Any]:
     if not saved_at.is_file():
         return record
     saved: dict[str, Any] = json.loads(saved_at.read_text())
-    same = all(saved.get(k) == v for k, v in record.items() if k != "stages")
+    same = all(saved.get(k) == v for k, v in record.items() if k not in ("stages", "check"))
     return saved if same else record
 
 
@@ -67,9 +70,11 @@ def run_pilot(
     stages: Sequence[int],
     n_test: int,
     out_json: Path,
+    check: int = 0,
     log: Callable[[str], None] = lambda _m: None,
 ) -> dict[str, Any]:
-    """Train ``recipe``'s agent to each of ``stages`` steps in turn under ``work``, scoring it after each."""
+    """Train ``recipe``'s agent to each of ``stages`` steps in turn under ``work``, scoring it after each; with
+    ``check`` > 0, the convergence check of the last stage's agent on ``check`` validation prompts."""
     cache = work / "evals"
     base_report = evaluate_cached(base, [recipe.skill], "test", n_test, cache)[recipe.skill]
     agent_dir = work / f"seed{seed}" / f"agent_{recipe.skill}"
@@ -86,8 +91,19 @@ def run_pilot(
         record["stages"].append(row)
         done.add(steps)
         log(json.dumps(row))
-        out_json.parent.mkdir(parents=True, exist_ok=True)
-        tmp = out_json.with_name(out_json.name + ".tmp")
-        tmp.write_text(json.dumps(record, indent=1) + "\n")
-        tmp.replace(out_json)
+        _write(record, out_json)
+    last = max(done)
+    if check and record.get("check", {}).get("steps") != last:
+        from agentmerge_zoo.real.convergence import check_agent
+
+        verdict = check_agent(base, agent_dir, recipe.skill, work / "check", check, cache, log=log)
+        record["check"] = {"steps": last, "n": check} | verdict
+        _write(record, out_json)
     return record
+
+
+def _write(record: dict[str, Any], path: Path) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(path.name + ".tmp")
+    tmp.write_text(json.dumps(record, indent=1) + "\n")
+    tmp.replace(path)
