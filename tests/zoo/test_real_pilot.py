@@ -62,6 +62,9 @@ def test_stages_extend_the_agent_and_a_rerun_skips_them(tiny_base: Path, tmp_pat
     assert isinstance(checked["check"]["converged"], bool)
     with pytest.raises(ValueError, match="trained to 2 steps already"):
         run_pilot(tiny_base, tmp_path / "w", recipe, 0, [1, 2, 0], 2, out)
+    with pytest.raises(ValueError, match="trained to 2 steps already"):  # a fresh record, the same agent
+        run_pilot(tiny_base, tmp_path / "w", recipe, 0, [1], 2, tmp_path / "other.json")
+    assert len(json.loads(agent.read_text())["curve"]) == 2  # untouched
 
 
 def test_cli_refuses_an_untrained_skill(tiny_base: Path, tmp_path: Path) -> None:

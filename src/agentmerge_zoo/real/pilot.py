@@ -11,8 +11,9 @@ With ``check`` the agent of the last stage also takes the zoo's convergence chec
 its own skill on validation at theta0 + s tau, s = 0.5 / 1 / 1.5 / 2), recorded as ``check`` with its steps.
 
 The record (``--json``) is rewritten after each stage, so a cut-off pilot keeps what it measured, and a rerun with
-more stages and the same options skips the stages already in it. A stage with fewer steps than the agent already
-has is refused: ``train_agent`` would train that shorter recipe again from the base.
+more stages and the same options skips the stages already in it. A stage with fewer steps than the agent in
+``work`` already has (same recipe otherwise, same seed) is refused: ``train_agent`` would train that shorter
+recipe again from the base.
 """
 
 from __future__ import annotations
@@ -26,7 +27,7 @@ from typing import Any
 
 from agentmerge_zoo.real.evaluate import evaluate_cached, mean_se
 from agentmerge_zoo.real.grpo_hf import Recipe
-from agentmerge_zoo.real.train import train_agent
+from agentmerge_zoo.real.train import MARKER, train_agent
 
 
 def paired_gain(agent: Sequence[float], base: Sequence[float]) -> tuple[float, float]:
@@ -82,8 +83,9 @@ def run_pilot(
     record = _resumed(fresh, out_json)
     done = {row["steps"] for row in record["stages"]}
     for steps in sorted(set(stages) - done):
-        if done and steps < max(done):
-            raise ValueError(f"{agent_dir}: trained to {max(done)} steps already; a stage of {steps} would start over")
+        trained = _trained_steps(agent_dir, recipe, seed)
+        if steps < trained:
+            raise ValueError(f"{agent_dir}: trained to {trained} steps already; a stage of {steps} would start over")
         started = time.perf_counter()
         meta = train_agent(base, agent_dir, replace(recipe, steps=steps), seed, log=log)
         report = evaluate_cached(agent_dir, [recipe.skill], "test", n_test, cache)[recipe.skill]
@@ -100,6 +102,16 @@ def run_pilot(
         record["check"] = {"steps": last, "n": check} | verdict
         _write(record, out_json)
     return record
+
+
+def _trained_steps(agent_dir: Path, recipe: Recipe, seed: int) -> int:
+    """Steps of the finished agent in ``agent_dir`` that ``recipe`` (any steps) would extend; 0 when there is none."""
+    marker = agent_dir / MARKER
+    if not marker.is_file():
+        return 0
+    meta = json.loads(marker.read_text())
+    same = meta["seed"] == seed and {**meta["recipe"], "steps": 0} == {**recipe.to_dict(), "steps": 0}
+    return len(meta["curve"]) if same else 0
 
 
 def _write(record: dict[str, Any], path: Path) -> None:
