@@ -59,22 +59,25 @@ def fold_parallel(
             start = fold(start, _tick(t(), progress))
         return start
     ready: dict[int, Any] = {}
+    window: dict[Future[Any], int] = {}
     folded = 0
+
+    def collect() -> None:  # wait for a task, then fold every result whose predecessors are all folded
+        nonlocal start, folded
+        finished, _ = wait(window, return_when=FIRST_COMPLETED)
+        for fut in finished:
+            ready[window.pop(fut)] = _tick(fut.result(), progress)
+        while folded in ready:
+            start = fold(start, ready.pop(folded))
+            folded += 1
+
     with ThreadPoolExecutor(threads) as pool:
-        window: dict[Future[Any], int] = {}
         for i, task in enumerate(tasks):
             window[pool.submit(task)] = i
-            while (
-                len(window) >= 2 * threads
-                or len(window) + len(ready) >= 4 * threads
-                or (i == len(tasks) - 1 and window)
-            ):
-                finished, _ = wait(window, return_when=FIRST_COMPLETED)
-                for fut in finished:
-                    ready[window.pop(fut)] = _tick(fut.result(), progress)
-                while folded in ready:
-                    start = fold(start, ready.pop(folded))
-                    folded += 1
+            while len(window) >= 2 * threads or len(window) + len(ready) >= 4 * threads:
+                collect()
+        while window:
+            collect()
     return start
 
 

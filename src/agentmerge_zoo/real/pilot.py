@@ -27,7 +27,7 @@ from typing import Any
 
 from agentmerge_zoo.real.evaluate import evaluate_cached, mean_se
 from agentmerge_zoo.real.grpo_hf import Recipe
-from agentmerge_zoo.real.train import MARKER, train_agent
+from agentmerge_zoo.real.train import MARKER, continues, train_agent
 
 
 def paired_gain(agent: Sequence[float], base: Sequence[float]) -> tuple[float, float]:
@@ -110,8 +110,8 @@ def _trained_steps(agent_dir: Path, recipe: Recipe, seed: int) -> int:
     if not marker.is_file():
         return 0
     meta = json.loads(marker.read_text())
-    same = meta["seed"] == seed and {**meta["recipe"], "steps": 0} == {**recipe.to_dict(), "steps": 0}
-    return len(meta["curve"]) if same else 0
+    steps = len(meta["curve"])
+    return steps if continues(meta, replace(recipe, steps=steps), seed) else 0
 
 
 def _write(record: dict[str, Any], path: Path) -> None:
