@@ -83,6 +83,23 @@ def test_agents_moved_and_were_exported_in_bf16(smoke: Path) -> None:
     assert json.loads((smoke / "seed0" / "agent_code" / "agent.json").read_text())["recipe"]["storage"] == "bf16"
 
 
+def test_worker_trained_agents_equal_an_agent_trained_in_this_process(
+    smoke: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The run trains its agents two at a time in spawned workers (``--concurrent 2``); the same recipe and seed
+    trained here, in the test's process, must give the same bits (and the workers saw the test's reward)."""
+    from agentmerge_zoo.real.train import train_agent
+
+    monkeypatch.setitem(suite.SKILLS, "memory", _VowelReward(suite.SKILLS["memory"]))
+    cfg = smoke_config()
+    here = tmp_path / "agent_memory"
+    train_agent(smoke / "base", here, cfg.recipe("memory"), 0, cfg.checkpoint_every)
+    there = smoke / "seed0" / "agent_memory"
+    assert (here / "model.safetensors").read_bytes() == (there / "model.safetensors").read_bytes()
+    curves = [json.loads((p / "agent.json").read_text())["curve"] for p in (here, there)]
+    assert [r["reward"] for r in curves[0]] == [r["reward"] for r in curves[1]]
+
+
 def test_results_hold_every_table(smoke: Path) -> None:
     data = json.loads((smoke / "docs" / "results.json").read_text())
     agg, plan = data["aggregate"], smoke_config().bench

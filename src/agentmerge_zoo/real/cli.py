@@ -51,7 +51,12 @@ def register_real(zoo_sub: Any) -> None:
         default=None,
         help="comma-separated methods of the 2-agent merges (default: TA, TIES, RAM, RAM+)",
     )
-    p.add_argument("--concurrent", type=int, default=1, help="bench trials at once, each with --threads (default 1)")
+    p.add_argument(
+        "--concurrent",
+        type=int,
+        default=1,
+        help="agents trained and bench trials at once, each with --threads (default 1)",
+    )
     _common(p)
     p.set_defaults(func=cmd_run)
     p = sub.add_parser("report", help="re-render docs/real/results.{md,json} from finished seeds")
@@ -81,7 +86,16 @@ def _common(p: argparse.ArgumentParser) -> None:
 
 
 def _log(quiet: bool) -> Any:
-    return (lambda _m: None) if quiet else (lambda m: print(m, file=sys.stderr, flush=True))
+    """Progress lines on stderr, or none; picklable (the agents' worker processes log through it)."""
+    return _silent if quiet else _to_stderr
+
+
+def _silent(_message: str) -> None:
+    pass
+
+
+def _to_stderr(message: str) -> None:
+    print(message, file=sys.stderr, flush=True)
 
 
 def _seeds(text: str) -> list[int]:

@@ -29,12 +29,38 @@ def agent_paths(work: Path, seed: int) -> dict[str, Path]:
 
 
 def stage_agents(cfg: RealConfig, base: Path, work: Path, seed: int, log: Log) -> dict[str, Any]:
-    from agentmerge_zoo.real.train import train_agent
+    """Each agent trained (or kept when finished): one after another in this process, or, with the bench's
+    ``concurrent`` above 1, that many at once in worker processes of ``threads`` torch threads each (the agents are
+    independent; each one's bits do not depend on where it trains). ``log`` must pickle to reach the workers."""
+    from agentmerge_zoo.real.train import finished, train_agent
 
-    metas = {}
-    for skill, out in agent_paths(work, seed).items():
-        metas[skill] = train_agent(base, out, cfg.recipe(skill), seed, cfg.checkpoint_every, log)
-    return metas
+    jobs = {
+        s: (base, out, cfg.recipe(s), seed, cfg.checkpoint_every, log) for s, out in agent_paths(work, seed).items()
+    }
+    todo = [s for s, job in jobs.items() if finished(job[1], job[2], seed) is None]
+    workers = min(cfg.bench.concurrent, len(todo))
+    if workers < 2:
+        return {s: train_agent(*job) for s, job in jobs.items()}
+    from concurrent.futures import ProcessPoolExecutor
+    from multiprocessing import get_context
+
+    from agentmerge_zoo.real import suite
+
+    init = (cfg.bench.threads, dict(suite.SKILLS))
+    with ProcessPoolExecutor(workers, mp_context=get_context("spawn"), initializer=_worker, initargs=init) as pool:
+        futures = {s: pool.submit(train_agent, *job) for s, job in jobs.items()}
+        return {s: f.result() for s, f in futures.items()}
+
+
+def _worker(threads: int, skills: dict[str, Any]) -> None:
+    """A training worker: the parent's torch threads per process and its suite (a skill registered in the parent
+    process, e.g. by a test, trains the same in the worker)."""
+    import torch
+
+    from agentmerge_zoo.real import suite
+
+    torch.set_num_threads(threads)
+    suite.SKILLS.update(skills)
 
 
 def drift(base: Path, agent: Path) -> float:

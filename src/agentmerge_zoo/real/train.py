@@ -36,6 +36,14 @@ def is_trained(out: Path) -> bool:
     return (out / MARKER).is_file()
 
 
+def finished(out: Path, recipe: Recipe, seed: int) -> dict[str, Any] | None:
+    """The metadata of an agent already finished with this recipe and seed, else None."""
+    if not is_trained(out):
+        return None
+    done: dict[str, Any] = json.loads((out / MARKER).read_text())
+    return done if done["recipe"] == recipe.to_dict() and done["seed"] == seed else None
+
+
 def _state_folder(out: Path) -> Path:
     state = out.with_name(out.name + ".state")
     old = state.with_name(state.name + ".old")
@@ -101,10 +109,9 @@ def train_agent(
     log: Callable[[str], None] = lambda _m: None,
 ) -> dict[str, Any]:
     """Train (or resume), export, return the agent's metadata; an agent finished with this recipe and seed is kept."""
-    if is_trained(out):
-        done: dict[str, Any] = json.loads((out / MARKER).read_text())
-        if done["recipe"] == recipe.to_dict() and done["seed"] == seed:
-            return done
+    done = finished(out, recipe, seed)
+    if done is not None:
+        return done
     from transformers import AutoTokenizer
 
     tokenizer = AutoTokenizer.from_pretrained(str(base))
