@@ -28,7 +28,7 @@ from typing import Any
 
 import torch
 
-from agentmerge import __version__
+from agentmerge._version import __version__
 from agentmerge.engine.inputs import check_compatible, open_model
 from agentmerge.engine.provenance import input_ref
 from agentmerge.errors import CheckpointError, ConfigError, MergeError

@@ -8,7 +8,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from agentmerge import __version__
+from agentmerge._version import __version__
 from agentmerge.engine.moe.router import Router
 from agentmerge.engine.moe.spec import MoeConfig
 from agentmerge.engine.provenance import input_ref
