@@ -138,3 +138,19 @@ def test_write_results_renders_every_section(tmp_path: Path) -> None:
     data = json.loads(json_path.read_text())
     assert "values" not in json.dumps(data)  # per-prompt lists stay in the work folder
     assert data["aggregate"]["seeds"] == [0, 1]
+
+
+def test_a_method_benched_in_fewer_seeds_says_so_and_is_never_the_best(tmp_path: Path) -> None:
+    seeds = [_seed(0, 0.5, 0.25), _seed(1, 0.5, 0.25)]
+    seeds[1]["bench"]["reports"]["tsv"] = _flat(0.9)  # a later bench added TSV-M to seed 1 only: best by far
+    seeds[1]["bench"]["methods"] = [*seeds[1]["bench"]["methods"], "tsv"]
+    agg = aggregate(seeds)
+    assert agg["tables"]["defaults"]["tsv"]["trained_avg"]["seeds"] == 1
+    assert agg["differences"]["defaults"]["best"] == "ram"
+    assert agg["differences"]["defaults"]["best_baseline"] == "ties"
+    for s in seeds:
+        (tmp_path / f"seed{s['seed']}").mkdir()
+        (tmp_path / f"seed{s['seed']}" / "result.json").write_text(json.dumps(s))
+    text = write_results(tmp_path, [0, 1], tmp_path / "docs", "cmd")[1].read_text()
+    assert "| tsv (1 of 2 seeds) | 90.0 ± 10.0 |" in text
+    assert "| ram | " in text and "| ram (" not in text

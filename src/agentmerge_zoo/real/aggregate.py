@@ -5,7 +5,9 @@ seed's score ± its standard error over prompts. ``gain kept`` of a merge on a s
 ``(merge - base) / (agent - base)`` on that skill's test prompts (its agent's gain it keeps), averaged over the
 trained skills whose agent beat the base. A paired difference A - B is the mean over seeds of the per-seed
 difference of the trained-skill mean ± SE over seeds; with one seed, the mean per-prompt difference over the
-trained skills' prompts ± its SE (the same prompts under both merges).
+trained skills' prompts ± its SE (the same prompts under both merges). A method benched in fewer seeds than the
+report's (a later bench adds methods seed by seed) has its row over those seeds, and is not a candidate for the
+best method or baseline.
 """
 
 from __future__ import annotations
@@ -101,6 +103,12 @@ def best_method(rows: dict[str, dict[str, Any]], with_ram: bool = True) -> str |
     return max(scored)[1] if scored else None
 
 
+def in_every_seed(rows: dict[str, dict[str, Any]], n_seeds: int) -> dict[str, dict[str, Any]]:
+    """The rows benched in all ``n_seeds`` seeds: a best method is chosen among them only (a mean over fewer
+    seeds is not comparable, and its paired difference would not exist)."""
+    return {m: r for m, r in rows.items() if r["trained_avg"]["seeds"] == n_seeds}
+
+
 def best_baseline(rows: dict[str, dict[str, Any]]) -> str | None:
     """The non-RAM method with the highest trained-skill mean."""
     return best_method(rows, with_ram=False)
@@ -115,9 +123,10 @@ def aggregate(seeds: Sequence[dict[str, Any]]) -> dict[str, Any]:
         tables[kind] = {m: r for m, r in found.items() if r is not None and "trained_avg" in r}
     out: dict[str, Any] = {"seeds": [s["seed"] for s in seeds], "tables": tables, "differences": {}}
     for kind, rows in tables.items():
-        best = best_baseline(rows)
+        everywhere = in_every_seed(rows, len(seeds))
+        best = best_baseline(everywhere)
         suffix = "" if kind == "defaults" else ".tuned"
-        diffs: dict[str, Any] = {"best_baseline": best, "best": best_method(rows)}
+        diffs: dict[str, Any] = {"best_baseline": best, "best": best_method(everywhere)}
         wanted = [("ram", best), ("ram_plus", best), ("ram", "task_arithmetic"), ("ram_plus", "ram")]
         for a, b in wanted:
             if b is not None and a in rows and b in rows and a != b:

@@ -160,14 +160,17 @@ def _verdict(conv: dict[str, Any]) -> str:
     return f"{word} (+{100 * conv['gain_1.5']:.1f} vs 2 SE {100 * conv['two_se']:.1f})"
 
 
-def method_table(rows: dict[str, dict[str, Any]], tuning: dict[str, Any] | None = None) -> list[str]:
+def method_table(rows: dict[str, dict[str, Any]], n_seeds: int, tuning: dict[str, Any] | None = None) -> list[str]:
+    """One row per method, best trained-skill mean first; a method benched in fewer seeds says how many."""
     header = ["method", *TRAINED, "mean", "gain kept", *(f"{h} Δ" for h in HELD_OUT)]
     header += ["chosen scale"] if tuning is not None else []
     order = sorted(rows, key=lambda m: -rows[m]["trained_avg"]["mean"])
     out = []
     for method in order:
         row = rows[method]
-        cells = [method, *(pct(row.get(s)) for s in TRAINED), pct(row["trained_avg"]), pct(row.get("gain_kept"), 0)]
+        seeds = int(row["trained_avg"]["seeds"])
+        name = method if seeds == n_seeds else f"{method} ({seeds} of {n_seeds} seeds)"
+        cells = [name, *(pct(row.get(s)) for s in TRAINED), pct(row["trained_avg"]), pct(row.get("gain_kept"), 0)]
         cells += [pct(row.get(f"{h}_delta")) for h in HELD_OUT]
         if tuning is not None:
             cells.append(tuning.get(method, "-"))
@@ -189,9 +192,9 @@ def render(seeds: Sequence[dict[str, Any]], agg: dict[str, Any], command: str) -
     lines += ["## Agents", "", *agents_table(seeds), ""]
     lines += ["Reward curves: [curves.png](curves.png).", ""]
     lines += ["## Probe against the paper's Figure 2", "", *probe_table(seeds), ""]
-    lines += ["## Defaults (strict % on test)", "", *method_table(agg["tables"]["defaults"]), ""]
+    lines += ["## Defaults (strict % on test)", "", *method_table(agg["tables"]["defaults"], len(seeds)), ""]
     lines += ["## Tuned (output scale chosen on validation)", ""]
-    lines += [*method_table(agg["tables"]["tuned"], _chosen(seeds)), ""]
+    lines += [*method_table(agg["tables"]["tuned"], len(seeds), _chosen(seeds)), ""]
     lines += ["## Paired differences (trained-skill mean, points)", "", *differences(agg), ""]
     lines += ["## Share of each agent's gain that the merge keeps", "", *kept_table(agg["tables"]), ""]
     lines += [kept_note(seeds), ""]
