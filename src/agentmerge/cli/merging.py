@@ -174,6 +174,13 @@ def _probe_parser(sub: Any) -> None:
     p.add_argument("--seed", type=int, default=0, help="valley rule: seed of the subsample of large tensors")
     p.add_argument("--r", type=float, default=0.1, help="RAM+ r for the reported lambda (default 0.1)")
     p.add_argument("--alpha", type=float, default=2.0, help="RAM+ alpha for the reported lambda (default 2)")
+    p.add_argument(
+        "--merged",
+        action="append",
+        default=[],
+        metavar="DIR",
+        help="a model merged from these agents (repeatable): how much of each agent's update it kept",
+    )
     p.add_argument("--json", dest="json_out", help="write the full result as JSON here")
     p.add_argument("--markdown", help="write the markdown report here")
     p.add_argument("--plot", help="write the figure (PNG) here; needs matplotlib")
@@ -185,7 +192,8 @@ def _probe_parser(sub: Any) -> None:
 def cmd_probe(args: argparse.Namespace) -> int:
     with heavy_imports():
         from agentmerge.engine.probe import probe
-        from agentmerge.engine.report import agents_table, plot_probe, probe_markdown, probe_rule_text
+        from agentmerge.engine.report import agents_table, plot_probe, probe_markdown, probe_rule_text, retention_table
+        from agentmerge.engine.retention import retention
 
     mask = check_probe_args(args)
     result = probe(
@@ -199,12 +207,31 @@ def cmd_probe(args: argparse.Namespace) -> int:
         mask=mask,
         seed=args.seed,
     )
+    labels = [a.name for a in result.agents]
+    kept = [
+        retention(
+            args.base,
+            args.models,
+            m,
+            epsilon=args.epsilon,
+            mask=mask,
+            labels=labels,
+            threads=args.threads,
+            quiet=args.quiet,
+            seed=args.seed,
+        )
+        for m in args.merged
+    ]
     print(probe_rule_text(result))
     print(agents_table(result.agents, result.independent))
+    if kept:
+        print("\nWhat each merge kept of each agent (<Δ, τ_i> / <τ_i, τ_i>; w.k: with exactly k others):")
+        print(retention_table(kept))
     if args.json_out:
-        write_report(args.json_out, json.dumps(result.to_dict(), indent=2) + "\n", "--json")
+        data = result.to_dict() | ({"retention": [k.to_dict() for k in kept]} if kept else {})
+        write_report(args.json_out, json.dumps(data, indent=2) + "\n", "--json")
     if args.markdown:
-        write_report(args.markdown, probe_markdown(result), "--markdown")
+        write_report(args.markdown, probe_markdown(result, kept), "--markdown")
     if args.plot:
         write_report_with(args.plot, "--plot", lambda tmp: plot_probe(result, tmp))
     return 0
@@ -232,7 +259,7 @@ def check_probe_args(args: argparse.Namespace) -> dict[str, ParamValue]:
         raise ConfigError(f"--threads must be at least 1 (got {args.threads})")
     for flag, path in (("--json", args.json_out), ("--markdown", args.markdown), ("--plot", args.plot)):
         if path:
-            refuse_report_inside_inputs(Path(path), [args.base, *args.models], flag)
+            refuse_report_inside_inputs(Path(path), [args.base, *args.models, *args.merged], flag)
             check_report_path(Path(path), flag)
     return {k: mask[k] for k in ("mask_dtype", "mask_ulps", "epsilon_rule", "epsilon_q")}
 

@@ -12,6 +12,7 @@ from agentmerge._version import __version__
 from agentmerge.config.schema import MergeConfig
 from agentmerge.engine.probe import AgentStats, ProbeResult
 from agentmerge.engine.provenance import MergeResult, hub_ids, input_ref, recorded_config
+from agentmerge.engine.retention import Retention
 from agentmerge.methods.hooks import ScaleSummary
 from agentmerge.methods.scales import rho_text
 from agentmerge.methods.spec import EPSILON_DEFAULT
@@ -34,6 +35,22 @@ def agents_table(agents: list[AgentStats], independent: list[list[float]] | None
             cells.append(_pct(independent[i][0]))
         lines.append("| " + " | ".join(cells) + " |")
     return "\n".join(lines)
+
+
+def retention_table(results: list[Retention]) -> str:
+    """Markdown: per merge and agent, the share of the agent's update kept, overall and per overlap region."""
+    n = len(results[0].agents) if results else 0
+    head = ["merge", "agent", "kept", *[f"kept w.{k}" for k in range(n)], "cos", "|Δ|² outside every agent %"]
+    lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
+    for r in results:
+        for a in r.agents:
+            cells = [r.merged, a.name, _num(a.kept), *map(_num, a.by_region), _num(a.cos), _pct(r.outside)]
+            lines.append("| " + " | ".join(cells) + " |")
+    return "\n".join(lines)
+
+
+def _num(x: float) -> str:
+    return "-" if x != x else f"{x:.3f}"  # NaN: no such element
 
 
 def probe_rule_text(p: ProbeResult) -> str:
@@ -60,8 +77,9 @@ def density_grid(groups: dict[str, list[AgentStats]], title: str) -> str:
     return "\n".join(lines)
 
 
-def probe_markdown(p: ProbeResult) -> str:
-    """The full probe report: summary table, per module type and per layer densities."""
+def probe_markdown(p: ProbeResult, kept: list[Retention] | None = None) -> str:
+    """The full probe report: summary table, per module type and per layer densities; with ``kept``, how much of
+    each agent's update each merged model kept."""
     parts = [
         f"# Task-vector probe\n\nbase: `{p.base}`; epsilon = {p.epsilon:g}; RAM+ lambda with r = {p.r:g}, "
         f"alpha = {p.alpha:g}. w.k: share of an agent's updated elements that exactly k other agents also updated.",
@@ -70,6 +88,12 @@ def probe_markdown(p: ProbeResult) -> str:
         "## Density % per module type\n\n" + density_grid(p.per_module, "module"),
         "## Density % per layer\n\n" + density_grid(p.per_layer, "layer"),
     ]
+    if kept:
+        parts.append(
+            "## What each merge kept of each agent\n\nkept = <Δ, τ_i> / <τ_i, τ_i> over the elements agent i "
+            "updated (1: carried whole, 1/N: averaged with N unrelated updates, 0: dropped); kept w.k over those it "
+            "updated with exactly k others; Δ = merged − base.\n\n" + retention_table(kept)
+        )
     if p.added_rows:
         listed = "; ".join(
             f"{agent}: " + ", ".join(f"{rows} in {name}" for name, rows in tensors.items())
