@@ -197,8 +197,10 @@ def test_more_steps_extend_a_finished_agent_to_what_a_fresh_run_gives(
     assert [r["reward"] for r in extended["curve"]] == [r["reward"] for r in fresh["curve"]]
     a, b = _weights(tmp_path / "fresh"), _weights(tmp_path / "agent")
     assert all(torch.equal(a[k], b[k]) for k in a)
-    train.train_agent(base, tmp_path / "agent", recipe, seed=1)  # another seed: from the base, all 3 steps
-    assert calls[0] == 4
+    said: list[str] = []
+    train.train_agent(base, tmp_path / "agent", recipe, seed=1, log=said.append)  # another seed: from the base
+    assert calls[0] == 4  # all 3 steps
+    assert said[0].startswith("agent: training from the base; the saved state in") and "seed 0, this run's 1" in said[0]
     train.train_agent(base, tmp_path / "agent", replace(recipe, steps=2, lr=5e-3), seed=1)  # another lr: the same
     assert calls[0] == 6
 
@@ -212,3 +214,6 @@ def test_only_a_prefix_of_the_same_run_continues() -> None:
     assert not train.continues(saved, replace(recipe, lr=1e-3), seed=0)
     assert not train.continues({**saved, "seed": None}, recipe, seed=0)  # a state from before seeds were saved
     assert not train.continues(None, recipe, seed=0)
+    assert train.why_not(saved, recipe, seed=1) == "seed 0, this run's 1"
+    assert train.why_not(saved, replace(recipe, steps=1), seed=0) == "2 steps saved, this run has 1"
+    assert train.why_not(saved, replace(recipe, lr=1e-3), seed=0) == "recipe differs: lr 0.01 -> 0.001"

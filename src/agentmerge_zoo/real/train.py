@@ -59,15 +59,34 @@ def continues(saved: dict[str, Any] | None, recipe: Recipe, seed: int) -> bool:
     return {**saved["recipe"], "steps": recipe.steps} == recipe.to_dict()
 
 
+def why_not(saved: dict[str, Any], recipe: Recipe, seed: int) -> str:
+    """Why a saved state is not a prefix of this run, in words."""
+    if saved.get("seed") != seed:
+        return f"seed {saved.get('seed')}, this run's {seed}"
+    if len(saved["curve"]) > recipe.steps:
+        return f"{len(saved['curve'])} steps saved, this run has {recipe.steps}"
+    want = recipe.to_dict()
+    diff = [
+        f"{k} {saved['recipe'].get(k)!r} -> {v!r}"
+        for k, v in want.items()
+        if k != "steps" and saved["recipe"].get(k) != v
+    ]
+    return "recipe differs: " + ", ".join(diff)
+
+
 def _load(
-    base: Path, out: Path, recipe: Recipe, seed: int
+    base: Path, out: Path, recipe: Recipe, seed: int, log: Callable[[str], None]
 ) -> tuple[Any, torch.optim.Optimizer, list[dict[str, float]]]:
-    """The model, optimiser and curve to continue from: the saved state if it is a prefix of this run, else the base."""
+    """The model, optimiser and curve to continue from: the saved state if it is a prefix of this run, else the base
+    (said in ``log`` when a saved state is there but is not: a retrain costs every step again)."""
     from transformers import AutoModelForCausalLM
 
     state = _state_folder(out)
     saved = json.loads((state / "state.json").read_text()) if (state / "state.json").is_file() else None
     source = state if continues(saved, recipe, seed) else base
+    if saved is not None and source == base:
+        reason = why_not(saved, recipe, seed)
+        log(f"{out.name}: training from the base; the saved state in {state} does not continue this run ({reason})")
     model = AutoModelForCausalLM.from_pretrained(str(source), dtype=torch.float32)
     opt = make_optimizer(model, recipe)
     if source == state and saved is not None:
@@ -115,7 +134,7 @@ def train_agent(
     from transformers import AutoTokenizer
 
     tokenizer = AutoTokenizer.from_pretrained(str(base))
-    model, opt, curve = _load(base, out, recipe, seed)
+    model, opt, curve = _load(base, out, recipe, seed, log)
     stream = train_stream(skill(recipe.skill), seed, f"grpo-{recipe.skill}")
     for _ in range(len(curve) * recipe.prompts_per_step):
         next(stream)
