@@ -154,3 +154,24 @@ def test_a_method_benched_in_fewer_seeds_says_so_and_is_never_the_best(tmp_path:
     text = write_results(tmp_path, [0, 1], tmp_path / "docs", "cmd")[1].read_text()
     assert "| tsv (1 of 2 seeds) | 90.0 ± 10.0 |" in text
     assert "| ram | " in text and "| ram (" not in text
+
+
+def test_kept_rows_average_each_agents_share_over_the_seeds_that_measured_it(tmp_path: Path) -> None:
+    from agentmerge_zoo.real.aggregate import kept_rows
+
+    def kept(x: float, w0: float | None) -> dict[str, Any]:
+        agent = {"kept": x, "by_region": [w0, 0.5, 1 / 3], "cos": 0.5}
+        return {"merged": "ram", "agents": [agent] * 3, "outside": 0.0}
+
+    seeds = [_seed(0, 0.5, 0.25), _seed(1, 0.5, 0.25), _seed(2, 0.5, 0.25)]
+    seeds[0]["bench"]["kept"] = {"ram": kept(0.6, 1.0)}
+    seeds[1]["bench"]["kept"] = {"ram": kept(0.8, None)}  # no unique element in this seed
+    rows = kept_rows(seeds)  # seed 2 did not measure it
+    tool = rows["ram"]["agents"]["tool"]
+    assert rows["ram"]["seeds"] == 2 and tool["kept"] == pytest.approx(0.7)
+    assert tool["by_region"][0] == pytest.approx(1.0) and tool["by_region"][2] == pytest.approx(1 / 3)
+    for s in seeds:
+        (tmp_path / f"seed{s['seed']}").mkdir()
+        (tmp_path / f"seed{s['seed']}" / "result.json").write_text(json.dumps(s))
+    text = write_results(tmp_path, [0, 1, 2], tmp_path / "docs", "cmd")[1].read_text()
+    assert "| ram | 0.70 (1.00 / 0.50 / 0.33) |" in text

@@ -119,6 +119,29 @@ def test_results_hold_every_table(smoke: Path) -> None:
     assert "--smoke" in data["command"] and "--concurrent 2" in data["command"]
 
 
+def test_kept_measures_the_test_trials_own_merges(smoke: Path, tmp_path: Path) -> None:
+    """Every default merge's weight-space "kept" is in the results; RAM keeps unique updates whole; the merge
+    measured is the very one the test scored (its digest keys an evaluation in the cache)."""
+    from agentmerge_zoo.evaluate import cache_key, file_digest
+    from agentmerge_zoo.real.bench_seed import ALL_SKILLS
+    from agentmerge_zoo.real.kept import merge_again
+    from agentmerge_zoo.real.run import seed_inputs
+    from agentmerge_zoo.real.tasks import SKILLS_VERSION
+
+    cfg = smoke_config()
+    seed = json.loads((smoke / "docs" / "results.json").read_text())["seeds"][0]
+    assert sorted(seed["bench"]["kept"]) == sorted(cfg.bench.methods)
+    for agent in seed["bench"]["kept"]["ram"]["agents"]:
+        if agent["by_region"][0] is not None:
+            assert agent["by_region"][0] == pytest.approx(1.0, abs=1e-4)
+    assert any(a["by_region"][0] is not None for a in seed["bench"]["kept"]["ram"]["agents"])
+    assert "## What each default merge kept" in (smoke / "docs" / "results.md").read_text()
+    inputs = seed_inputs(cfg, smoke / "base", smoke, 0, smoke / "evals")
+    merged = merge_again(inputs, "ties", tmp_path / "ties", threads=1)
+    key = cache_key(file_digest(merged), "test", cfg.bench.n_test, sorted(ALL_SKILLS), SKILLS_VERSION)
+    assert (smoke / "evals" / f"{key}.json").is_file()
+
+
 def test_a_rerun_does_nothing(smoke: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     from agentmerge.sweep.run import RaySession
     from agentmerge_zoo.real import evaluate, train

@@ -136,4 +136,29 @@ def aggregate(seeds: Sequence[dict[str, Any]]) -> dict[str, Any]:
     out["pairs"] = {n: method_row(seeds, n) for n in sorted(names) if "+" in n}
     out["dilution"] = {n: method_row(seeds, n) for n in sorted(names) if n.startswith("dilution.")}
     out["tuning"] = {s["seed"]: s["bench"]["tuning"] for s in seeds}
+    out["kept"] = kept_rows(seeds)
+    return out
+
+
+def _mean_of(values: Sequence[float | None]) -> float:
+    """The mean of the values that exist (None: no such element in that seed); NaN when none does."""
+    known = [v for v in values if v is not None]
+    return sum(known) / len(known) if known else math.nan
+
+
+def kept_rows(seeds: Sequence[dict[str, Any]]) -> dict[str, dict[str, Any]]:
+    """Per method, the mean over the seeds that measured it of what its default merge kept of each agent
+    (``bench.kept``: the share of the agent's update, over its updated elements and per overlap region)."""
+    out: dict[str, dict[str, Any]] = {}
+    for method in sorted({m for s in seeds for m in s["bench"].get("kept", {})}):
+        have = [s["bench"]["kept"][method] for s in seeds if method in s["bench"].get("kept", {})]
+        agents = {}
+        for i, skill in enumerate(TRAINED):
+            rows = [h["agents"][i] for h in have]
+            regions = range(len(rows[0]["by_region"]))
+            agents[skill] = {
+                "kept": _mean_of([r["kept"] for r in rows]),
+                "by_region": [_mean_of([r["by_region"][k] for r in rows]) for k in regions],
+            }
+        out[method] = {"agents": agents, "outside": _mean_of([h["outside"] for h in have]), "seeds": len(have)}
     return out

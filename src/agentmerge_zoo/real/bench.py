@@ -123,7 +123,8 @@ def trial_entry(name: str, method: str, params: dict[str, Any], inputs: SeedInpu
     return TrialEntry(name=name, method=method, params=params, models=list(models), fisher=fisher)
 
 
-def _sweep(inputs: SeedInputs, entries: list[Any], threads: int) -> Any:
+def sweep_of(inputs: SeedInputs, entries: list[Any], threads: int) -> Any:
+    """The sweep of ``entries`` over the seed's base and agents (one evaluator, no merged output kept)."""
     from agentmerge.sweep.spec import SweepConfig
 
     return SweepConfig(
@@ -160,7 +161,7 @@ def run_trials(
 
     _write_eval_file(root, split, n, inputs.cache, skills)
     outcome = run_sweep(
-        _sweep(inputs, entries, plan.threads), root, quiet=True, session=session, max_concurrent=plan.concurrent
+        sweep_of(inputs, entries, plan.threads), root, quiet=True, session=session, max_concurrent=plan.concurrent
     )
     wanted = {e.name for e in entries}
     return {r["name"]: r for r in outcome.records if r.get("name") in wanted}

@@ -101,4 +101,22 @@ def bench_seed(inputs: SeedInputs, plan: BenchPlan, work: Path, session: Any, lo
     for method, _choice in tuned.items():  # a tuned value equal to the default is the defaults row
         if f"{method}.tuned" not in records and method in reports:
             reports[f"{method}.tuned"] = reports[method]
-    return {"methods": methods, "tuning": tuned, "reports": reports, "failed": failed}
+    kept = measure_kept(inputs, [m for m in methods if m in reports], work, plan.threads, failed, log)
+    return {"methods": methods, "tuning": tuned, "reports": reports, "failed": failed, "kept": kept}
+
+
+def measure_kept(
+    inputs: SeedInputs, methods: list[str], work: Path, threads: int, failed: dict[str, str], log: Log
+) -> dict[str, Any]:
+    """``kept.kept_of`` of each method's default merge; a method whose measurement fails is named in ``failed``
+    (as ``kept.METHOD``) and the bench's scores stand."""
+    from agentmerge_zoo.real.kept import kept_of
+
+    log(f"bench: what {len(methods)} default merges kept of each agent")
+    out: dict[str, Any] = {}
+    for method in methods:
+        try:
+            out[method] = kept_of(inputs, method, work / "kept", threads)
+        except Exception as e:  # an analysis after the scores: it must not lose them
+            failed[f"kept.{method}"] = f"{type(e).__name__}: {e}"
+    return out

@@ -178,6 +178,34 @@ def method_table(rows: dict[str, dict[str, Any]], n_seeds: int, tuning: dict[str
     return table(header, out)
 
 
+KEPT_NOTE = (
+    "kept = <Δ, τ_i> / <τ_i, τ_i> over the elements agent i updated (Δ = merge − base, τ_i = agent − base): 1 "
+    "carries the agent's update whole, 1/3 averages it with two unrelated ones, 0 drops it; w.k over the elements "
+    "it updated with exactly k other agents (`agentmerge probe --merged`); mean over seeds."
+)
+
+
+def weight_kept_table(kept: dict[str, dict[str, Any]], order: Sequence[str]) -> list[str]:
+    """Per default merge (in ``order``, the defaults table's): what it kept of each agent's update, overall and
+    per overlap region, and the share of its delta outside every agent's updates."""
+    header = ["merge", *(f"{s}: kept (w.0 / w.1 / w.2)" for s in TRAINED), "|Δ|² outside %"]
+    rows = []
+    for method in [m for m in order if m in kept]:
+        row = kept[method]
+        cells = [f"{a['kept']:.2f} ({' / '.join(_two(x) for x in a['by_region'])})" for a in row["agents"].values()]
+        rows.append([method, *cells, f"{100 * row['outside']:.1f}"])
+    return table(header, rows) if rows else ["(not measured)"]
+
+
+def _two(x: float) -> str:
+    return "-" if math.isnan(x) else f"{x:.2f}"
+
+
+def failures(seeds: Sequence[dict[str, Any]]) -> list[str]:
+    """One line per failed trial or measurement of any seed (none: no line)."""
+    return [f"- seed {s['seed']}: {name}: {why}" for s in seeds for name, why in s["bench"]["failed"].items()]
+
+
 def _chosen(seeds: Sequence[dict[str, Any]]) -> dict[str, str]:
     chosen: dict[str, list[str]] = {}
     for s in seeds:
@@ -198,6 +226,10 @@ def render(seeds: Sequence[dict[str, Any]], agg: dict[str, Any], command: str) -
     lines += ["## Paired differences (trained-skill mean, points)", "", *differences(agg), ""]
     lines += ["## Share of each agent's gain that the merge keeps", "", *kept_table(agg["tables"]), ""]
     lines += [kept_note(seeds), ""]
+    order = sorted(agg["tables"]["defaults"], key=lambda m: -agg["tables"]["defaults"][m]["trained_avg"]["mean"])
+    lines += ["## What each default merge kept of each agent's update (weight space)", "", KEPT_NOTE, ""]
+    lines += [*weight_kept_table(agg.get("kept", {}), order), ""]
+    lines += ["## Failed", "", *failures(seeds), ""] if failures(seeds) else []
     lines += [
         "## Pairs",
         "",

@@ -147,16 +147,21 @@ def stage_fisher(cfg: RealConfig, work: Path, seed: int) -> dict[str, Path]:
 def stage_bench(
     cfg: RealConfig, base: Path, work: Path, seed: int, cache: Path, session: Any, log: Log
 ) -> dict[str, Any]:
+    from agentmerge_zoo.real.bench_seed import bench_seed
+
+    return bench_seed(seed_inputs(cfg, base, work, seed, cache), cfg.bench, seed_dir(work, seed), session, log)
+
+
+def seed_inputs(cfg: RealConfig, base: Path, work: Path, seed: int, cache: Path) -> Any:
+    """What the seed's bench merges (``bench.SeedInputs``), its Fisher files made first when a method needs them."""
     from agentmerge_zoo.evaluate import file_digest
     from agentmerge_zoo.real.bench import SeedInputs, needs_fisher
-    from agentmerge_zoo.real.bench_seed import bench_seed
 
     agents = agent_paths(work, seed)
     wants_fisher = any(needs_fisher(m) for m in (cfg.bench.methods or ("fisher",)))
     fisher = stage_fisher(cfg, work, seed) if wants_fisher else {}
     digests = "-".join(file_digest(agents[s]) for s in TRAINED)
-    inputs = SeedInputs(base, agents, fisher, cache, f"{cfg.fingerprint()}-{digests}")
-    return bench_seed(inputs, cfg.bench, seed_dir(work, seed), session, log)
+    return SeedInputs(base, agents, fisher, cache, f"{cfg.fingerprint()}-{digests}")
 
 
 STAGES = ("agents", "check", "bench")
