@@ -52,7 +52,7 @@ def test_region_sums_match_a_per_element_loop() -> None:
 def test_pass_equals_whole_tensor_arithmetic(family: tuple[Path, list[Path]], tmp_path: Path) -> None:
     base, agents = family
     out = _merged(family, "ties", tmp_path / "ties")
-    got = retention(str(base), [str(a) for a in agents], str(out), chunk_size=53, threads=2, quiet=True)
+    (got,) = retention(str(base), [str(a) for a in agents], [str(out)], chunk_size=53, threads=2, quiet=True)
     b, m = load_file(base / "model.safetensors"), load_file(out / "model.safetensors")
     models = [load_file(a / "model.safetensors") for a in agents]
     taus = {n: torch.stack([x[n].double() - t.double() for x in models]).reshape(3, -1) for n, t in b.items()}
@@ -78,8 +78,11 @@ def test_ram_keeps_unique_updates_whole_and_averages_the_overlap(
 ) -> None:
     base, agents = family
     paths = [str(a) for a in agents]
-    ram = retention(str(base), paths, str(_merged(family, "ram", tmp_path / "ram")), quiet=True)
-    linear = retention(str(base), paths, str(_merged(family, "linear", tmp_path / "linear")), quiet=True)
+    merged = [str(_merged(family, m, tmp_path / m)) for m in ("ram", "linear")]
+    ram, linear = retention(str(base), paths, merged, quiet=True)
+    (alone,) = retention(str(base), paths, merged[:1], quiet=True, chunk_size=1000)
+    for a, b in zip(alone.agents, ram.agents, strict=True):  # one pass over many merges: each its own numbers
+        assert a.kept == pytest.approx(b.kept, rel=1e-9) and a.by_region == pytest.approx(b.by_region, rel=1e-9)
     for a in ram.agents:
         assert a.by_region[0] == pytest.approx(1.0, abs=1e-5)  # unique: kept whole
         # shared with k others: the mean of k + 1 unrelated updates keeps about 1 / (k + 1) of each
@@ -93,12 +96,12 @@ def test_ram_keeps_unique_updates_whole_and_averages_the_overlap(
 def test_a_merge_equal_to_one_agent_keeps_that_agent_whole(family: tuple[Path, list[Path]], tmp_path: Path) -> None:
     base, agents = family
     copy = shutil.copytree(agents[1], tmp_path / "copy")
-    got = retention(str(base), [str(a) for a in agents], str(copy), labels=["a", "b", "c"], quiet=True)
+    (got,) = retention(str(base), [str(a) for a in agents], [str(copy)], labels=["a", "b", "c"], quiet=True)
     assert got.agents[1].name == "b"
     assert got.agents[1].kept == pytest.approx(1.0) and got.agents[1].cos == pytest.approx(1.0)
     assert all(x == pytest.approx(1.0) for x in got.agents[1].by_region)
     assert abs(got.agents[0].kept) < 0.05  # an unrelated agent: nothing of it
-    same = retention(str(base), [str(a) for a in agents], str(base), quiet=True)
+    (same,) = retention(str(base), [str(a) for a in agents], [str(base)], quiet=True)
     assert all(a.kept == 0.0 and math.isnan(a.cos) for a in same.agents)
     assert same.to_dict()["agents"][0]["cos"] is None  # JSON has no NaN
 

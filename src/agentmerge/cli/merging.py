@@ -208,11 +208,11 @@ def cmd_probe(args: argparse.Namespace) -> int:
         seed=args.seed,
     )
     labels = [a.name for a in result.agents]
-    kept = [
+    kept = (
         retention(
             args.base,
             args.models,
-            m,
+            args.merged,
             epsilon=args.epsilon,
             mask=mask,
             labels=labels,
@@ -220,8 +220,9 @@ def cmd_probe(args: argparse.Namespace) -> int:
             quiet=args.quiet,
             seed=args.seed,
         )
-        for m in args.merged
-    ]
+        if args.merged
+        else []
+    )
     print(probe_rule_text(result))
     print(agents_table(result.agents, result.independent))
     if kept:

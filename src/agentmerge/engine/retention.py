@@ -1,4 +1,4 @@
-"""How much of each agent's update a merged model kept, per overlap region (``agentmerge probe --merged``).
+"""How much of each agent's update merged models kept, per overlap region (``agentmerge probe --merged``).
 
 With base θ0, agent i's task vector τ_i = θ_i − θ0 and a merge's delta Δ = θ_m − θ0, over a set S of elements
 (float64 sums of float32 values):
@@ -112,7 +112,7 @@ def retention_from_sums(total: torch.Tensor, merged: str, labels: Sequence[str])
 def retention(
     base: str,
     models: Sequence[str],
-    merged: str,
+    merged: Sequence[str],
     *,
     epsilon: float = EPSILON_DEFAULT,
     mask: Params | None = None,
@@ -121,25 +121,28 @@ def retention(
     chunk_size: int = 1 << 22,
     quiet: bool = False,
     seed: int = 0,
-) -> Retention:
-    """Read base, agents and the merged model once (streamed, chunk-parallel) -> ``Retention``.
+) -> list[Retention]:
+    """Read base, agents and every merged model once (streamed, chunk-parallel) -> one ``Retention`` per merge.
 
-    The merged model is opened as one more model of the same base, so it must have the agents' tensors and
+    Each merged model is opened as one more model of the same base, so it must have the agents' tensors and
     shapes; tensors with added vocabulary rows count their base rows only. ``mask``: the probe's mask parameters.
+    A chunk holds about ``chunk_size`` x (agents + 1) values whatever the number of merges.
     """
     labels = list(labels) if labels else [Path(m).name or m for m in models]
     n_threads = threads or os.cpu_count() or 1
-    inputs = Inputs(base, [*models, merged])
+    n, k = len(models), len(merged)
+    chunk = max(1 << 12, chunk_size * (n + 1) // (n + k + 1))
+    inputs = Inputs(base, [*models, *merged])
     try:
-        names = [n for n, i in inputs.reference.tensors.items() if i.dtype.is_floating_point and i.numel]
+        names = [t for t, i in inputs.reference.tensors.items() if i.dtype.is_floating_point and i.numel]
         params = {"epsilon": epsilon, **(mask or {})}
-        rules = {n: mask_rule(resolve_mask(params, inputs.reference.tensors[n].dtype), seed) for n in names}
+        rules = {t: mask_rule(resolve_mask(params, inputs.reference.tensors[t].dtype), seed) for t in names}
         with torch_threads(1):
             levels = _agent_levels(base, models, rules, n_threads, chunk_size, quiet)
-            total = _sum_pass(inputs, rules, levels, len(models), n_threads, chunk_size, quiet)
+            total = _sum_pass(inputs, rules, levels, n, n_threads, chunk, quiet)
     finally:
         inputs.close()
-    return retention_from_sums(total, merged, labels)
+    return [retention_from_sums(total[j], m, labels) for j, m in enumerate(merged)]
 
 
 def _agent_levels(
@@ -164,19 +167,24 @@ def _sum_pass(
     chunk: int,
     quiet: bool,
 ) -> torch.Tensor:
+    """``[K, N, N + 1, 2]``: ``region_sums`` of each of the K merged models (the inputs past the N agents), summed
+    over every chunk of every tensor in task order (the same bits whatever the threads)."""
+    k = len(inputs.models) - n
+
     def task(name: str, start: int, stop: int) -> Callable[[], torch.Tensor]:
         def run() -> torch.Tensor:
             ref, values = inputs.read(name, start, stop)
             tau = task_vectors(ref, values[:n])
-            delta = values[n] - ref
-            return region_sums(tau, delta, tensor_mask(tau, ref, rules[name], levels.get(name)))
+            mask = tensor_mask(tau, ref, rules[name], levels.get(name))
+            return torch.stack([region_sums(tau, values[n + j] - ref, mask) for j in range(k)])
 
         return run
 
     sizes = {name: inputs.reference.tensors[name].numel for name in rules}
     tasks = [task(name, s, min(s + chunk, numel)) for name, numel in sizes.items() for s in range(0, numel, chunk)]
+    start = torch.zeros(k, n, n + 1, 2, dtype=torch.float64)
     with tqdm(total=len(tasks), desc="retention", unit="chunk", disable=quiet or not tasks, leave=False) as bar:
-        return fold_parallel(tasks, threads, _add, torch.zeros(n, n + 1, 2, dtype=torch.float64), bar)
+        return fold_parallel(tasks, threads, _add, start, bar)
 
 
 def _add(acc: torch.Tensor, part: torch.Tensor) -> torch.Tensor:

@@ -44,8 +44,8 @@ def kept_of(inputs: SeedInputs, method: str, folder: Path, threads: int) -> dict
     folder.mkdir(parents=True, exist_ok=True)
     try:
         merged = merge_again(inputs, method, scratch, threads)
-        kept = retention(
-            str(inputs.base), inputs.models, str(merged), labels=list(TRAINED), threads=threads, quiet=True
+        (kept,) = retention(
+            str(inputs.base), inputs.models, [str(merged)], labels=list(TRAINED), threads=threads, quiet=True
         )
     finally:
         shutil.rmtree(scratch, ignore_errors=True)
