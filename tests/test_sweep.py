@@ -538,3 +538,31 @@ def test_report_shows_defaults_and_tuned_and_points_to_the_convergence_check() -
     assert extrapolation_note("task_arithmetic", {"lambda": 1.0}) is None
     assert extrapolation_note("linear", {}) is None
     assert "scale = 1.5" in (extrapolation_note("ram", {"scale": 1.5}) or "")
+
+
+def test_kept_adds_each_models_share_to_the_record_and_the_page(
+    tiny_family: tuple[Path, list[Path]], tmp_path: Path
+) -> None:
+    """``kept: true``: a trial's record carries what its merge kept of each merged model (as ``retention``
+    measures it), the record reads back, the page shows it; without a base it is refused."""
+    from agentmerge.engine.retention import retention
+    from agentmerge.sweep.records import check_record
+    from agentmerge.sweep.report import markdown
+    from agentmerge.sweep.run import run_trial
+    from agentmerge.sweep.spec import trial_of
+
+    base, agents = tiny_family
+    path = write_sweep(tmp_path, (base, agents), methods={"ties": {}}, subsets=[[0, 2]], kept=True)
+    cfg = load_sweep(path)
+    trial = trial_of(cfg, choose(cfg)[0], 0)
+    record = run_trial(cfg.model_dump(mode="json"), trial, str(tmp_path / "trials" / "t"), [str(tmp_path)])
+    assert record["status"] == "ok", record.get("error")
+    (want,) = retention(str(base), [str(agents[0]), str(agents[2])], [str(tmp_path / "trials" / "t")], quiet=True)
+    assert record["kept"] == pytest.approx([a.kept for a in want.agents]) and len(record["kept"]) == 2
+    check_record("results.jsonl:1", json.loads(json.dumps(record)))
+    with pytest.raises(ConfigError, match="kept"):
+        check_record("results.jsonl:1", {**record, "kept": ["x"]})
+    page = markdown(cfg, [record])
+    assert "kept of each model's update" in page and f"{record['kept'][0]:.2f} / {record['kept'][1]:.2f}" in page
+    with pytest.raises(ConfigError, match="kept: true measures each merge against the base"):
+        sweep_from_dict({"models": ["a1", "a2"], "methods": {"linear": {}}, "evaluate": "zoo", "kept": True})

@@ -1,14 +1,14 @@
 """``DIR/results.jsonl`` read back field by field, and the only folders a sweep ever removes.
 
-A resumed sweep trusts nothing it reads back: each record must have the fields ``run_trial`` writes, of
-the types it writes them: ``trial`` a 16-digit hex id (``spec.trial_of``), ``name`` (when present) a
-trial name by the rule of the sweep file (``spec.TRIAL_NAME``), ``method`` a string, ``params`` a mapping of
-names to plain values, ``models`` a list of strings, ``seed`` a whole number, ``status`` ``ok`` or
-``failed``, ``error`` a string, ``metrics`` a mapping of names to finite numbers, ``seconds`` and
-``merge_seconds`` finite numbers >= 0. A record that breaks any of these stops the sweep with one line
-naming the file, the line and the field (fix or remove that line, or start over with ``--no-resume``).
-A line that is not JSON at all is a write torn by a kill and is skipped (the trial runs again); the next
-record then starts on a line of its own. The file must be a regular file of at most ``MAX_RESULTS_BYTES``.
+A resumed sweep trusts nothing it reads back: each record must have the fields ``run_trial`` writes, of the types
+it writes them: ``trial`` a 16-digit hex id (``spec.trial_of``), ``name`` (when present) a trial name by the rule
+of the sweep file (``spec.TRIAL_NAME``), ``method`` a string, ``params`` a mapping of names to plain values,
+``models`` a list of strings, ``seed`` a whole number, ``status`` ``ok`` or ``failed``, ``error`` a string,
+``metrics`` a mapping of names to finite numbers, ``seconds`` and ``merge_seconds`` finite numbers >= 0, ``kept``
+(when present) a list of finite numbers or nulls. A record that breaks any of these stops the sweep with one line
+naming the file, the line and the field (fix or remove that line, or start over with ``--no-resume``). A line that
+is not JSON at all is a write torn by a kill and is skipped (the trial runs again); the next record then starts on
+a line of its own. The file must be a regular file of at most ``MAX_RESULTS_BYTES``.
 
 A sweep removes a folder only when it is ``DIR/trials/<name>`` itself (not a link, not elsewhere) and
 holds ``merge.json``: a merge output it wrote, never a folder a user put there.
@@ -65,7 +65,12 @@ FIELDS: dict[str, tuple[bool, str, Callable[[Any], bool]]] = {  # field: (requir
     "metrics": (True, "a mapping of metric names to finite numbers", _mapping_of(_number)),
     "seconds": (False, "a number >= 0", lambda v: _number(v) and v >= 0),
     "merge_seconds": (False, "a number >= 0", lambda v: _number(v) and v >= 0),
+    "kept": (False, "a list of numbers or nulls", lambda v: isinstance(v, list) and all(_kept(x) for x in v)),
 }
+
+
+def _kept(v: object) -> bool:
+    return v is None or _number(v)
 
 
 def check_record(where: str, rec: object) -> dict[str, Any]:

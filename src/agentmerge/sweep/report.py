@@ -11,7 +11,7 @@ from __future__ import annotations
 import json
 import math
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -58,6 +58,7 @@ class Row:
     seeds: int
     metrics: dict[str, float]  # every metric's mean over the seeds
     name: str | None = None  # an explicit trial's name
+    kept: list[float | None] | None = None  # per model: the share of its update kept, mean over seeds (``kept``)
 
     @property
     def label(self) -> str:
@@ -82,10 +83,18 @@ def rows(cfg: SweepConfig, records: Sequence[dict[str, Any]]) -> list[Row]:
         means = {m: sum(float(r["metrics"][m]) for r in group) / len(group) for m in sorted(names)}
         first = group[0]
         mean, se = _mean_se(values)
-        out.append(
-            Row(first["method"], first["params"], first["models"], mean, se, len(group), means, first.get("name"))
-        )
+        row = Row(first["method"], first["params"], first["models"], mean, se, len(group), means, first.get("name"))
+        out.append(replace(row, kept=_kept_means(group)))
     return sorted(out, key=lambda row: row.mean, reverse=cfg.direction == "max")
+
+
+def _kept_means(group: Sequence[dict[str, Any]]) -> list[float | None] | None:
+    """Per model, the mean over the group's records of ``kept`` (None where no record has a value); None unless
+    every record has ``kept``."""
+    if not all("kept" in r for r in group):
+        return None
+    columns = zip(*(r["kept"] for r in group), strict=True)
+    return [sum(known) / len(known) if (known := [x for x in c if x is not None]) else None for c in columns]
 
 
 def _mean_se(values: Sequence[float]) -> tuple[float, float | None]:
@@ -171,14 +180,21 @@ def _setting(r: dict[str, Any]) -> str:
 
 def _table(ranked: Sequence[Row], objective: str) -> str:
     others = [m for m in ranked[0].metrics if m != objective][:6]
+    kept = any(row.kept is not None for row in ranked)
     head = ["rank", "setting", "models", md_cell(objective), "seeds", *map(md_cell, others)]
+    head += ["kept of each model's update"] if kept else []
     lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
     for i, row in enumerate(ranked, 1):
         value = f"{row.mean:.4g}" + (f" ± {row.se:.2g}" if row.se is not None else "")
         extra = [f"{row.metrics[m]:.4g}" if m in row.metrics else "" for m in others]
+        extra += [_kept_text(row.kept)] if kept else []
         cells = [str(i), f"`{md_cell(row.label)}`", md_cell(", ".join(row.models)), value, str(row.seeds), *extra]
         lines.append("| " + " | ".join(cells) + " |")
     return "\n".join(lines)
+
+
+def _kept_text(kept: list[float | None] | None) -> str:
+    return "" if kept is None else " / ".join("-" if x is None else f"{x:.2f}" for x in kept)
 
 
 def write_report(cfg: SweepConfig, records: Sequence[dict[str, Any]], root: Path) -> Path:

@@ -14,6 +14,7 @@ from __future__ import annotations
 import contextlib
 import json
 import logging
+import math
 import os
 import sys
 import time
@@ -76,6 +77,8 @@ def run_trial(cfg_data: dict[str, Any], trial: Trial, folder: str, search_path: 
         record["merge_seconds"] = round(time.perf_counter() - t0, 3)
         evaluate = evaluators.resolve(cfg.evaluate, search_path, cfg.resources.cpus, cfg.options_of(s))
         record["metrics"] = evaluate(out)
+        if cfg.kept:
+            record["kept"] = kept_shares(cfg, trial, out)
         record["status"] = "ok"
     except Exception as e:  # a failing trial is recorded, and the sweep goes on
         record["status"] = "failed"
@@ -84,6 +87,16 @@ def run_trial(cfg_data: dict[str, Any], trial: Trial, folder: str, search_path: 
     if cfg.keep == "none" or record["status"] != "ok":
         remove_trial_folder(out)  # only the merge output this trial wrote, never a folder that was there
     return record
+
+
+def kept_shares(cfg: SweepConfig, trial: Trial, out: Path) -> list[float | None]:
+    """For each model the trial merged, in order, the share of its update the merge in ``out`` kept (None: the
+    model updated nothing); ``engine.retention`` with the default update rule."""
+    from agentmerge.engine.retention import retention
+
+    models = [cfg.models[i] for i in trial.setting.models]
+    (kept,) = retention(str(cfg.base), models, [str(out)], threads=cfg.resources.cpus, quiet=True)
+    return [a.kept if math.isfinite(a.kept) else None for a in kept.agents]
 
 
 def trial_record(cfg: SweepConfig, trial: Trial) -> dict[str, Any]:

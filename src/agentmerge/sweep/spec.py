@@ -20,6 +20,7 @@ merge: {dtype: bfloat16}          # anything else a merge config takes (exclude,
 trials: []                        # explicit named settings besides the grid (below)
 evaluate_options: {}              # the evaluator's options (zoo: n, tasks, batch_size, cache)
 fingerprint: null                 # what else decides the results (e.g. a digest of the inputs' bytes)
+kept: false                       # also measure what each trial's merge kept of each model's update (needs base)
 ```
 
 The example gives 1 x (1 + 3 + 2) x 1 = 6 trials. ``output_scale`` (the fair protocol: every method tuned alike)
@@ -36,6 +37,11 @@ An explicit trial is one named setting, ``{name, method, params, models, fisher,
 their two domains only). A named trial keeps its merged folder under ``trials/NAME`` and its record carries
 ``name``. The keys added after the first release (``trials``, ``evaluate_options``, ``fingerprint``) enter a
 trial's id only when set, so the ids of older sweep files do not change.
+
+``kept: true`` adds to each finished trial's record ``kept``: for each merged model, in order, the share of its
+update the merge kept (``<Δ, τ_i> / <τ_i, τ_i>`` over the elements it updated, ``agentmerge probe --merged``), one
+more streamed pass over the base, those models and the merge. It does not change what a trial merges or scores, so
+it is not part of a trial's id: trials finished before it was set keep their records without it.
 """
 
 from __future__ import annotations
@@ -131,6 +137,7 @@ class SweepConfig(_Frozen):
     merge: dict[str, Any] = Field(default_factory=dict)
     evaluate_options: dict[str, Any] = Field(default_factory=dict)
     fingerprint: str | None = None
+    kept: bool = False
 
     @field_validator("search", mode="before")
     @classmethod
@@ -157,6 +164,8 @@ class SweepConfig(_Frozen):
     def _entries(self) -> SweepConfig:
         if not self.methods and not self.trials:
             raise ValueError("name the merges to try: methods (a grid), trials (explicit settings), or both")
+        if self.kept and self.base is None:
+            raise ValueError("kept: true measures each merge against the base: give base")
         if self.trials and self.search.kind == "optuna":
             raise ValueError("search: optuna chooses from the methods grid; run explicit trials with grid or random")
         names = [e.name for e in self.trials]
