@@ -2,8 +2,8 @@
 # The real zoo (docs/real): SmolLM2-135M-Instruct, three GRPO agents per seed, every merge method, evaluation.
 # Resumable stage by stage and seed by seed: rerun the same command after a kill and it goes on where it stopped.
 #   scripts/real_zoo_run.sh [SEED ...]          (default: 0 1)
-# Environment: WORK (default real-work), THREADS (torch threads of each process, default 2), CONCURRENT (bench
-# trials at once, each with THREADS; default 1), PYTHON (default .venv/bin/python),
+# Environment: WORK (default real-work), THREADS (torch threads of each process, default 2), CONCURRENT (agents
+# trained and bench trials at once, each with THREADS; default 1), PYTHON (default .venv/bin/python),
 # WHEELS (default WORK/wheels), COMMIT=1 to commit docs/real after each seed (a machine may not survive the run),
 # METHODS (comma-separated merge methods of the bench; default every eligible one; a later rerun without it adds
 # the missing methods' trials and keeps the finished ones), PAIR_METHODS (the 2-agent merges' methods).
