@@ -37,25 +37,27 @@ from agentmerge.methods.spec import EPSILON_DEFAULT, MaskRule, Params, mask_rule
 
 
 def region_sums(tau: torch.Tensor, delta: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
-    """``[N, E]`` task vectors, ``[E]`` merged delta, ``[N, E]`` update mask -> ``[N, N + 1, 2]`` float64 sums.
+    """``[N, E]`` task vectors, merged delta ``[E]`` (or ``[K, E]``, K merges), ``[N, E]`` update mask ->
+    ``[N, N + 1, 2]`` (or ``[K, N, N + 1, 2]``) float64 sums.
 
     ``[i, k, 0]`` = <Δ, τ_i> and ``[i, k, 1]`` = <τ_i, τ_i> over the elements agent i updated with exactly ``k``
     others; ``[i, N, 0]`` (the same for every i) = |Δ|² over every element, ``[i, N, 1]`` = |Δ|² where no agent
-    updated.
+    updated. The regions and <τ_i, τ_i> are found once for all K merges.
     """
-    n = tau.shape[0]
+    deltas = delta if delta.dim() == 2 else delta[None]
+    n, k = tau.shape[0], deltas.shape[0]
     others = mask.sum(0) - 1  # [E], valid where the agent's own mask holds
-    out = torch.zeros(n, n + 1, 2, dtype=torch.float64)
-    dot, sq = (tau * delta).double(), tau.double().square()
+    out = torch.zeros(k, n, n + 1, 2, dtype=torch.float64)
     for i in range(n):
         where = mask[i]
-        k = others[where]
-        out[i, :n, 0].index_add_(0, k, dot[i][where])
-        out[i, :n, 1].index_add_(0, k, sq[i][where])
-    d2 = delta.double().square()
-    out[:, n, 0] = d2.sum()
-    out[:, n, 1] = d2[~mask.any(0)].sum()
-    return out
+        region, t = others[where], tau[i][where]
+        out[:, i, :n, 1] = torch.zeros(n, dtype=torch.float64).index_add_(0, region, t.double().square())
+        dot = (deltas[:, where] * t).double()  # [K, E_i]
+        out[:, i, :n, 0] = torch.zeros(k, n, dtype=torch.float64).index_add_(1, region, dot)
+    d2 = deltas.double().square()
+    out[:, :, n, 0] = d2.sum(1)[:, None]
+    out[:, :, n, 1] = d2[:, ~mask.any(0)].sum(1)[:, None]
+    return out if delta.dim() == 2 else out[0]
 
 
 @dataclass(frozen=True)
@@ -176,7 +178,7 @@ def _sum_pass(
             ref, values = inputs.read(name, start, stop)
             tau = task_vectors(ref, values[:n])
             mask = tensor_mask(tau, ref, rules[name], levels.get(name))
-            return torch.stack([region_sums(tau, values[n + j] - ref, mask) for j in range(k)])
+            return region_sums(tau, values[n:] - ref, mask)
 
         return run
 
