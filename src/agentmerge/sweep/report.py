@@ -11,7 +11,7 @@ from __future__ import annotations
 import json
 import math
 from collections.abc import Sequence
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -83,8 +83,10 @@ def rows(cfg: SweepConfig, records: Sequence[dict[str, Any]]) -> list[Row]:
         means = {m: sum(float(r["metrics"][m]) for r in group) / len(group) for m in sorted(names)}
         first = group[0]
         mean, se = _mean_se(values)
-        row = Row(first["method"], first["params"], first["models"], mean, se, len(group), means, first.get("name"))
-        out.append(replace(row, kept=_kept_means(group)))
+        kept = _kept_means(group)
+        out.append(
+            Row(first["method"], first["params"], first["models"], mean, se, len(group), means, first.get("name"), kept)
+        )
     return sorted(out, key=lambda row: row.mean, reverse=cfg.direction == "max")
 
 
