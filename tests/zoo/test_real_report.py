@@ -122,9 +122,13 @@ def test_best_baseline_is_never_a_ram_method() -> None:
 def test_write_results_renders_every_section(tmp_path: Path) -> None:
     for s in (0, 1):
         (tmp_path / f"seed{s}").mkdir()
-        (tmp_path / f"seed{s}" / "result.json").write_text(json.dumps(_seed(s, 0.5 + 0.25 * s, 0.25)))
+        result = _seed(s, 0.5 + 0.25 * s, 0.25)
+        result["check"]["convergence"]["tool"]["gain_1.5"] = -0.05 * s
+        (tmp_path / f"seed{s}" / "result.json").write_text(json.dumps(result))
     json_path, md_path = write_results(tmp_path, [0, 1], tmp_path / "docs", "agentmerge zoo real run ...")
     text = md_path.read_text()
+    assert "| yes (+2.0 vs 2 SE 10.0) |" in text  # the verdict's margin, signed once
+    assert "| yes (-5.0 vs 2 SE 10.0) |" in text
     headings = ("## Agents", "## Probe", "## Defaults", "## Tuned", "## Paired differences", "## Share", "## Pairs")
     for heading in (*headings, "## Dilution"):
         assert heading in text

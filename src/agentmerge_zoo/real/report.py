@@ -157,7 +157,7 @@ def _verdict(conv: dict[str, Any]) -> str:
     if "converged" not in conv:
         return "-"
     word = "yes" if conv["converged"] else "**no**"
-    return f"{word} (+{100 * conv['gain_1.5']:.1f} vs 2 SE {100 * conv['two_se']:.1f})"
+    return f"{word} ({100 * conv['gain_1.5']:+.1f} vs 2 SE {100 * conv['two_se']:.1f})"
 
 
 def method_table(rows: dict[str, dict[str, Any]], n_seeds: int, tuning: dict[str, Any] | None = None) -> list[str]:
