@@ -138,7 +138,7 @@ def test_write_results_renders_every_section(tmp_path: Path) -> None:
     assert "| ram.tuned | 75 ± 25 | 75 ± 25 | 75 ± 25 | 75 ± 25 |" in text
     assert (tmp_path / "docs" / "curves.png").stat().st_size > 0
     assert "lambda=1.5, lambda=1.5" in text  # the chosen scale of each seed
-    assert "defaults: ram-ties = +37.5 ± 12.5" in text  # per-seed differences 25 and 50
+    assert "defaults: ram-ties = +37.5 ± 12.5 over seeds (± 0.0 over prompts)" in text  # 25 and 50, flat prompts
     data = json.loads(json_path.read_text())
     assert "values" not in json.dumps(data)  # per-prompt lists stay in the work folder
     assert data["aggregate"]["seeds"] == [0, 1]
@@ -179,3 +179,14 @@ def test_kept_rows_average_each_agents_share_over_the_seeds_that_measured_it(tmp
         (tmp_path / f"seed{s['seed']}" / "result.json").write_text(json.dumps(s))
     text = write_results(tmp_path, [0, 1, 2], tmp_path / "docs", "cmd")[1].read_text()
     assert "| ram | 0.70 (1.00 / 0.50 / 0.33) |" in text
+
+
+def test_two_seeds_give_the_prompts_share_of_the_difference_beside_the_seeds_se() -> None:
+    seeds = [_seed(0, 0.5, 0.25), _seed(1, 0.75, 0.25)]
+    seeds[1]["bench"]["reports"]["ram"]["code"]["values"] = [1.0, 0.0, 1.0, 1.0]  # mean stays 0.75
+    d = paired(seeds, "ram", "ties")
+    assert d is not None and d["over"] == 2
+    assert d["mean"] == pytest.approx(0.375) and d["se"] == pytest.approx(0.125)
+    code = [0.75, -0.25, 0.75, 0.75]  # seed 1's code differences; every other skill and seed has a constant one
+    var = sum((x - 0.5) ** 2 for x in code) / 3
+    assert d["prompt_se"] == pytest.approx(math.sqrt(var / 4) / 3 / 2)

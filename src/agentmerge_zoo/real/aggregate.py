@@ -4,10 +4,13 @@ With two or more seeds a cell is the mean over seeds ± the standard error over 
 seed's score ± its standard error over prompts. ``gain kept`` of a merge on a skill is
 ``(merge - base) / (agent - base)`` on that skill's test prompts (its agent's gain it keeps), averaged over the
 trained skills whose agent beat the base. A paired difference A - B is the mean over seeds of the per-seed
-difference of the trained-skill mean ± SE over seeds; with one seed, the mean per-prompt difference over the
-trained skills' prompts ± its SE (the same prompts under both merges). A method benched in fewer seeds than the
-report's (a later bench adds methods seed by seed) has its row over those seeds, and is not a candidate for the
-best method or baseline.
+difference of the trained-skill mean ± SE over seeds, and beside it the SE that the prompts alone give that mean,
+``prompt_se`` = sqrt(sum_s SE_s^2) / S with SE_s = sqrt(sum_k SE_sk^2) / K (SE_sk: the per-prompt SE of seed s's
+difference on skill k): with two or three seeds the SE over seeds is itself a noisy estimate, and the prompts'
+share says how much of the spread the test prompts alone explain. With one seed: the mean per-prompt difference
+over the trained skills' prompts ± its SE (the same prompts under both merges). A method benched in fewer seeds
+than the report's (a later bench adds methods seed by seed) has its row over those seeds, and is not a
+candidate for the best method or baseline.
 """
 
 from __future__ import annotations
@@ -83,14 +86,24 @@ def paired(seeds: Sequence[dict[str, Any]], a: str, b: str) -> dict[str, float] 
     """A - B on the trained skills (see the module docstring); None when a seed lacks either."""
     if not all(a in s["bench"]["reports"] and b in s["bench"]["reports"] for s in seeds) or not seeds:
         return None
-    if len(seeds) > 1:
-        diffs = [trained_mean(s["bench"]["reports"][a]) - trained_mean(s["bench"]["reports"][b]) for s in seeds]
+    pairs = [(s["bench"]["reports"][a], s["bench"]["reports"][b]) for s in seeds]
+    if len(seeds) == 1:
+        diffs = [d for skill in TRAINED for d in _prompt_diffs(*pairs[0], skill)]
         mean, se = mean_se(diffs)
-        return {"mean": mean, "se": se, "over": float(len(seeds))}
-    ra, rb = seeds[0]["bench"]["reports"][a], seeds[0]["bench"]["reports"][b]
-    diffs = [x - y for s in TRAINED for x, y in zip(ra[s]["values"], rb[s]["values"], strict=True)]
-    mean, se = mean_se(diffs)
-    return {"mean": mean, "se": se, "over": float(len(diffs))}
+        return {"mean": mean, "se": se, "over": float(len(diffs))}
+    mean, se = mean_se([trained_mean(ra) - trained_mean(rb) for ra, rb in pairs])
+    prompt_se = math.sqrt(sum(_trained_diff_se(ra, rb) ** 2 for ra, rb in pairs)) / len(pairs)
+    return {"mean": mean, "se": se, "over": float(len(seeds)), "prompt_se": prompt_se}
+
+
+def _prompt_diffs(ra: dict[str, Any], rb: dict[str, Any], skill: str) -> list[float]:
+    """A - B per prompt of one skill (the same prompts under both merges)."""
+    return [x - y for x, y in zip(ra[skill]["values"], rb[skill]["values"], strict=True)]
+
+
+def _trained_diff_se(ra: dict[str, Any], rb: dict[str, Any]) -> float:
+    """The prompts' SE of one seed's trained-mean difference: (1/K) sqrt(sum over skills of SE_skill^2)."""
+    return math.sqrt(sum(mean_se(_prompt_diffs(ra, rb, s))[1] ** 2 for s in TRAINED)) / len(TRAINED)
 
 
 def best_method(rows: dict[str, dict[str, Any]], with_ram: bool = True) -> str | None:

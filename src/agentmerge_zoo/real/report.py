@@ -123,7 +123,8 @@ def differences(agg: dict[str, Any]) -> list[str]:
         lines.append(f"- {kind}: best method {diffs.get('best')}, best baseline (not RAM) {diffs.get('best_baseline')}")
         for name, d in diffs.items():
             if name not in ("best_baseline", "best") and d:
-                lines.append(f"- {kind}: {name} = {100 * d['mean']:+.1f} ± {100 * d['se']:.1f}")
+                prompts = f" over seeds (± {100 * d['prompt_se']:.1f} over prompts)" if "prompt_se" in d else ""
+                lines.append(f"- {kind}: {name} = {100 * d['mean']:+.1f} ± {100 * d['se']:.1f}{prompts}")
     return lines
 
 
