@@ -13,7 +13,9 @@ import torch
 from safetensors.torch import load_file
 
 from agentmerge import MergeConfig, ModelSpec, merge
+from agentmerge.engine.probe import probe
 from agentmerge.engine.retention import region_sums, retention
+from agentmerge.methods.deltas import kept_by_count
 from agentmerge.synthetic import write_family
 
 
@@ -125,3 +127,15 @@ def test_probe_merged_prints_writes_and_refuses_a_report_inside_a_merge(
     assert "## What each merge kept of each agent" in (tmp_path / "p.md").read_text()
     assert main([*argv, "--json", str(ram / "p.json"), "--quiet"]) == 2  # never a report inside an input
     assert not (ram / "p.json").exists()
+
+
+def test_kept_by_count_estimates_what_ram_kept(family: tuple[Path, list[Path]], tmp_path: Path) -> None:
+    base, agents = family
+    paths = [str(a) for a in agents]
+    (ram,) = retention(str(base), paths, [str(_merged(family, "ram", tmp_path / "ram"))], quiet=True)
+    stats = probe(str(base), paths, quiet=True).agents
+    for measured, counted in zip(ram.agents, stats, strict=True):
+        # the family's updates have one magnitude distribution in every region: count and projection agree
+        assert kept_by_count(counted.overlap) == pytest.approx(measured.kept, abs=0.03)
+    assert kept_by_count([1.0, 0.0, 0.0]) == 1.0 and kept_by_count([0.0, 0.0, 1.0]) == pytest.approx(1 / 3)
+    assert kept_by_count([0.5, 0.3, 0.2]) == pytest.approx(0.5 + 0.3 / 2 + 0.2 / 3)

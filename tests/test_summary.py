@@ -7,6 +7,8 @@ import shutil
 from pathlib import Path
 
 import pytest
+import torch
+from safetensors.torch import load_file, save_file
 
 from agentmerge.cli import main
 from agentmerge.config.schema import MergeConfig, ModelSpec
@@ -95,3 +97,33 @@ def test_model_card_names_hub_inputs_by_id(tiny_family: tuple[Path, list[Path]],
     card = model_card(cfg, MergeResult(tmp_path, "ram", {"epsilon": 1e-5}, 1.0, 3, 2))
     assert card.startswith('---\nbase_model: "HuggingFaceTB/SmolLM2-135M-Instruct"\n')
     assert f"- `{agents[0].resolve()}`" in card
+
+
+def _shared_only_agent(base: Path, agents: list[Path], out: Path) -> Path:
+    """An agent that updated only where both ``agents`` did (its own values): all of its updates are shared."""
+    shutil.copytree(agents[0], out)
+    theta0 = load_file(base / "model.safetensors")
+    a, b = (load_file(m / "model.safetensors") for m in agents)
+    own = {}
+    for name, t0 in theta0.items():
+        both = (a[name] != t0) & (b[name] != t0)
+        own[name] = torch.where(both, t0.float() + 0.5 * (a[name].float() - t0.float()), t0.float()).to(t0.dtype)
+    save_file(own, out / "model.safetensors")
+    return out
+
+
+def test_ram_notes_an_agent_it_averages_nearly_whole(
+    tiny_family: tuple[Path, list[Path]], tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    base, agents = tiny_family
+    shared = _shared_only_agent(base, agents[1:], tmp_path / "shared")
+    models = [agents[1], agents[2], shared]
+    for method in ("ram", "ram_plus"):
+        assert _merge(base, models, tmp_path / method, "--method", method) == 0
+        notes = [line for line in capsys.readouterr().err.splitlines() if line.startswith("note: ")]
+        assert len(notes) == 1 and notes[0].startswith("note: shared: 100.0 % of its updates lie where other")
+        assert "it keeps about 33 % of this agent's update (plain averaging: 33 %)" in notes[0]
+    assert _merge(base, models, tmp_path / "elect", "--method", "ram", "--param", "shared=elect") == 0
+    assert "note: " not in capsys.readouterr().err  # elected signs in the shared region: not a plain mean
+    assert _merge(base, agents, tmp_path / "family", "--method", "ram") == 0
+    assert "note: " not in capsys.readouterr().err  # the family's agents keep more than half by count

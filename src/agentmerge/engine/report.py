@@ -13,7 +13,8 @@ from agentmerge.config.schema import MergeConfig
 from agentmerge.engine.probe import AgentStats, ProbeResult
 from agentmerge.engine.provenance import MergeResult, hub_ids, input_ref, recorded_config
 from agentmerge.engine.retention import Retention
-from agentmerge.methods.hooks import ScaleSummary
+from agentmerge.methods.deltas import kept_by_count
+from agentmerge.methods.hooks import AgentOverlap, ScaleSummary
 from agentmerge.methods.scales import rho_text
 from agentmerge.methods.spec import EPSILON_DEFAULT
 
@@ -23,14 +24,16 @@ def _pct(x: float) -> str:
 
 
 def agents_table(agents: list[AgentStats], independent: list[list[float]] | None = None) -> str:
-    """Markdown: one row per agent with density, overlap w.0..w.(N-1), rho and the RAM+ lambda."""
+    """Markdown: one row per agent with density, overlap w.0..w.(N-1), rho, the RAM+ lambda and what RAM keeps of
+    it counted by element (``deltas.kept_by_count``)."""
     n = len(agents)
-    head = ["agent", "density %", *[f"w.{k} %" for k in range(n)], "rho", "lambda (RAM+)"]
+    head = ["agent", "density %", *[f"w.{k} %" for k in range(n)], "rho", "lambda (RAM+)", "RAM keeps % (by count)"]
     if independent:
         head.append("w.0 % if independent")
     lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
     for i, a in enumerate(agents):
         cells = [a.name, _pct(a.density), *[_pct(x) for x in a.overlap], rho_text(a.rho), f"{a.lam:.4f}"]
+        cells.append(_pct(kept_by_count(a.overlap)) if a.updated else "-")
         if independent:
             cells.append(_pct(independent[i][0]))
         lines.append("| " + " | ".join(cells) + " |")
@@ -215,6 +218,9 @@ def merge_summary(cfg: MergeConfig, result: MergeResult, warnings: list[str]) ->
     lines += [f"  {line}" for line in input_lines(result.vocab, result.sources, warnings=False)]
     source_warnings = list((result.sources or {}).get("warnings", []))
     lines += [f"warning: {w}" for w in warnings + source_warnings + result.warnings + tuning_warnings(cfg)]
+    if agents and cfg.spec.advice is not None:
+        overlaps = [AgentOverlap(a.name, tuple(a.overlap)) for a in agents]
+        lines += [f"note: {n}" for n in cfg.spec.advice(result.params, overlaps)]
     return "\n".join(lines)
 
 

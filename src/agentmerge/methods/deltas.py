@@ -8,7 +8,9 @@ Shapes: ``E`` elements of one chunk of one tensor (flattened), ``N`` agents.
     H[i, k]    = #{p : m_i[p] and c[p] = k + 1}           overlap histogram           [N, N] int64
 
 From ``H``: agent i's updated elements ``sum_k H[i, k]``, unique ``H[i, 0]``, shared
-``sum_{k>=1} H[i, k]``, and the RAM+ overlap-unique ratio ``rho_i = shared_i / unique_i``.
+``sum_{k>=1} H[i, k]``, and the RAM+ overlap-unique ratio ``rho_i = shared_i / unique_i``; from its
+shares ``w_k = H[i, k] / sum_k H[i, k]``, what RAM keeps of agent i counted by element,
+``w_0 + sum_{k>=1} w_k / (k + 1)`` (``kept_by_count``).
 
 Sign election (TIES, its family, RAM's ``shared: elect``), ``disjoint_merge``::
 
@@ -19,7 +21,7 @@ Sign election (TIES, its family, RAM's ``shared: elect``), ``disjoint_merge``::
 from __future__ import annotations
 
 import hashlib
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 
 import torch
 
@@ -94,6 +96,19 @@ def rho_from_histogram(hist: torch.Tensor) -> list[float]:
     unique = hist[:, 0].tolist()
     shared = hist[:, 1:].sum(1).tolist()
     return [s / u if u else float("inf") for s, u in zip(shared, unique, strict=True)]
+
+
+def kept_by_count(overlap: Sequence[float]) -> float:
+    """What RAM keeps of one agent's update, counted by element: ``w_0 + sum_{k>=1} w_k / (k + 1)``.
+
+    ``w_k`` is the share of the agent's updated elements that exactly ``k`` other agents also updated. RAM
+    keeps a unique update whole and takes the mean of the ``k + 1`` updates of a shared element, so there the
+    agent's own update enters at ``1 / (k + 1)`` (the others', if unrelated to it, add nothing along it). It
+    estimates ``agentmerge probe --merged``'s kept, <Delta, tau_i> / <tau_i, tau_i>, and equals it when the
+    agent's update has one magnitude everywhere and the others are orthogonal to it; plain averaging keeps
+    ``1 / N`` of every agent.
+    """
+    return sum(w / (k + 1) for k, w in enumerate(overlap))
 
 
 def disjoint_merge(tau: torch.Tensor, weights: torch.Tensor) -> torch.Tensor:

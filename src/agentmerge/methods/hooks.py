@@ -1,6 +1,6 @@
 """What a method asks of the driver besides its kernel: its inputs, its statistics passes, the scales it reports.
 
-A ``Method`` entry carries three hooks, all plain data naming the method's own functions, so the driver,
+A ``Method`` entry carries four hooks, all plain data naming the method's own functions, so the driver,
 the dry run and the report run every method the same way and never name one:
 
 - ``needs`` (``Needs``): a base, model weights, how many models, extra per-model tensors (a Fisher file),
@@ -23,6 +23,8 @@ the dry run and the report run every method the same way and never name one:
   input set across runs, so a sweep counts them once before its trials (``engine.merge.count_overlaps``).
 - ``scales`` (``Scales``): the per-agent scales the method reports, as rows of merge.json's ``scales`` (from
   the whole-model statistics, ``ModelStats``) and as lines of the merge summary.
+- ``advice``: notes for the merge summary from each agent's overlap over the merged tensors (``AgentOverlap``),
+  where the method is known to do something a user should check (RAM: an agent it averages nearly whole).
 
 Pure Python; torch appears in annotations only, so the method table loads without it.
 """
@@ -158,6 +160,17 @@ class ScaleSummary:
 
     cells: tuple[str, ...] = ()  # one per agent, in order (): nothing added
     lines: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True)
+class AgentOverlap:
+    """One agent over the merged tensors, as a method's ``advice`` reads it."""
+
+    name: str
+    overlap: tuple[float, ...]  # w.0..w.(N-1): share of its updated elements that exactly k others also updated
+
+
+Advice = Callable[[Params, Sequence[AgentOverlap]], tuple[str, ...]]  # (params, agents) -> summary notes
 
 
 @dataclass(frozen=True)

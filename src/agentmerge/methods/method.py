@@ -11,7 +11,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from agentmerge.methods.hooks import Needs, Pass, Scales, TensorPrepare
+from agentmerge.methods.hooks import Advice, Needs, Pass, Scales, TensorPrepare
 from agentmerge.methods.params import MethodParams, NoParams, Param, Params, ParamValue
 from agentmerge.methods.spec import Chunk, Compiled, Lazy, TensorSource
 
@@ -31,6 +31,7 @@ class Method:
     needs: Needs = field(default_factory=Needs)  # base, weights, model count, extra tensors, chunk alignment
     passes: tuple[Pass, ...] = ()  # statistics before the write pass, in order (``hooks.py``)
     scales: Scales | None = None  # the per-agent scales it reports (merge.json ``scales``, the merge summary)
+    advice: Advice | None = None  # notes for the merge summary from the agents' overlap (``hooks.Advice``)
     compiled_at: Lazy | None = None  # where its compiled form (a ``Compiled``) lives, when it has one
     paper: str | None = None  # arXiv id of the paper that defines it (the model card's ``arxiv:`` tag)
 

@@ -92,7 +92,7 @@ def sv(name: str) -> Lazy:
 
 
 def sc(name: str) -> Lazy:
-    """A report hook (``hooks.Scales``) of ``scales.py``, imported on first use."""
+    """A report hook (``hooks.Scales``, ``hooks.Advice``) of ``scales.py``, imported on first use."""
     return Lazy(f"agentmerge.methods.scales:{name}")
 
 
@@ -108,6 +108,7 @@ _ALL = (
         "RAM: mean where 2+ agents updated, unique updates kept whole",
         rm("ram"),
         RamParams,
+        advice=sc("ram_shared_advice"),
         compiled_at=fk("RAM"),
         paper=RAM_PAPER,
     ),
@@ -118,6 +119,7 @@ _ALL = (
         RamPlusParams,
         passes=(OverlapCounts(group=rm("scope_group")),),
         scales=Scales(rows=sc("ram_plus_rows"), summary=sc("ram_plus_summary")),
+        advice=sc("ram_shared_advice"),
         compiled_at=fk("RAM_PLUS"),
         paper=RAM_PAPER,
     ),
