@@ -190,3 +190,21 @@ def test_two_seeds_give_the_prompts_share_of_the_difference_beside_the_seeds_se(
     code = [0.75, -0.25, 0.75, 0.75]  # seed 1's code differences; every other skill and seed has a constant one
     var = sum((x - 0.5) ** 2 for x in code) / 3
     assert d["prompt_se"] == pytest.approx(math.sqrt(var / 4) / 3 / 2)
+
+
+def test_a_method_without_an_output_scale_stands_in_the_tuned_table_at_its_defaults(tmp_path: Path) -> None:
+    seeds = [_seed(0, 0.5, 0.25), _seed(1, 0.75, 0.5)]
+    for seed, level in zip(seeds, (0.5, 0.75), strict=True):
+        seed["bench"]["reports"] |= {"cart": _flat(level + 0.125), "ram_ties": _flat(level + 0.0625)}
+        seed["bench"]["methods"] += ["cart", "ram_ties"]
+    agg = aggregate(seeds)
+    assert agg["tables"]["tuned"]["cart"] == agg["tables"]["defaults"]["cart"]  # nothing to tune
+    tuned = agg["differences"]["tuned"]
+    assert tuned["best_baseline"] == "cart" and tuned["best"] == "cart"  # ties.tuned is 0.5 / 0.75 < cart
+    assert tuned["ram_ties-ram"]["mean"] == pytest.approx(0.0625)
+    assert tuned["ram_ties-cart"]["mean"] == pytest.approx(-0.0625) and "ram_fisher-cart" not in tuned
+    for s in (0, 1):
+        (tmp_path / f"seed{s}").mkdir()
+        (tmp_path / f"seed{s}" / "result.json").write_text(json.dumps(seeds[s]))
+    text = write_results(tmp_path, [0, 1], tmp_path / "docs", "cmd")[1].read_text()
+    assert "no output scale: its defaults |" in text and "| cart.tuned |" not in text

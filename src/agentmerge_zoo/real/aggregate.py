@@ -8,9 +8,11 @@ difference of the trained-skill mean ± SE over seeds, and beside it the SE that
 ``prompt_se`` = sqrt(sum_s SE_s^2) / S with SE_s = sqrt(sum_k SE_sk^2) / K (SE_sk: the per-prompt SE of seed s's
 difference on skill k): with two or three seeds the SE over seeds is itself a noisy estimate, and the prompts'
 share says how much of the spread the test prompts alone explain. With one seed: the mean per-prompt difference
-over the trained skills' prompts ± its SE (the same prompts under both merges). A method benched in fewer seeds
-than the report's (a later bench adds methods seed by seed) has its row over those seeds, and is not a
-candidate for the best method or baseline.
+over the trained skills' prompts ± its SE (the same prompts under both merges). The tuned table holds each method
+with an output scale at its chosen value and each method without one at its defaults (nothing to tune; the char
+zoo's fair protocol does the same), so the best method is chosen among all. A method benched in fewer seeds than
+the report's (a later bench adds methods seed by seed) has its row over those seeds, and is not a candidate for the
+best method or baseline.
 """
 
 from __future__ import annotations
@@ -106,6 +108,19 @@ def _trained_diff_se(ra: dict[str, Any], rb: dict[str, Any]) -> float:
     return math.sqrt(sum(mean_se(_prompt_diffs(ra, rb, s))[1] ** 2 for s in TRAINED)) / len(TRAINED)
 
 
+def has_scale(method: str) -> bool:
+    """Whether the bench tunes the method (``Method.output_scale``; a name the registry lacks: assumed so)."""
+    from agentmerge import METHODS
+
+    return method not in METHODS or METHODS[method].output_scale is not None
+
+
+def row_name(method: str, kind: str) -> str:
+    """The report entry of a method in the ``defaults`` or ``tuned`` table: a method without an output scale has
+    nothing to tune, so its defaults row stands in the tuned table too (the fair protocol's rule)."""
+    return method + ".tuned" if kind == "tuned" and has_scale(method) else method
+
+
 def best_method(rows: dict[str, dict[str, Any]], with_ram: bool = True) -> str | None:
     """The method with the highest trained-skill mean (RAM's family left out unless ``with_ram``)."""
     scored = [
@@ -131,19 +146,22 @@ def aggregate(seeds: Sequence[dict[str, Any]]) -> dict[str, Any]:
     """The report's numbers: defaults and tuned tables, pairs, dilution, paired differences."""
     methods = sorted({m for s in seeds for m in s["bench"]["methods"]})
     tables: dict[str, dict[str, Any]] = {}
-    for kind, suffix in (("defaults", ""), ("tuned", ".tuned")):
-        found = {m: method_row(seeds, m + suffix) for m in methods}
+    for kind in ("defaults", "tuned"):
+        found = {m: method_row(seeds, row_name(m, kind)) for m in methods}
         tables[kind] = {m: r for m, r in found.items() if r is not None and "trained_avg" in r}
     out: dict[str, Any] = {"seeds": [s["seed"] for s in seeds], "tables": tables, "differences": {}}
     for kind, rows in tables.items():
         everywhere = in_every_seed(rows, len(seeds))
         best = best_baseline(everywhere)
-        suffix = "" if kind == "defaults" else ".tuned"
         diffs: dict[str, Any] = {"best_baseline": best, "best": best_method(everywhere)}
-        wanted = [("ram", best), ("ram_plus", best), ("ram", "task_arithmetic"), ("ram_plus", "ram")]
-        for a, b in wanted:
-            if b is not None and a in rows and b in rows and a != b:
-                diffs[f"{a}-{b}"] = paired(seeds, a + suffix, b + suffix)
+        for a, b in (
+            *((a, best) for a in RAM_FAMILY),
+            ("ram", "task_arithmetic"),
+            ("ram_plus", "ram"),
+            ("ram_ties", "ram"),
+        ):
+            if b is not None and a in everywhere and b in everywhere and a != b:
+                diffs[f"{a}-{b}"] = paired(seeds, row_name(a, kind), row_name(b, kind))
         out["differences"][kind] = diffs
     names = {n for s in seeds for n in s["bench"]["reports"] if "+" in n or n.startswith("dilution.")}
     out["pairs"] = {n: method_row(seeds, n) for n in sorted(names) if "+" in n}

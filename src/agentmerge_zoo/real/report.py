@@ -8,7 +8,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from agentmerge_zoo.real.aggregate import aggregate
+from agentmerge_zoo.real.aggregate import aggregate, has_scale, row_name
 from agentmerge_zoo.real.suite import HELD_OUT, TRAINED
 from agentmerge_zoo.regime_report import PAPER_FIG2
 from agentmerge_zoo.report_md import table
@@ -93,10 +93,12 @@ def kept_table(tables: dict[str, dict[str, Any]]) -> list[str]:
     """The share of each agent's own-skill gain that each merge keeps, defaults and tuned."""
     header = ["merge", *(f"{k} gain kept %" for k in TRAINED), "mean %"]
     rows = []
-    for kind, suffix in (("defaults", ""), ("tuned", ".tuned")):
+    for kind in ("defaults", "tuned"):
         for method, row in sorted(tables[kind].items(), key=lambda kv: -kv[1]["trained_avg"]["mean"]):
+            if kind == "tuned" and not has_scale(method):
+                continue  # its defaults row, listed above
             cells = [pct(row.get(f"{k}_kept"), 0) for k in TRAINED]
-            rows.append([method + suffix, *cells, pct(row.get("gain_kept"), 0)])
+            rows.append([row_name(method, kind), *cells, pct(row.get("gain_kept"), 0)])
     return table(header, rows)
 
 
@@ -179,6 +181,11 @@ def method_table(rows: dict[str, dict[str, Any]], n_seeds: int, tuning: dict[str
     return table(header, out)
 
 
+TUNED_NOTE = (
+    "Each method with an output scale at the value chosen on validation (per seed); a method without one has "
+    "nothing to tune and stands here at its defaults, so the best method is chosen among all of them."
+)
+
 KEPT_NOTE = (
     "kept = <Δ, τ_i> / <τ_i, τ_i> over the elements agent i updated (Δ = merge − base, τ_i = agent − base): 1 "
     "carries the agent's update whole, 1/3 averages it with two unrelated ones, 0 drops it; w.k over the elements "
@@ -207,12 +214,14 @@ def failures(seeds: Sequence[dict[str, Any]]) -> list[str]:
     return [f"- seed {s['seed']}: {name}: {why}" for s in seeds for name, why in s["bench"]["failed"].items()]
 
 
-def _chosen(seeds: Sequence[dict[str, Any]]) -> dict[str, str]:
+def _chosen(seeds: Sequence[dict[str, Any]], methods: Sequence[str]) -> dict[str, str]:
+    """Each tuned method's chosen scale per seed; a method without an output scale says it runs at defaults."""
     chosen: dict[str, list[str]] = {}
     for s in seeds:
         for method, t in s["bench"]["tuning"].items():
             chosen.setdefault(method, []).append(f"{t['param']}={t['value']}")
-    return {m: ", ".join(v) for m, v in chosen.items()}
+    fixed = {m: "no output scale: its defaults" for m in methods if not has_scale(m)}
+    return fixed | {m: ", ".join(v) for m, v in chosen.items()}
 
 
 def render(seeds: Sequence[dict[str, Any]], agg: dict[str, Any], command: str) -> str:
@@ -222,8 +231,8 @@ def render(seeds: Sequence[dict[str, Any]], agg: dict[str, Any], command: str) -
     lines += ["Reward curves: [curves.png](curves.png).", ""]
     lines += ["## Probe against the paper's Figure 2", "", *probe_table(seeds), ""]
     lines += ["## Defaults (strict % on test)", "", *method_table(agg["tables"]["defaults"], len(seeds)), ""]
-    lines += ["## Tuned (output scale chosen on validation)", ""]
-    lines += [*method_table(agg["tables"]["tuned"], len(seeds), _chosen(seeds)), ""]
+    lines += ["## Tuned (output scale chosen on validation)", "", TUNED_NOTE, ""]
+    lines += [*method_table(agg["tables"]["tuned"], len(seeds), _chosen(seeds, list(agg["tables"]["tuned"]))), ""]
     lines += ["## Paired differences (trained-skill mean, points)", "", *differences(agg), ""]
     lines += ["## Share of each agent's gain that the merge keeps", "", *kept_table(agg["tables"]), ""]
     lines += [kept_note(seeds), ""]
