@@ -286,6 +286,7 @@ def test_a_method_entry_is_small() -> None:
         "needs",
         "passes",
         "scales",
+        "advice",
         "compiled_at",
         "paper",
     ]
