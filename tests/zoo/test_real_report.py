@@ -10,7 +10,7 @@ from typing import Any
 import pytest
 
 from agentmerge_zoo.real.aggregate import aggregate, best_baseline, gain_kept, paired
-from agentmerge_zoo.real.report import kept_note, write_results
+from agentmerge_zoo.real.report import differences, kept_note, write_results
 
 SKILLS = ("tool", "code", "memory", "capitals")
 
@@ -201,6 +201,7 @@ def test_a_method_without_an_output_scale_stands_in_the_tuned_table_at_its_defau
     assert agg["tables"]["tuned"]["cart"] == agg["tables"]["defaults"]["cart"]  # nothing to tune
     tuned = agg["differences"]["tuned"]
     assert tuned["best_baseline"] == "cart" and tuned["best"] == "cart"  # ties.tuned is 0.5 / 0.75 < cart
+    assert tuned["tied"] == [] and agg["differences"]["defaults"]["tied"] == []
     assert tuned["ram_ties-ram"]["mean"] == pytest.approx(0.0625)
     assert tuned["ram_ties-cart"]["mean"] == pytest.approx(-0.0625) and "ram_fisher-cart" not in tuned
     for s in (0, 1):
@@ -208,3 +209,16 @@ def test_a_method_without_an_output_scale_stands_in_the_tuned_table_at_its_defau
         (tmp_path / f"seed{s}" / "result.json").write_text(json.dumps(seeds[s]))
     text = write_results(tmp_path, [0, 1], tmp_path / "docs", "cmd")[1].read_text()
     assert "no output scale: its defaults |" in text and "| cart.tuned |" not in text
+
+
+def test_a_tie_for_the_best_method_is_named() -> None:
+    seeds = [_seed(0, 0.5, 0.25), _seed(1, 0.75, 0.5)]
+    for seed, level in zip(seeds, (0.5, 0.75), strict=True):
+        seed["bench"]["reports"] |= {"cart": _flat(level), "karcher": _flat(level)}
+        seed["bench"]["methods"] += ["cart", "karcher"]
+    diffs = aggregate(seeds)["differences"]["defaults"]
+    assert diffs["best"] == "ram" and diffs["tied"] == ["cart", "karcher"]
+    assert diffs["best_baseline"] == "karcher"  # the last name among the tied baselines
+    assert "- defaults: best method ram (tied with cart, karcher), best baseline (not RAM) karcher" in differences(
+        aggregate(seeds)
+    )

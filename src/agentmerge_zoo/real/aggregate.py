@@ -131,6 +131,14 @@ def best_method(rows: dict[str, dict[str, Any]], with_ram: bool = True) -> str |
     return max(scored)[1] if scored else None
 
 
+def tied_with(rows: dict[str, dict[str, Any]], best: str | None) -> list[str]:
+    """The other methods whose trained-skill mean equals the best one's (the best is the last name among them)."""
+    if best is None:
+        return []
+    top = rows[best]["trained_avg"]["mean"]
+    return sorted(m for m, r in rows.items() if m != best and math.isclose(r["trained_avg"]["mean"], top))
+
+
 def in_every_seed(rows: dict[str, dict[str, Any]], n_seeds: int) -> dict[str, dict[str, Any]]:
     """The rows benched in all ``n_seeds`` seeds: a best method is chosen among them only (a mean over fewer
     seeds is not comparable, and its paired difference would not exist)."""
@@ -153,7 +161,8 @@ def aggregate(seeds: Sequence[dict[str, Any]]) -> dict[str, Any]:
     for kind, rows in tables.items():
         everywhere = in_every_seed(rows, len(seeds))
         best = best_baseline(everywhere)
-        diffs: dict[str, Any] = {"best_baseline": best, "best": best_method(everywhere)}
+        top = best_method(everywhere)
+        diffs: dict[str, Any] = {"best_baseline": best, "best": top, "tied": tied_with(everywhere, top)}
         for a, b in (
             *((a, best) for a in RAM_FAMILY),
             ("ram", "task_arithmetic"),

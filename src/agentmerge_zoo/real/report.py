@@ -122,9 +122,11 @@ def differences(agg: dict[str, Any]) -> list[str]:
     """The paired differences as lines, each naming the view and the methods."""
     lines = []
     for kind, diffs in agg["differences"].items():
-        lines.append(f"- {kind}: best method {diffs.get('best')}, best baseline (not RAM) {diffs.get('best_baseline')}")
+        tied = f" (tied with {', '.join(diffs['tied'])})" if diffs.get("tied") else ""
+        best, baseline = diffs.get("best"), diffs.get("best_baseline")
+        lines.append(f"- {kind}: best method {best}{tied}, best baseline (not RAM) {baseline}")
         for name, d in diffs.items():
-            if name not in ("best_baseline", "best") and d:
+            if name not in ("best_baseline", "best", "tied") and d:
                 prompts = f" over seeds (± {100 * d['prompt_se']:.1f} over prompts)" if "prompt_se" in d else ""
                 lines.append(f"- {kind}: {name} = {100 * d['mean']:+.1f} ± {100 * d['se']:.1f}{prompts}")
     return lines
