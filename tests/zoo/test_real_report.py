@@ -133,7 +133,8 @@ def test_write_results_renders_every_section(tmp_path: Path) -> None:
     for heading in (*headings, "## Dilution"):
         assert heading in text
     assert (
-        "| 0 | tool | 50.0 | 20.0 / 30.0 / 50.0 | 25.0 / 50.0 / 25.0 | 4.00 | 1.250 | 46.2, 40.8 / 56.1 / 3.1 |" in text
+        "| 0 | tool | 50.0 | 20.0 / 30.0 / 50.0 | 25.0 / 50.0 / 25.0 | 4.00 | 1.250 | 0.52 / - | 46.2, 40.8 / 56.1 / 3.1 |"
+        in text
     )
     assert "| ram.tuned | 75 ± 25 | 75 ± 25 | 75 ± 25 | 75 ± 25 |" in text
     assert (tmp_path / "docs" / "curves.png").stat().st_size > 0
@@ -179,6 +180,7 @@ def test_kept_rows_average_each_agents_share_over_the_seeds_that_measured_it(tmp
         (tmp_path / f"seed{s['seed']}" / "result.json").write_text(json.dumps(s))
     text = write_results(tmp_path, [0, 1, 2], tmp_path / "docs", "cmd")[1].read_text()
     assert "| ram | 0.70 (1.00 / 0.50 / 0.33) |" in text
+    assert "| 0 | tool | 50.0 | 20.0 / 30.0 / 50.0 | 25.0 / 50.0 / 25.0 | 4.00 | 1.250 | 0.52 / 0.60 |" in text
 
 
 def test_two_seeds_give_the_prompts_share_of_the_difference_beside_the_seeds_se() -> None:

@@ -8,6 +8,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+from agentmerge.methods.deltas import kept_by_count
 from agentmerge_zoo.real.aggregate import aggregate, has_scale, row_name
 from agentmerge_zoo.real.suite import HELD_OUT, TRAINED
 from agentmerge_zoo.regime_report import PAPER_FIG2
@@ -62,9 +63,10 @@ def agents_table(seeds: Sequence[dict[str, Any]]) -> list[str]:
 
 def probe_table(seeds: Sequence[dict[str, Any]]) -> list[str]:
     """Per seed and agent: density, w.0 / w.1 / w.2 (the share of its updated elements that 0, 1, 2 other agents
-    also updated) measured and under independent masks, RAM+'s rho and lambda, next to the paper's Figure 2."""
+    also updated) measured and under independent masks, RAM+'s rho and lambda, what RAM keeps of the agent counted
+    by element (``kept_by_count``) and measured on the bench's RAM merge, next to the paper's Figure 2."""
     header = ["seed", "agent", "density %", "w.0 / w.1 / w.2 % measured", "independent masks", "rho", "RAM+ lambda"]
-    header += ["paper Fig. 2: density %, w.0 / w.1 / w.2 %"]
+    header += ["RAM keeps: by count / measured", "paper Fig. 2: density %, w.0 / w.1 / w.2 %"]
     rows = []
     for s in seeds:
         for skill in TRAINED:
@@ -79,10 +81,17 @@ def probe_table(seeds: Sequence[dict[str, Any]]) -> list[str]:
                     _shares(probe["independent"]) if "independent" in probe else "-",
                     f"{float(probe['rho']):.2f}" if "rho" in probe else "-",
                     f"{probe['lambda']:.3f}" if "lambda" in probe else "-",
+                    f"{kept_by_count(probe['overlap']):.2f} / {_ram_kept(s, skill)}",
                     f"{paper_d}, {' / '.join(f'{w}' for w in paper_w)}",
                 ]
             )
     return table(header, rows)
+
+
+def _ram_kept(seed: dict[str, Any], skill: str) -> str:
+    """What the seed's default RAM merge kept of the skill's agent (``bench.kept``), or "-" when not measured."""
+    agents = seed["bench"].get("kept", {}).get("ram", {}).get("agents", [])  # in TRAINED's order
+    return f"{agents[TRAINED.index(skill)]['kept']:.2f}" if agents else "-"
 
 
 def _shares(values: Sequence[float]) -> str:
