@@ -124,7 +124,7 @@ def ram_shared_advice(params: Params, agents: Sequence[AgentOverlap]) -> tuple[s
     notes = []
     for a in agents:
         kept = kept_by_count(a.overlap)
-        if a.overlap and sum(a.overlap) > 0 and kept <= SHARED_DILUTION:
+        if sum(a.overlap) > 0 and kept <= SHARED_DILUTION:  # an agent with no update has all-zero shares
             notes.append(
                 f"{a.name}: {100 * (1 - a.overlap[0]):.1f} % of its updates lie where other agents also updated, "
                 f"where RAM takes their mean: counted by element it keeps about {100 * kept:.0f} % of this agent's "

@@ -21,6 +21,7 @@ import math
 from collections.abc import Sequence
 from typing import Any
 
+from agentmerge_zoo.fair import output_scale
 from agentmerge_zoo.real.evaluate import mean_se
 from agentmerge_zoo.real.suite import HELD_OUT, TRAINED
 
@@ -109,10 +110,8 @@ def _trained_diff_se(ra: dict[str, Any], rb: dict[str, Any]) -> float:
 
 
 def has_scale(method: str) -> bool:
-    """Whether the bench tunes the method (``Method.output_scale``; a name the registry lacks: assumed so)."""
-    from agentmerge import METHODS
-
-    return method not in METHODS or METHODS[method].output_scale is not None
+    """Whether the bench tunes the method: it has an output scale (the fair protocol's ``output_scale``)."""
+    return output_scale(method) is not None
 
 
 def row_name(method: str, kind: str) -> str:
