@@ -24,7 +24,7 @@ from typing import Any
 
 from agentmerge_zoo.fair import defaults_view, has_tuned, tuned_view
 from agentmerge_zoo.report_md import pm, table
-from agentmerge_zoo.results import Stat, domain_score, stat
+from agentmerge_zoo.results import RAM_FAMILY, Stat, domain_score, is_variant, stat
 
 CROWDING_KEYS = ("unique", "shared", "shared_independent", "conflict")
 REFERENCES = ("ram", "task_arithmetic")
@@ -108,19 +108,41 @@ def _curves(records: Sequence[dict[str, Any]], sizes: list[int]) -> dict[str, An
     """The retained gain of each method, and its paired difference from each reference method, against N."""
     methods = _methods(records)
 
-    def kept(label: str) -> Value:
-        return lambda s: gain_kept(s["rows"], s["domains"], label)
-
-    def minus(label: str, ref: str) -> Value:
-        return lambda s: gain_kept(s["rows"], s["domains"], label) - gain_kept(s["rows"], s["domains"], ref)
-
-    curves: dict[str, Any] = {"kept": {m: _curve(records, sizes, kept(m)) for m in methods}}
+    curves: dict[str, Any] = {"kept": {m: _curve(records, sizes, _kept(m)) for m in methods}}
     curves["minus"] = {
-        ref: {m: _curve(records, sizes, minus(m, ref)) for m in methods if m != ref}
+        ref: {m: _curve(records, sizes, _minus(m, ref)) for m in methods if m != ref}
         for ref in REFERENCES
         if ref in methods
     }
+    curves["best"] = _best_baseline(records, sizes, methods, curves["kept"])
     return curves
+
+
+def _best_baseline(
+    records: Sequence[dict[str, Any]], sizes: list[int], methods: list[str], kept: dict[str, dict[str, Stat]]
+) -> dict[str, Any]:
+    """Per N, the baseline (not RAM, RAM+, RAM-TIES or a RAM variant) with the highest mean retained gain over
+    seeds (chosen on test, as the bench's best baseline), and each RAM-family row's paired difference from it."""
+    baselines = [m for m in methods if m not in RAM_FAMILY and not is_variant(m)]
+    rams = [m for m in methods if m in RAM_FAMILY or is_variant(m)]
+    out: dict[str, Any] = {"label": {}, "minus": {m: {} for m in rams}}
+    if not baselines:
+        return out
+    for n in sizes:
+        best = max(baselines, key=lambda m: kept[m][str(n)]["mean"])
+        out["label"][str(n)] = best
+        for m in rams:
+            out["minus"][m][str(n)] = stat([_seed_mean(r, n, _minus(m, best)) for r in records])
+    return out
+
+
+def _kept(label: str) -> Value:
+    return lambda s: gain_kept(s["rows"], s["domains"], label)
+
+
+def _minus(label: str, ref: str) -> Value:
+    """A subset's retained gain of ``label`` minus that of ``ref`` (a paired difference)."""
+    return lambda s: gain_kept(s["rows"], s["domains"], label) - gain_kept(s["rows"], s["domains"], ref)
 
 
 def _chosen(records: Sequence[dict[str, Any]], sizes: list[int]) -> dict[str, dict[str, Stat]]:
@@ -205,11 +227,22 @@ def _view_lines(name: str, curves: dict[str, Any], sizes: list[str], cols: list[
     lines += ["kept = Σ_d (merge − base) / Σ_d (specialist − base) over the merged agents' domains, in percent.", ""]
     lines += table(["method", *cols], [[m, *[pm(c[n]) for n in sizes]] for m, c in curves["kept"].items()])
     lines.append("")
+    lines += _best_lines(curves.get("best", {}), sizes, cols, f", {name}" if titled else "")
     for ref, entries in curves["minus"].items():
         lines += [f"### Paired differences from `{ref}` (points of gain kept{f', {name}' if titled else ''})", ""]
         lines += table(["method", *cols], [[m, *[pm(c[n]) for n in sizes]] for m, c in entries.items()])
         lines.append("")
     return lines
+
+
+def _best_lines(best: dict[str, Any], sizes: list[str], cols: list[str], suffix: str) -> list[str]:
+    """RAM's rows against the best baseline of each N (paired, points of gain kept)."""
+    if not best.get("label"):
+        return []
+    lines = [f"### RAM against the best baseline of each N (points of gain kept{suffix})", ""]
+    rows = [["best baseline", *[f"`{best['label'][n]}`" for n in sizes]]]
+    rows += [[f"{m} − best", *[pm(c[n]) for n in sizes]] for m, c in best["minus"].items()]
+    return [*lines, *table(["", *cols], rows), ""]
 
 
 def _crowding_lines(res: dict[str, Any], sizes: list[str], cols: list[str]) -> list[str]:

@@ -112,11 +112,18 @@ def test_a_fair_study_has_a_defaults_and_a_tuned_view(tmp_path: Path) -> None:
     assert defaults["minus"]["ram"]["task_arithmetic"]["3"]["mean"] == pytest.approx(0.1)
     assert tuned["minus"]["ram"]["task_arithmetic"]["3"]["mean"] == pytest.approx(-0.1)
     assert res["chosen"]["ram"]["2"]["mean"] == pytest.approx(3.0)
+    # the best baseline of each N: task arithmetic (0.6 / 0.8) over linear (0.5 / N)
+    assert defaults["best"]["label"] == tuned["best"]["label"] == {"2": "task_arithmetic", "3": "task_arithmetic"}
+    assert defaults["best"]["minus"]["ram"]["2"]["mean"] == pytest.approx(-0.1)
+    assert tuned["best"]["minus"]["ram"]["3"]["mean"] == pytest.approx(0.1)
+    assert "linear" not in defaults["best"]["minus"] and "task_arithmetic" not in tuned["best"]["minus"]
     text = render_many(res | {"meta": res["meta"] | {"steps": {"code": 80, "math": 120}}}, None)
     assert "## Share of the specialists' gain kept, against N: defaults" in text
     assert "## Share of the specialists' gain kept, against N: tuned" in text
     assert "| ram | 90.0 ± 0.0 | 90.0 ± 0.0 |" in text and "| ram | 50.0 ± 0.0 | 50.0 ± 0.0 |" in text
     assert "Agents' RL steps: code 80, math 120." in text
+    assert "### RAM against the best baseline of each N (points of gain kept, tuned)" in text
+    assert "| ram − best | 10.0 ± 0.0 | 10.0 ± 0.0 |" in text and "| ram − best | -10.0 ± 0.0 | -10.0 ± 0.0 |" in text
     write_many(res, tmp_path)
     assert (tmp_path / "many-agents.png").stat().st_size > 1000
 
