@@ -40,6 +40,11 @@ MANY_RUNS: tuple[MethodRun, ...] = (
     MethodRun("ties", "ties", {"density": 0.5, "lambda": 1.0}),
     MethodRun("ram", "ram"),
     MethodRun("ram_plus", "ram_plus", {"r": 0.1, "alpha": 2.0}),
+    # the field's strongest newer methods on the three-agent bench (TSV-M best tuned in three regimes, Iso-C in
+    # bf16; both built for merging many tasks) and the RAM authors' RAM-TIES (no output scale: defaults only)
+    MethodRun("tsv", "tsv"),
+    MethodRun("iso_c", "iso_c"),
+    MethodRun("ram_ties", "ram_ties"),
     MethodRun("v_ram_elect", "ram", {"shared": "elect"}, kind="variant"),
     MethodRun("v_ram_scaled", "ram", tune="scale", kind="variant"),  # the older protocol's tuned RAM
 )

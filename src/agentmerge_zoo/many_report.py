@@ -129,7 +129,10 @@ def _best_baseline(
     if not baselines:
         return out
     for n in sizes:
-        best = max(baselines, key=lambda m: kept[m][str(n)]["mean"])
+        finite = [m for m in baselines if math.isfinite(kept[m][str(n)]["mean"])]
+        if not finite:
+            continue
+        best = max(finite, key=lambda m: kept[m][str(n)]["mean"])
         out["label"][str(n)] = best
         for m in rams:
             out["minus"][m][str(n)] = stat([_seed_mean(r, n, _minus(m, best)) for r in records])
@@ -214,8 +217,9 @@ def _steps_lines(steps: dict[str, int]) -> list[str]:
 
 VIEW_TEXT = {
     "defaults": "Every method at its defaults (task arithmetic λ 1, RAM scale 1): what a user gets out of the box.",
-    "tuned": "Every method with an output scale (task arithmetic, TIES λ; RAM, RAM+ scale) at the value chosen on "
-    "validation for each subset, from one grid by one rule (`fair.py`); the RAM variant keeps its defaults.",
+    "tuned": "Every method with an output scale (task arithmetic, TIES λ; TSV-M, Iso-C α; RAM, RAM+ scale) at the "
+    "value chosen on validation for each subset, from one grid by one rule (`fair.py`); a method without one "
+    "(linear, RAM-TIES) and the RAM variant keep their defaults.",
 }
 
 
@@ -240,8 +244,8 @@ def _best_lines(best: dict[str, Any], sizes: list[str], cols: list[str], suffix:
     if not best.get("label"):
         return []
     lines = [f"### RAM against the best baseline of each N (points of gain kept{suffix})", ""]
-    rows = [["best baseline", *[f"`{best['label'][n]}`" for n in sizes]]]
-    rows += [[f"{m} − best", *[pm(c[n]) for n in sizes]] for m, c in best["minus"].items()]
+    rows = [["best baseline", *[f"`{best['label'].get(n, 'n/a')}`" for n in sizes]]]
+    rows += [[f"{m} − best", *[pm(c[n]) if n in c else "n/a" for n in sizes]] for m, c in best["minus"].items()]
     return [*lines, *table(["", *cols], rows), ""]
 
 
