@@ -53,7 +53,8 @@ VARIANT_RUNS: tuple[MethodRun, ...] = (
         "v_ram_scaled", "ram", tune="scale", kind="variant"
     ),  # theta_0 + s * RAM's delta, s chosen like TA's lambda
 )
-RAM_FAMILY = frozenset({"ram", "ram_plus", "ram_ties"})
+# RAM and the methods built on it: never the best baseline ("ram_fisher" is a main row of the real bench)
+RAM_FAMILY = ("ram", "ram_plus", "ram_ties", "ram_fisher")
 FISHER_METHODS = frozenset({"fisher", "ram_fisher"})  # merges that take the agents' Fisher files
 PAIRS: tuple[tuple[str, str], ...] = (("code", "tool"), ("code", "memory"), ("tool", "memory"))
 PAIR_METHODS = ("linear", "task_arithmetic", "ties", "dare_ties", "ram", "ram_plus")

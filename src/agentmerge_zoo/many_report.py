@@ -22,9 +22,10 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
+from agentmerge_zoo.benchplan import RAM_FAMILY
 from agentmerge_zoo.fair import defaults_view, has_tuned, tuned_view
 from agentmerge_zoo.report_md import pm, table
-from agentmerge_zoo.results import RAM_FAMILY, Stat, domain_score, is_variant, stat
+from agentmerge_zoo.results import Stat, domain_score, is_variant, stat
 
 CROWDING_KEYS = ("unique", "shared", "shared_independent", "conflict")
 REFERENCES = ("ram", "task_arithmetic")

@@ -13,6 +13,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+from agentmerge_zoo.benchplan import RAM_FAMILY
 from agentmerge_zoo.config import DOMAINS
 from agentmerge_zoo.evaluate import mean_and_se
 from agentmerge_zoo.fair import TUNED, defaults_view, has_tuned, is_tuned, tuned_view
@@ -47,7 +48,6 @@ def row_labels(records: Sequence[dict[str, Any]]) -> list[str]:
 
 
 ABLATION_PREFIX = "ram_plus_"  # RAM+ ablation rows (ram_plus_r0.1_a2, ram_plus_authors_R1.2)
-RAM_FAMILY = ("ram", "ram_plus", "ram_ties")
 
 
 def is_ablation(label: str) -> bool:

@@ -21,11 +21,10 @@ import math
 from collections.abc import Sequence
 from typing import Any
 
+from agentmerge_zoo.benchplan import RAM_FAMILY
 from agentmerge_zoo.fair import output_scale
 from agentmerge_zoo.real.evaluate import mean_se
 from agentmerge_zoo.real.suite import HELD_OUT, TRAINED
-
-RAM_FAMILY = ("ram", "ram_plus", "ram_ties", "ram_fisher")
 
 
 def cell(per_seed: Sequence[float], prompt_se: float) -> dict[str, float]:

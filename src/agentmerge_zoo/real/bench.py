@@ -62,13 +62,6 @@ def bench_methods(plan: BenchPlan) -> list[str]:
     return sorted(eligible)
 
 
-def scale_param(method: str) -> str | None:
-    """The method's output-scale parameter (``Method.output_scale``, tuned on validation), if it has one."""
-    from agentmerge import METHODS
-
-    return METHODS[method].output_scale
-
-
 def needs_fisher(method: str) -> bool:
     from agentmerge import METHODS
 

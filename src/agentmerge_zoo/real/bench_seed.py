@@ -6,6 +6,7 @@ import itertools
 from pathlib import Path
 from typing import Any
 
+from agentmerge_zoo.fair import output_scale
 from agentmerge_zoo.real.bench import (
     BenchPlan,
     Log,
@@ -15,7 +16,6 @@ from agentmerge_zoo.real.bench import (
     needs_fisher,
     read_report,
     run_trials,
-    scale_param,
     trial_entry,
     tuning_name,
 )
@@ -36,14 +36,14 @@ def tune(inputs: SeedInputs, plan: BenchPlan, methods: list[str], work: Path, se
     """Validation scores of every scaled method over the grid, and the chosen value of each."""
     entries, skills = [], {}
     for method in methods:
-        param = scale_param(method)
+        param = output_scale(method)
         for value in plan.grid if param is not None else ():
             entries.append(trial_entry(tuning_name(method, value), method, {str(param): value}, inputs, EVERY_AGENT))
             skills[tuning_name(method, value)] = list(TRAINED)
     records = run_trials(work / "val", inputs, entries, "val", plan.n_val, skills, plan, session)
     out: dict[str, Any] = {}
     for method in methods:
-        param = scale_param(method)
+        param = output_scale(method)
         if param is None:
             continue
         grid = {
@@ -86,7 +86,7 @@ def test_entries(
 def bench_seed(inputs: SeedInputs, plan: BenchPlan, work: Path, session: Any, log: Log) -> dict[str, Any]:
     """Tune on validation, score everything on test; the seed's merge results (reports by trial name)."""
     methods = [m for m in bench_methods(plan) if inputs.fisher or not needs_fisher(m)]
-    log(f"bench: {len(methods)} methods, tuning {sum(scale_param(m) is not None for m in methods)} on validation")
+    log(f"bench: {len(methods)} methods, tuning {sum(output_scale(m) is not None for m in methods)} on validation")
     tuned = tune(inputs, plan, methods, work, session)
     entries, skills = test_entries(inputs, plan, methods, tuned)
     log(f"bench: {len(entries)} test trials")

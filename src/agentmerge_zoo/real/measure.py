@@ -91,11 +91,12 @@ def measure(
 
 def budget(measured: dict[str, Any]) -> dict[str, Any]:
     """The configured seed's cost from these measurements (``budget.seed_cost``), with the method counts."""
-    from agentmerge_zoo.real.bench import bench_methods, needs_fisher, scale_param
+    from agentmerge_zoo.fair import output_scale
+    from agentmerge_zoo.real.bench import bench_methods, needs_fisher
     from agentmerge_zoo.real.budget import seed_cost
 
     cfg = RealConfig()
     methods = bench_methods(cfg.bench)
-    scaled = sum(scale_param(m) is not None for m in methods)
+    scaled = sum(output_scale(m) is not None for m in methods)
     cost = seed_cost(cfg, measured, len(methods), scaled)
     return {"methods": len(methods), "scaled": scaled, "fisher": sum(map(needs_fisher, methods)), "cpu": cost}
