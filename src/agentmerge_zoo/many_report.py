@@ -188,7 +188,7 @@ def render_many(res: dict[str, Any], figure: str | None) -> str:
         "",
         f"Command: `{meta['command']}`",
         "",
-        *(_steps_lines(meta["steps"]) if meta.get("steps") else []),
+        *(_steps_lines(meta["steps"], meta["regime"]) if meta.get("steps") else []),
         "## The specialists",
         "",
         *table(
@@ -211,9 +211,13 @@ def render_many(res: dict[str, Any], figure: str | None) -> str:
     return "\n".join(lines) + "\n"
 
 
-def _steps_lines(steps: dict[str, int]) -> list[str]:
-    """The agents' RL steps (the recipe's, or what the convergence loop settled on)."""
-    return ["Agents' RL steps: " + ", ".join(f"{d} {n}" for d, n in steps.items()) + ".", ""]
+def _steps_lines(steps: dict[str, int], regime: str) -> list[str]:
+    """The agents' RL steps (the recipe's, or what the convergence loop settled on) and where the loop's check
+    table per agent is."""
+    text = "Agents' RL steps: " + ", ".join(f"{d} {n}" for d, n in steps.items()) + "."
+    text += f" The convergence check of every agent at these steps: `docs/convergence/six-{regime}.md` (`zoo check"
+    text += " --suite six --rounds 3`, written by `scripts/zoo_fair_run.sh`)."
+    return [text, ""]
 
 
 VIEW_TEXT = {

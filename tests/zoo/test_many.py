@@ -121,7 +121,8 @@ def test_a_fair_study_has_a_defaults_and_a_tuned_view(tmp_path: Path) -> None:
     assert "## Share of the specialists' gain kept, against N: defaults" in text
     assert "## Share of the specialists' gain kept, against N: tuned" in text
     assert "| ram | 90.0 ± 0.0 | 90.0 ± 0.0 |" in text and "| ram | 50.0 ± 0.0 | 50.0 ± 0.0 |" in text
-    assert "Agents' RL steps: code 80, math 120." in text
+    assert "Agents' RL steps: code 80, math 120. The convergence check" in text
+    assert "`docs/convergence/six-fp32_bf16.md`" in text
     assert "### RAM against the best baseline of each N (points of gain kept, tuned)" in text
     assert "| ram − best | 10.0 ± 0.0 | 10.0 ± 0.0 |" in text and "| ram − best | -10.0 ± 0.0 | -10.0 ± 0.0 |" in text
     write_many(res, tmp_path)
