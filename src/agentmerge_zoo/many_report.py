@@ -22,10 +22,9 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
-from agentmerge_zoo.benchplan import RAM_FAMILY
 from agentmerge_zoo.fair import defaults_view, has_tuned, tuned_view
 from agentmerge_zoo.report_md import pm, table
-from agentmerge_zoo.results import Stat, domain_score, is_variant, stat
+from agentmerge_zoo.results import Stat, domain_score, is_baseline, stat
 
 CROWDING_KEYS = ("unique", "shared", "shared_independent", "conflict")
 REFERENCES = ("ram", "task_arithmetic")
@@ -124,11 +123,9 @@ def _best_baseline(
 ) -> dict[str, Any]:
     """Per N, the baseline (not RAM, RAM+, RAM-TIES or a RAM variant) with the highest mean retained gain over
     seeds (chosen on test, as the bench's best baseline), and each RAM-family row's paired difference from it."""
-    baselines = [m for m in methods if m not in RAM_FAMILY and not is_variant(m)]
-    rams = [m for m in methods if m in RAM_FAMILY or is_variant(m)]
+    baselines = [m for m in methods if is_baseline(m)]
+    rams = [m for m in methods if not is_baseline(m)]
     out: dict[str, Any] = {"label": {}, "minus": {m: {} for m in rams}}
-    if not baselines:
-        return out
     for n in sizes:
         finite = [m for m in baselines if math.isfinite(kept[m][str(n)]["mean"])]
         if not finite:

@@ -63,6 +63,11 @@ def is_variant(label: str) -> bool:
     return label.startswith(VARIANT_PREFIX)
 
 
+def is_baseline(label: str) -> bool:
+    """A merge row that may be the best baseline: not RAM, RAM+, RAM-TIES, RAM-Fisher or a RAM variant."""
+    return label not in RAM_FAMILY and not is_variant(label)
+
+
 def is_merge(label: str) -> bool:
     return label != "base" and not label.startswith("agent_")
 
@@ -136,7 +141,7 @@ def _ablation(records: Sequence[dict[str, Any]], labels: Sequence[str]) -> dict[
 def _variants(records: Sequence[dict[str, Any]], labels: Sequence[str]) -> dict[str, Any]:
     """RAM variant rows: agentic average, paired against RAM, RAM+ and the best baseline, and per domain."""
     merges = [x for x in labels if is_merge(x) and not is_ablation(x)]
-    best = _best(records, [x for x in merges if x not in RAM_FAMILY and not is_variant(x)])
+    best = _best(records, [x for x in merges if is_baseline(x)])
     refs = [x for x in ("ram", "ram_plus", best) if x is not None and x in labels]
     out: dict[str, Any] = {}
     for label in [x for x in labels if is_variant(x)]:
@@ -194,7 +199,7 @@ def regime_point(records: Sequence[dict[str, Any]], labels: Sequence[str]) -> di
       masks coincide more than chance, 1 means independent.
     """
     merges = [x for x in labels if is_merge(x) and not is_ablation(x)]
-    baselines = [x for x in merges if x not in RAM_FAMILY and not is_variant(x)]
+    baselines = [x for x in merges if is_baseline(x)]
     best_base = _best(records, baselines)
     best_merge = _best(records, merges)
     out: dict[str, Any] = {"best_baseline": best_base, "best_merge": best_merge}
