@@ -8,16 +8,18 @@ parser on deeply nested brackets. The sweep's ``--address`` cases are in ``test_
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any
 
 import pytest
 import torch
+import yaml
 from safetensors.torch import load_file, save_file
 
+from agentmerge import MergeConfig, ModelSpec, merge
+from agentmerge.cli import main
 from agentmerge.engine.extract_lora import extract_lora
 from agentmerge.io.checkpoint import Checkpoint
 from agentmerge.io.lora import LoraModel
-from hostile import one_line_error
+from hostile import model_folder, one_line_error
 
 df = pytest.importorskip("densefamily")
 Family = tuple[Path, list[Path]]
@@ -67,8 +69,6 @@ def test_rank_one_gives_the_best_rank_one_adapter(llama: Family, tmp_path: Path)
 def test_rank_one_from_the_command_line(
     llama: Family, tmp_path: Path, capsys: pytest.CaptureFixture[str], flags: list[str]
 ) -> None:
-    from agentmerge.cli import main
-
     base, agents = llama
     out = tmp_path / "ad"
     assert main(["extract-lora", str(agents[1]), "--base", str(base), "-o", str(out), "--quiet", *flags]) == 0
@@ -105,5 +105,61 @@ def test_non_finite_linear_weights_are_one_line(
     nothing_written(out)
 
 
-def _unused(_: Any) -> None:  # keeps Any imported for the sections below
-    return None
+# --------------------------------------------------------------------------- karcher tol: 0
+
+SCALARS = {"model.embed_tokens.weight": (16, 8), "model.norm.weight": (1,), "model.scale": ()}
+
+
+def karcher_runs(a: Path, b: Path, out: Path, how: str) -> dict[str, torch.Tensor]:
+    """Karcher of models ``a`` and ``b`` at ``tol: 0`` written by flags or by a mergekit YAML; the output's tensors."""
+    if how == "flags":
+        argv = [
+            "merge",
+            "--method",
+            "karcher",
+            "--model",
+            str(a),
+            "--model",
+            str(b),
+            "--param",
+            "tol=0",
+            "-o",
+            str(out),
+        ]
+    else:
+        doc = {"merge_method": "karcher", "models": [{"model": str(a)}, {"model": str(b)}], "parameters": {"tol": 0}}
+        (out.parent / "mk.yaml").write_text(yaml.safe_dump(doc))
+        argv = ["merge", str(out.parent / "mk.yaml"), str(out)]
+    assert main([*argv, "--quiet"]) == 0
+    return load_file(out / "model.safetensors")
+
+
+@pytest.mark.parametrize("how", ["flags", "mergekit"])
+def test_karcher_tol_zero_merges_identical_and_one_element_tensors(tmp_path: Path, how: str) -> None:
+    """``tol: 0`` (in its range) divided by a zero angle: identical inputs give that input back, a one-element
+    or 0-D tensor the mean length in the common direction, and every tensor equals the default tol's result."""
+    a, b = (model_folder(tmp_path / f"m{i}", i, SCALARS) for i in (1, 2))
+    same = load_file(a / "model.safetensors")
+    for name, got in karcher_runs(a, a, tmp_path / "same", how).items():
+        assert torch.equal(got, same[name]), name
+    got = karcher_runs(a, b, tmp_path / "two", how)
+    models = [ModelSpec(path=str(a)), ModelSpec(path=str(b))]
+    merge(MergeConfig(method="karcher", models=models), tmp_path / "default", quiet=True)
+    default = load_file(tmp_path / "default" / "model.safetensors")
+    assert all(torch.equal(got[n], default[n]) for n in default)
+    x, y = float(same["model.scale"]), float(load_file(b / "model.safetensors")["model.scale"])
+    assert x * y > 0  # same sign: the angle between them is 0
+    want = torch.tensor((abs(x) + abs(y)) / 2 * (1 if x > 0 else -1)).bfloat16()
+    assert torch.equal(got["model.scale"], want)
+
+
+def test_karcher_coefficients_at_tol_zero_are_finite() -> None:
+    """The kernel alone: a Gram matrix of parallel vectors, of one zero vector, of antipodal ones."""
+    from agentmerge.methods.spherical import karcher_coefficients
+
+    for g in ([[4.0, 6.0], [6.0, 9.0]], [[4.0, 0.0], [0.0, 0.0]], [[4.0, -6.0], [-6.0, 9.0]], [[1.0, 1.0], [1.0, 1.0]]):
+        k = karcher_coefficients(torch.tensor(g, dtype=torch.float64), 10, 0.0)
+        assert bool(torch.isfinite(k).all()), g
+    g = torch.tensor([[4.0, 6.0], [6.0, 9.0]], dtype=torch.float64)  # y = 1.5 x, |x| = 2: the mean has length 2.5
+    k = karcher_coefficients(g, 10, 0.0)
+    assert float(k @ g @ k) == pytest.approx(2.5**2) and float(k @ g[0]) > 0
