@@ -21,6 +21,7 @@ from agentmerge.io.checkpoint import Checkpoint
 from agentmerge.io.lora import LoraModel
 from hostile import model_folder, one_line_error
 
+transformers = pytest.importorskip("transformers")
 df = pytest.importorskip("densefamily")
 Family = tuple[Path, list[Path]]
 
@@ -163,3 +164,108 @@ def test_karcher_coefficients_at_tol_zero_are_finite() -> None:
     g = torch.tensor([[4.0, 6.0], [6.0, 9.0]], dtype=torch.float64)  # y = 1.5 x, |x| = 2: the mean has length 2.5
     k = karcher_coefficients(g, 10, 0.0)
     assert float(k @ g @ k) == pytest.approx(2.5**2) and float(k @ g[0]) > 0
+
+
+# --------------------------------------------------------------------------- moe
+
+
+def moe_argv(family: Family, tmp_path: Path, prompts: tuple[str, str] = ("0123\n", "abc\n")) -> list[str]:
+    """``moe BASE --model A0 --prompts P0 --model A1 --prompts P1 -o OUT --quiet`` with prompts files written."""
+    base, agents = family
+    argv = ["moe", str(base)]
+    for i, (agent, text) in enumerate(zip(agents, prompts, strict=True)):
+        (tmp_path / f"p{i}.txt").write_bytes(text.encode() if isinstance(text, str) else text)
+        argv += ["--model", str(agent), "--prompts", str(tmp_path / f"p{i}.txt")]
+    return [*argv, "-o", str(tmp_path / "out"), "--quiet"]
+
+
+def moe_yaml(family: Family, tmp_path: Path, **extra: object) -> list[str]:
+    base, agents = family
+    experts = [{"path": str(a), "prompts": list(df.PROMPTS[i])} for i, a in enumerate(agents)]
+    (tmp_path / "moe.yaml").write_text(yaml.safe_dump({"base": str(base), "experts": experts, **extra}))
+    return ["moe", str(tmp_path / "moe.yaml"), "-o", str(tmp_path / "out"), "--quiet"]
+
+
+@pytest.mark.parametrize(
+    ("merge_section", "flags", "says"),
+    [
+        (["ram"], [], "'merge' must be a mapping"),
+        ("ram", [], "'merge' must be a mapping"),
+        ("ram", ["--method", "ties"], "'merge' must be a mapping"),
+        ({"method": "ties", "params": ["k", 0.2]}, ["--param", "k=0.3"], "merge.params must be a mapping"),
+        ({"method": "ties", "params": "k=0.2"}, ["--param", "k=0.3"], "merge.params must be a mapping"),
+        ({"method": "ties", "params": ["k", 0.2]}, [], "merge.params must be a mapping"),
+    ],
+)
+def test_moe_merge_section_of_the_wrong_kind_is_one_line(
+    llama: Family,
+    tmp_path: Path,
+    capsys: pytest.CaptureFixture[str],
+    merge_section: object,
+    flags: list[str],
+    says: str,
+) -> None:
+    argv = moe_yaml(llama, tmp_path, merge=merge_section)
+    for dry in ([], ["--dry-run"]):
+        one_line_error([*argv, *flags, *dry], capsys, says, str(tmp_path / "moe.yaml"))
+    nothing_written(tmp_path / "out")
+
+
+@pytest.mark.parametrize(
+    "content",
+    [b"0123\n\xff\xfe\x00binary\n", bytes(range(256)) * 4, "0123\n".encode("utf-16")],
+    ids=["bad-byte", "binary", "utf16"],
+)
+def test_moe_prompts_file_not_utf8_is_one_line(
+    llama: Family, tmp_path: Path, capsys: pytest.CaptureFixture[str], content: bytes
+) -> None:
+    argv = moe_argv(llama, tmp_path)
+    (tmp_path / "p1.txt").write_bytes(content)
+    for dry in ([], ["--dry-run"]):
+        one_line_error([*argv, *dry], capsys, str(tmp_path / "p1.txt"), "UTF-8")
+    (tmp_path / "p1.jsonl").write_bytes(b'{"prompt": "abc"}\n' + b"[" * 100_000 + b"\n")  # deeper than Python recurses
+    argv[argv.index(str(tmp_path / "p1.txt"))] = str(tmp_path / "p1.jsonl")
+    one_line_error(argv, capsys, "p1.jsonl:2", "not JSON")
+    nothing_written(tmp_path / "out")
+
+
+def no_merge(*args: object, **kwargs: object) -> None:
+    raise AssertionError("the static merge ran before the prompts were checked")
+
+
+def test_moe_chat_template_without_one_is_refused_before_the_merge(
+    llama: Family, tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import shutil
+
+    base = tmp_path / "base"
+    shutil.copytree(llama[0], base)
+    tok = transformers.AutoTokenizer.from_pretrained(base)
+    tok.chat_template = None
+    for name in ("tokenizer_config.json", "chat_template.jinja", "chat_template.json"):
+        (base / name).unlink(missing_ok=True)
+    tok.save_pretrained(base)
+    monkeypatch.setattr("agentmerge.engine.merge.merge", no_merge)
+    argv = moe_argv((base, llama[1]), tmp_path)
+    for dry in ([], ["--dry-run"]):
+        one_line_error([*argv, "--chat-template", *dry], capsys, str(base), "no chat template")
+    nothing_written(tmp_path / "out")
+
+
+def test_moe_token_id_beyond_the_embedding_is_refused_before_the_merge(
+    llama: Family, tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A tokenizer with one token more than the embedding has rows (a tokenizer of another model)."""
+    import shutil
+
+    base = tmp_path / "base"
+    shutil.copytree(llama[0], base)
+    tok = transformers.AutoTokenizer.from_pretrained(base)
+    rows = len(tok)
+    tok.add_tokens(["QQQQ"])
+    tok.save_pretrained(base)
+    monkeypatch.setattr("agentmerge.engine.merge.merge", no_merge)
+    argv = moe_argv((base, llama[1]), tmp_path, ("0123\n", "abQQQQc\n"))
+    for dry in ([], ["--dry-run"]):
+        one_line_error([*argv, *dry], capsys, str(base), f"token id {rows}", f"{rows} rows")
+    nothing_written(tmp_path / "out")
