@@ -269,3 +269,88 @@ def test_moe_token_id_beyond_the_embedding_is_refused_before_the_merge(
     for dry in ([], ["--dry-run"]):
         one_line_error([*argv, *dry], capsys, str(base), f"token id {rows}", f"{rows} rows")
     nothing_written(tmp_path / "out")
+
+
+# --------------------------------------------------------------------------- converge
+
+RAISES = {
+    "raises": "def score(folder):\n    raise RuntimeError('the grader broke\\nsecond line')\n",
+    "divides": "def score(folder):\n    return {'m': 1 / 0}\n",
+    "keyerror": "def score(folder):\n    return {}['m']\n",
+}
+BROKEN = {
+    "syntax": ("def score(folder)\n    return {'m': 1.0}\n", ["SyntaxError", ":1:"]),
+    "indent": ("def score(folder):\nreturn {'m': 1.0}\n", ["IndentationError", ":2:"]),
+    "import-raises": (
+        "raise ValueError('no GPU here')\ndef score(folder):\n    return {}\n",
+        ["ValueError: no GPU here"],
+    ),
+    "import-missing": ("import not_a_module_anywhere\n", ["cannot import"]),
+}
+
+
+def converge_argv(tiny: Family, tmp_path: Path, module: str, code: str) -> list[str]:
+    base, agents = tiny
+    (tmp_path / f"{module}.py").write_text(code)
+    argv = ["converge", str(base), str(agents[0]), "--evaluate", f"python:{module}:score", "--metric", "m"]
+    return [*argv, "--scales", "1,1.5", "--quiet", "--json", str(tmp_path / "c.json")]
+
+
+@pytest.mark.parametrize("case", sorted(RAISES))
+def test_converge_evaluator_that_raises_is_one_line(
+    tiny_family: Family,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+    case: str,
+) -> None:
+    monkeypatch.chdir(tmp_path)
+    module = f"conv_raises_{case.replace('-', '_')}"
+    argv = converge_argv(tiny_family, tmp_path, module, RAISES[case])
+    line = one_line_error(argv, capsys, f"the evaluator python:{module}:score failed on", "at s = 1")
+    assert {"raises": "RuntimeError: the grader broke", "divides": "ZeroDivisionError", "keyerror": "KeyError"}[
+        case
+    ] in line
+    assert not (tmp_path / "c.json").exists()
+
+
+@pytest.mark.parametrize("case", sorted(BROKEN))
+def test_converge_module_that_does_not_import_is_one_line(
+    tiny_family: Family,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+    case: str,
+) -> None:
+    monkeypatch.chdir(tmp_path)
+    module = f"conv_broken_{case.replace('-', '_')}"
+    code, says = BROKEN[case]
+    one_line_error(converge_argv(tiny_family, tmp_path, module, code), capsys, module, *says)
+    assert not (tmp_path / "c.json").exists()
+
+
+@pytest.mark.parametrize("flags", [["--threads", "0"], ["--threads", "-3"], ["--work", "MISSING"], ["--work", "FILE"]])
+def test_converge_bad_work_or_threads_is_one_line(
+    tiny_family: Family,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+    flags: list[str],
+) -> None:
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "FILE").write_text("not a folder")
+    argv = converge_argv(tiny_family, tmp_path, "conv_fine", "def score(folder):\n    return {'m': 1.0}\n")
+    flags = [str(tmp_path / f) if f in ("MISSING", "FILE") else f for f in flags]
+    one_line_error([*argv, *flags], capsys, flags[0])
+    assert (tmp_path / "FILE").read_text() == "not a folder" and not (tmp_path / "MISSING").exists()
+
+
+def test_scaled_model_with_bad_threads_is_a_config_error(tiny_family: Family, tmp_path: Path) -> None:
+    """The library path: pydantic's ValidationError escaped from a config built directly."""
+    from agentmerge.errors import ConfigError
+    from agentmerge.evaluation.convergence import scaled_model
+
+    base, agents = tiny_family
+    with pytest.raises(ConfigError, match="threads"):
+        scaled_model(base, agents[0], 1.5, tmp_path / "s", threads=0)
+    assert not (tmp_path / "s").exists()
