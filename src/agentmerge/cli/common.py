@@ -48,6 +48,12 @@ def parse_value(text: str) -> ParamValue:
     return text
 
 
+def check_threads(threads: int | None) -> None:
+    """``--threads`` is absent or at least 1 (checked before anything runs)."""
+    if threads is not None and threads < 1:
+        raise ConfigError(f"--threads must be at least 1 (got {threads}); leave it out to use every core")
+
+
 def parse_weights(text: str) -> list[float]:
     """``"1,0.5"`` -> [1.0, 0.5]; anything that is not a number is one clear error."""
     out = []

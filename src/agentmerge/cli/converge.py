@@ -9,7 +9,7 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
-from agentmerge.cli.common import heavy_imports
+from agentmerge.cli.common import check_threads, heavy_imports
 from agentmerge.errors import ConfigError
 from agentmerge.io.safety import check_report_path, write_report
 
@@ -89,6 +89,9 @@ def cmd_converge(args: argparse.Namespace) -> int:
     from agentmerge.evaluation.kinds import parse
 
     scales = check_scales(_parse_scales(args.scales))
+    check_threads(args.threads)
+    if args.work is not None and not Path(args.work).is_dir():
+        raise ConfigError(f"converge: --work {args.work}: not an existing folder; create it, or leave --work out")
     if args.json_out and args.json_out != "-":
         check_report_path(Path(args.json_out).expanduser(), "--json")  # before the long part
     options = _options(args.options)

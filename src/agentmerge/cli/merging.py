@@ -8,7 +8,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from agentmerge.cli.common import heavy_imports, parse_params, parse_weights
+from agentmerge.cli.common import check_threads, heavy_imports, parse_params, parse_weights
 from agentmerge.errors import CheckpointError, ConfigError
 from agentmerge.io.digests import HASH_MODES
 from agentmerge.io.safety import (
@@ -256,8 +256,7 @@ def check_probe_args(args: argparse.Namespace) -> dict[str, ParamValue]:
         check_mask(mask)
     except ValueError as e:
         raise ConfigError(f"probe: {e}") from None
-    if args.threads is not None and args.threads < 1:
-        raise ConfigError(f"--threads must be at least 1 (got {args.threads})")
+    check_threads(args.threads)
     for flag, path in (("--json", args.json_out), ("--markdown", args.markdown), ("--plot", args.plot)):
         if path:
             refuse_report_inside_inputs(Path(path), [args.base, *args.models, *args.merged], flag)

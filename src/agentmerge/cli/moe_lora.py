@@ -69,9 +69,9 @@ def moe_data(args: argparse.Namespace) -> tuple[dict[str, Any], str]:
     """The moe config dict (file, then flags on top) and where it came from."""
     source = args.source
     is_file = source.endswith((".yaml", ".yml")) or Path(source).is_file()
-    if is_file:
-        from agentmerge.engine.moe.spec import read_moe_file
+    from agentmerge.engine.moe.spec import merge_section, read_moe_file
 
+    if is_file:
         data = read_moe_file(source)
     else:
         data = {"base": source}
@@ -87,11 +87,11 @@ def moe_data(args: argparse.Namespace) -> tuple[dict[str, Any], str]:
         data["experts"] = [{"path": m, "prompts_file": p} for m, p in zip(args.model, args.prompts, strict=True)]
     elif args.prompts:
         raise ConfigError("--prompts without --model: give them in pairs, --model A1 --prompts P1.txt")
-    merge = dict(data.get("merge") or {})
+    merge = merge_section(data, source)
     if args.method:
         merge["method"] = args.method
     if args.param:
-        merge["params"] = {**merge.get("params", {}), **_params(args.param)}
+        merge["params"] = {**(merge.get("params") or {}), **_params(args.param)}
     if merge:
         data["merge"] = merge
     return data, source if is_file else "moe"

@@ -29,7 +29,7 @@ from typing import Any
 import torch
 
 from agentmerge._version import __version__
-from agentmerge.engine.inputs import check_compatible, open_model
+from agentmerge.engine.inputs import all_finite, check_compatible, open_model
 from agentmerge.engine.provenance import input_ref
 from agentmerge.errors import CheckpointError, ConfigError, MergeError
 from agentmerge.io.atomic import atomic_output_dir
@@ -190,8 +190,7 @@ def _scan(
             else:
                 result.zero.append(name)
             continue
-        shape = base.tensors[name].shape
-        delta_w = model.read(name).float().view(shape) - base.read(name).float().view(shape)
+        delta_w = _linear_delta(base, model, name)
         if not bool(delta_w.any()):
             result.zero.append(name)
             continue
@@ -202,12 +201,32 @@ def _scan(
         scratch.put(key_a, a)
         scratch.put(key_b, b)
         result.modules.append(
-            ModuleRecord(role.module, tuple(shape), f.rank, f.max_rank, f.energy, f.error, error_stored)
+            ModuleRecord(role.module, tuple(delta_w.shape), f.rank, f.max_rank, f.energy, f.error, error_stored)
         )
     if not result.modules:
         raise MergeError(
             f"{model.path}: no linear layer differs from {base.path}; an adapter needs at least one (nothing written)"
         )
+
+
+def _linear_delta(base: Readable, model: Readable, name: str) -> torch.Tensor:
+    """``model - base`` of one 2-D tensor in float32; NaN or Inf in either is refused, naming the file (the SVD
+    of a non-finite matrix fails)."""
+    shape = base.tensors[name].shape
+    values = [model.read(name).float().view(shape), base.read(name).float().view(shape)]
+    for reader, v in zip((model, base), values, strict=True):
+        if not all_finite(v):
+            raise CheckpointError(
+                f"{reader.path}: tensor {name!r} contains NaN or Inf values; this checkpoint is broken, re-export it "
+                "(nothing written)"
+            )
+    delta = values[0] - values[1]
+    if not all_finite(delta):
+        raise MergeError(
+            f"{model.path}: tensor {name!r} minus the base's overflows float32 (values near 3e38); no trained weight "
+            "is that large: check the model and the base (nothing written)"
+        )
+    return delta
 
 
 def _extra(role: Role, delta: float, result: Extraction) -> None:
@@ -254,7 +273,9 @@ class Scratch:
         self.where: dict[str, tuple[int, torch.dtype, tuple[int, ...]]] = {}
 
     def put(self, key: str, t: torch.Tensor) -> None:
-        data = t.contiguous().view(torch.uint8).reshape(-1).numpy().tobytes()
+        # flattened first: a [out, 1] factor is "contiguous" with any stride on its size-1 dimension, and a
+        # dtype view needs the last stride to be 1
+        data = t.reshape(-1).contiguous().view(torch.uint8).numpy().tobytes()
         written = 0
         while written < len(data):
             written += os.pwrite(self.fd, data[written:], self.end + written)

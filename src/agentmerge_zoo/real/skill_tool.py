@@ -250,7 +250,7 @@ def parse_call(text: str) -> dict[str, Any] | None:
             continue
         try:
             value, _ = decoder.raw_decode(text[start:2000])
-        except ValueError:
+        except (ValueError, RecursionError):  # RecursionError: brackets nested deeper than Python recurses
             continue
         call = _as_call(value)
         if call is not None:
@@ -267,7 +267,7 @@ def _as_call(value: Any) -> dict[str, Any] | None:
     if isinstance(args, str):
         try:
             args = json.loads(args)
-        except ValueError:
+        except (ValueError, RecursionError):
             return None
     return {"name": value["name"], "arguments": args} if isinstance(args, dict) else None
 
