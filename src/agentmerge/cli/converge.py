@@ -11,6 +11,7 @@ from typing import Any
 
 from agentmerge.cli.common import heavy_imports
 from agentmerge.errors import ConfigError
+from agentmerge.io import jsontext
 from agentmerge.io.safety import check_report_path, write_report
 
 
@@ -104,7 +105,7 @@ def cmd_converge(args: argparse.Namespace) -> int:
             check_agent(Path(args.base), Path(a), metrics[a], evaluator, Path(tmp), scales, args.threads, log)
             for a in args.agents
         ]
-    text = json.dumps([c.as_dict() for c in checks], indent=2) + "\n"
+    text = jsontext.dumps([c.as_dict() for c in checks], indent=2) + "\n"
     if args.json_out == "-":
         print(text, end="")
         return 0

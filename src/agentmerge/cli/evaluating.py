@@ -3,13 +3,13 @@
 from __future__ import annotations
 
 import argparse
-import json
 import sys
 from pathlib import Path
 from typing import Any
 
 from agentmerge.cli.common import check_fisher_args, heavy_imports
 from agentmerge.errors import ConfigError
+from agentmerge.io import jsontext
 from agentmerge.io.safety import (
     write_report,
 )
@@ -106,7 +106,7 @@ def cmd_lm_eval(args: argparse.Namespace) -> int:
     for path in results.get("samples_files", []):
         print(f"samples: {path}")
     if args.json_out:
-        write_report(args.json_out, json.dumps(results, indent=2) + "\n", "--json")
+        write_report(args.json_out, jsontext.dumps(results, indent=2) + "\n", "--json")
     return 0
 
 
@@ -170,11 +170,11 @@ def cmd_eval(args: argparse.Namespace) -> int:
     run = evaluator.run(args.checkpoints)
     text = eval_markdown(run)
     if args.json_out == "-":
-        print(json.dumps(run.to_dict(), indent=2))
+        print(jsontext.dumps(run.to_dict(), indent=2))
     else:
         print(text, end="")
         if args.json_out:
-            Path(args.json_out).write_text(json.dumps(run.to_dict(), indent=2) + "\n")
+            Path(args.json_out).write_text(jsontext.dumps(run.to_dict(), indent=2) + "\n")
     if args.markdown:
         Path(args.markdown).write_text(text)
     return 0
@@ -197,7 +197,7 @@ def _eval_suite(args: argparse.Namespace) -> int:
             print(f"  {metric:<16} {value * 100:6.2f} %{spread}")
         records.append(score.record)
     if args.json_out:
-        text = json.dumps(records[0] if len(records) == 1 else records, indent=2) + "\n"
+        text = jsontext.dumps(records[0] if len(records) == 1 else records, indent=2) + "\n"
         write_report(args.json_out, text, "--json")
     return 0
 

@@ -10,6 +10,7 @@ from typing import Any
 
 from agentmerge.cli.common import heavy_imports, parse_params, parse_weights
 from agentmerge.errors import CheckpointError, ConfigError
+from agentmerge.io import jsontext
 from agentmerge.io.digests import HASH_MODES
 from agentmerge.io.safety import (
     check_report_path,
@@ -137,11 +138,11 @@ def cmd_merge(args: argparse.Namespace) -> int:
             cfg.spec.compiled_at.get()  # its compiled kernels (numba), loaded with the collector paused too
     if args.dry_run:
         plan = plan_merge(cfg, out, force=args.force, force_any=args.force_any)
-        print(json.dumps(plan.to_dict(), indent=2) if args.json else plan.text())
+        print(jsontext.dumps(plan.to_dict(), indent=2) if args.json else plan.text())
         return 0
     result = merge(cfg, out, force=args.force, quiet=args.quiet, force_any=args.force_any, hashing=args.hash)
     if args.json:
-        print(json.dumps(result.to_dict(), indent=2))
+        print(jsontext.dumps(result.to_dict(), indent=2))
     elif not args.quiet:
         from agentmerge.engine.provenance import input_warnings
         from agentmerge.engine.report import merge_summary
@@ -230,7 +231,7 @@ def cmd_probe(args: argparse.Namespace) -> int:
         print(retention_table(kept))
     if args.json_out:
         data = result.to_dict() | ({"retention": [k.to_dict() for k in kept]} if kept else {})
-        write_report(args.json_out, json.dumps(data, indent=2) + "\n", "--json")
+        write_report(args.json_out, jsontext.dumps(data, indent=2) + "\n", "--json")
     if args.markdown:
         write_report(args.markdown, probe_markdown(result, kept), "--markdown")
     if args.plot:
@@ -284,7 +285,7 @@ def cmd_methods(args: argparse.Namespace) -> int:
             }
             for m in METHODS.values()
         }
-        print(json.dumps(table, indent=2))
+        print(jsontext.dumps(table, indent=2))
         return 0
     for m in sorted(METHODS.values(), key=lambda m: m.name):
         notes = [] if m.needs_base else ["base optional"]

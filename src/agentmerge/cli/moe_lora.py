@@ -10,12 +10,12 @@ Arguments and configs are checked before torch is imported, so mistakes answer a
 from __future__ import annotations
 
 import argparse
-import json
 import sys
 from pathlib import Path
 from typing import Any
 
 from agentmerge.errors import CheckpointError, ConfigError
+from agentmerge.io import jsontext
 from agentmerge.io.safety import check_report_path, refuse_report_inside_inputs, write_report
 
 
@@ -126,13 +126,13 @@ def cmd_moe(args: argparse.Namespace) -> int:
         from agentmerge.engine.moe.dryrun import dry_run_text, plan_moe
 
         plan = plan_moe(cfg, args.output, force=args.force)
-        print(json.dumps(plan, indent=2) if args.json else dry_run_text(plan))
+        print(jsontext.dumps(plan, indent=2) if args.json else dry_run_text(plan))
         return 0
     from agentmerge.engine.moe.build import build_moe
 
     result = build_moe(cfg, args.output, force=args.force, quiet=args.quiet)
     if args.json:
-        print(json.dumps(result.to_dict(), indent=2))
+        print(jsontext.dumps(result.to_dict(), indent=2))
     elif not args.quiet:
         print(result.summary(), file=sys.stderr)
     return 0
@@ -182,7 +182,7 @@ def cmd_extract_lora(args: argparse.Namespace) -> int:
         quiet=args.quiet,
     )
     if args.json_out:
-        write_report(args.json_out, json.dumps(result.to_dict(), indent=2) + "\n", "--json")
+        write_report(args.json_out, jsontext.dumps(result.to_dict(), indent=2) + "\n", "--json")
     if not args.quiet:
         print(result.summary(), file=sys.stderr)
     return 0

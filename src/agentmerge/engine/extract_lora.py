@@ -32,6 +32,7 @@ from agentmerge._version import __version__
 from agentmerge.engine.inputs import check_compatible, open_model
 from agentmerge.engine.provenance import input_ref
 from agentmerge.errors import CheckpointError, ConfigError, MergeError
+from agentmerge.io import jsontext
 from agentmerge.io.atomic import atomic_output_dir
 from agentmerge.io.checkpoint import Readable
 from agentmerge.io.peft_layout import (
@@ -323,9 +324,7 @@ def _copy(model: Readable, name: str, key: str, writer: ShardWriter) -> None:
 
 
 def _json(data: dict[str, Any]) -> str:
-    import json
-
-    return json.dumps(data, indent=2) + "\n"
+    return jsontext.dumps(data, indent=2) + "\n"
 
 
 def summary_text(r: Extraction) -> str:

@@ -12,12 +12,13 @@ agentmerge zoo real run --smoke --work /tmp/real-smoke --docs /tmp/real-smoke/do
 from __future__ import annotations
 
 import argparse
-import json
 import shlex
 import sys
 from dataclasses import replace
 from pathlib import Path
 from typing import Any
+
+from agentmerge.io import jsontext
 
 
 def register_real(zoo_sub: Any) -> None:
@@ -128,7 +129,7 @@ def cmd_measure(args: argparse.Namespace) -> int:
     data = measure(args.base, args.n, args.steps, skills, args.lr_scale, _log(args.quiet))
     data["threads"] = args.threads
     args.json.parent.mkdir(parents=True, exist_ok=True)
-    args.json.write_text(json.dumps(data, indent=1) + "\n")
+    args.json.write_text(jsontext.dumps(data, indent=1) + "\n")
     print(f"wrote {args.json}")
     return 0
 
