@@ -36,6 +36,7 @@ from agentmerge.cli.merging import (
 )
 from agentmerge.cli.moe_lora import register as register_moe_lora
 from agentmerge.errors import AgentMergeError
+from agentmerge.io.pathargs import check_paths
 from agentmerge.io.safety import Terminated, interrupted_message, terminate_as_exception
 
 __all__ = ["build_parser", "heavy_imports", "main", "parse_value"]
@@ -80,6 +81,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser = build_parser(argv)
     args = parser.parse_args(argv)
     try:
+        check_paths(args)  # no command writes over an input (io/pathargs.py)
         with terminate_as_exception():
             return int(args.func(args))
     except AgentMergeError as e:
