@@ -49,6 +49,7 @@ from agentmerge.io.peft_layout import (
 from agentmerge.io.safety import check_output_target
 from agentmerge.io.shards import PlannedTensor, plan_shards
 from agentmerge.io.tensorfile import dtype_from_name
+from agentmerge.io.validate import check_finite, check_output_chunk
 from agentmerge.io.writer import ShardWriter
 from agentmerge.methods.lowrank import factorize, relative_error
 
@@ -192,12 +193,15 @@ def _scan(
                 result.zero.append(name)
             continue
         shape = base.tensors[name].shape
-        delta_w = model.read(name).float().view(shape) - base.read(name).float().view(shape)
+        delta_w = (_read(model, name).float() - _read(base, name).float()).view(shape)
+        check_finite(f"{model.path}: tensor {name!r} minus the base's (overflows float32)", delta_w)
         if not bool(delta_w.any()):
             result.zero.append(name)
             continue
         f = factorize(delta_w, rank, energy)
         a, b = f.a.to(dtype), f.b.to(dtype)
+        check_output_chunk(f"{name} (LoRA factor A)", 0, a)  # factors overflowing --dtype are not written
+        check_output_chunk(f"{name} (LoRA factor B)", 0, b)
         error_stored = relative_error(delta_w, a, b)
         key_a, key_b = lora_keys(role.module)
         scratch.put(key_a, a)
@@ -223,15 +227,20 @@ def _extra(role: Role, delta: float, result: Extraction) -> None:
 
 
 def _delta_norms(base: Readable, model: Readable, name: str) -> tuple[float, float]:
-    """``(||model - base||, ||base||)`` of one tensor, chunk by chunk."""
+    """``(||model - base||, ||base||)`` of one tensor, chunk by chunk, in float64 (no overflow of the squares)."""
     numel = base.tensors[name].numel
     delta = norm = 0.0
     for start in range(0, numel, CHUNK):
         stop = min(start + CHUNK, numel)
-        b = base.read(name, start, stop).float()
-        delta += float((model.read(name, start, stop).float() - b).square().sum())
+        b = _read(base, name, start, stop).double()
+        delta += float((_read(model, name, start, stop).double() - b).square().sum())
         norm += float(b.square().sum())
     return math.sqrt(delta), math.sqrt(norm)
+
+
+def _read(reader: Readable, name: str, start: int = 0, stop: int | None = None) -> torch.Tensor:
+    """Elements of a tensor of the model or the base, under the finiteness rule ``merge`` reads them with."""
+    return check_finite(f"{reader.path}: tensor {name!r}", reader.read(name, start, stop), start)
 
 
 def _same_exactly(base: Readable, model: Readable, name: str) -> None:
