@@ -190,7 +190,9 @@ def _regimes(args: argparse.Namespace) -> list[str]:
     names = [r.strip() for r in (args.regimes or default).split(",") if r.strip()]
     unknown = [r for r in names if r not in REGIMES]
     if unknown:
-        raise SystemExit(f"unknown regime(s) {', '.join(unknown)}; use {', '.join(REGIMES)}")
+        from agentmerge.errors import ConfigError
+
+        raise ConfigError(f"--regimes: unknown regime(s) {', '.join(unknown)}; use {', '.join(REGIMES)}")
     return names
 
 

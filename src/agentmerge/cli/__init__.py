@@ -87,6 +87,13 @@ def main(argv: Sequence[str] | None = None) -> int:
     except AgentMergeError as e:
         print(f"agentmerge: error: {e}", file=sys.stderr)
         return 2
+    except SystemExit as e:  # code the command ran (an evaluator, a plug-in) exited: never a silent success
+        print(
+            f"agentmerge: error: {args.command}: code it ran (an evaluator, a plug-in) called sys.exit({e.code!r}) "
+            "before the command finished; its results are missing or incomplete",
+            file=sys.stderr,
+        )
+        return 2
     except OSError as e:  # a name no file system holds, wherever it was asked about: one line, not a traceback
         if e.errno != errno.ENAMETOOLONG:
             raise
