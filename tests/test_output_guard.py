@@ -253,3 +253,16 @@ def test_model_plus_adapter_protects_both_parts(
         argv = ["probe", "--base", str(inputs["model"]), ref, "--json", str(target)]
         assert main(argv) == 2
         assert "--json" in capsys.readouterr().err
+
+
+def test_sweep_out_never_lies_inside_a_model_its_file_names(
+    inputs: dict[str, Path], tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    sweep = tmp_path / "s.yaml"
+    sweep.write_text(yaml.safe_dump({"base": str(inputs["model"]), "models": [str(inputs["other"])],
+                                     "methods": {"task_arithmetic": {}}, "evaluate": "tasks:t.jsonl"}))  # fmt: skip
+    before = _digests(inputs["model"].parent)
+    for out in (inputs["model"], inputs["other"] / "results"):
+        assert main(["sweep", str(sweep), "--out", str(out)]) == 2
+        assert "--out" in capsys.readouterr().err
+    assert _digests(inputs["model"].parent) == before

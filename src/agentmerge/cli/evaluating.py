@@ -10,7 +10,7 @@ from typing import Any
 from agentmerge.cli.common import check_fisher_args, heavy_imports
 from agentmerge.errors import ConfigError
 from agentmerge.io import jsontext
-from agentmerge.io.pathargs import input_arg, output_arg
+from agentmerge.io.pathargs import check_paths, input_arg, output_arg
 from agentmerge.io.safety import (
     write_report,
 )
@@ -232,6 +232,7 @@ def cmd_sweep(args: argparse.Namespace) -> int:
     if args.max_concurrent is not None and args.max_concurrent < 1:
         raise ConfigError(f"--max-concurrent must be at least 1 (got {args.max_concurrent})")
     cfg = load_sweep(args.config)
+    check_paths(args, models=[m for m in (cfg.base, *cfg.models) if m])  # --out not inside a model it merges
     outcome = run_sweep(
         cfg, args.out, source=args.config, address=args.address, max_concurrent=args.max_concurrent,
         resume=args.resume, quiet=args.quiet,
