@@ -266,3 +266,15 @@ def test_sweep_out_never_lies_inside_a_model_its_file_names(
         assert main(["sweep", str(sweep), "--out", str(out)]) == 2
         assert "--out" in capsys.readouterr().err
     assert _digests(inputs["model"].parent) == before
+
+
+def test_extract_lora_json_never_replaces_the_adapters_own_config(
+    inputs: dict[str, Path], tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """``-o AD --json AD/adapter_config.json`` with AD an empty folder: the report replaced the adapter's config."""
+    adapter = tmp_path / "ad"
+    adapter.mkdir()
+    argv = ["extract-lora", str(inputs["model"]), "--base", str(inputs["other"]), "-o", str(adapter), "--rank", "2"]
+    assert main([*argv, "--json", str(adapter / "adapter_config.json")]) == 2
+    assert "inside the output folder" in capsys.readouterr().err
+    assert list(adapter.iterdir()) == []
