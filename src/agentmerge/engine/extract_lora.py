@@ -29,9 +29,10 @@ from typing import Any
 import torch
 
 from agentmerge._version import __version__
-from agentmerge.engine.inputs import all_finite, check_compatible, open_model
+from agentmerge.engine.inputs import check_compatible, open_model
 from agentmerge.engine.provenance import input_ref
 from agentmerge.errors import CheckpointError, ConfigError, MergeError
+from agentmerge.io import jsontext
 from agentmerge.io.atomic import atomic_output_dir
 from agentmerge.io.checkpoint import Readable
 from agentmerge.io.peft_layout import (
@@ -48,6 +49,7 @@ from agentmerge.io.peft_layout import (
 from agentmerge.io.safety import check_output_target
 from agentmerge.io.shards import PlannedTensor, plan_shards
 from agentmerge.io.tensorfile import dtype_from_name
+from agentmerge.io.validate import check_finite, check_output_chunk
 from agentmerge.io.writer import ShardWriter
 from agentmerge.methods.lowrank import factorize, relative_error
 
@@ -190,12 +192,16 @@ def _scan(
             else:
                 result.zero.append(name)
             continue
-        delta_w = _linear_delta(base, model, name)
+        shape = base.tensors[name].shape
+        delta_w = (_read(model, name).float() - _read(base, name).float()).view(shape)
+        check_finite(f"{model.path}: tensor {name!r} minus the base's (overflows float32)", delta_w)
         if not bool(delta_w.any()):
             result.zero.append(name)
             continue
         f = factorize(delta_w, rank, energy)
         a, b = f.a.to(dtype), f.b.to(dtype)
+        check_output_chunk(f"{name} (LoRA factor A)", 0, a)  # factors overflowing --dtype are not written
+        check_output_chunk(f"{name} (LoRA factor B)", 0, b)
         error_stored = relative_error(delta_w, a, b)
         key_a, key_b = lora_keys(role.module)
         scratch.put(key_a, a)
@@ -207,26 +213,6 @@ def _scan(
         raise MergeError(
             f"{model.path}: no linear layer differs from {base.path}; an adapter needs at least one (nothing written)"
         )
-
-
-def _linear_delta(base: Readable, model: Readable, name: str) -> torch.Tensor:
-    """``model - base`` of one 2-D tensor in float32; NaN or Inf in either is refused, naming the file (the SVD
-    of a non-finite matrix fails)."""
-    shape = base.tensors[name].shape
-    values = [model.read(name).float().view(shape), base.read(name).float().view(shape)]
-    for reader, v in zip((model, base), values, strict=True):
-        if not all_finite(v):
-            raise CheckpointError(
-                f"{reader.path}: tensor {name!r} contains NaN or Inf values; this checkpoint is broken, re-export it "
-                "(nothing written)"
-            )
-    delta = values[0] - values[1]
-    if not all_finite(delta):
-        raise MergeError(
-            f"{model.path}: tensor {name!r} minus the base's overflows float32 (values near 3e38); no trained weight "
-            "is that large: check the model and the base (nothing written)"
-        )
-    return delta
 
 
 def _extra(role: Role, delta: float, result: Extraction) -> None:
@@ -241,15 +227,20 @@ def _extra(role: Role, delta: float, result: Extraction) -> None:
 
 
 def _delta_norms(base: Readable, model: Readable, name: str) -> tuple[float, float]:
-    """``(||model - base||, ||base||)`` of one tensor, chunk by chunk."""
+    """``(||model - base||, ||base||)`` of one tensor, chunk by chunk, in float64 (no overflow of the squares)."""
     numel = base.tensors[name].numel
     delta = norm = 0.0
     for start in range(0, numel, CHUNK):
         stop = min(start + CHUNK, numel)
-        b = base.read(name, start, stop).float()
-        delta += float((model.read(name, start, stop).float() - b).square().sum())
+        b = _read(base, name, start, stop).double()
+        delta += float((_read(model, name, start, stop).double() - b).square().sum())
         norm += float(b.square().sum())
     return math.sqrt(delta), math.sqrt(norm)
+
+
+def _read(reader: Readable, name: str, start: int = 0, stop: int | None = None) -> torch.Tensor:
+    """Elements of a tensor of the model or the base, under the finiteness rule ``merge`` reads them with."""
+    return check_finite(f"{reader.path}: tensor {name!r}", reader.read(name, start, stop), start)
 
 
 def _same_exactly(base: Readable, model: Readable, name: str) -> None:
@@ -344,9 +335,7 @@ def _copy(model: Readable, name: str, key: str, writer: ShardWriter) -> None:
 
 
 def _json(data: dict[str, Any]) -> str:
-    import json
-
-    return json.dumps(data, indent=2) + "\n"
+    return jsontext.dumps(data, indent=2) + "\n"
 
 
 def summary_text(r: Extraction) -> str:

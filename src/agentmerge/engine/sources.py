@@ -28,13 +28,13 @@ the summary on stderr.
 from __future__ import annotations
 
 import hashlib
-import json
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from agentmerge.errors import MergeError
+from agentmerge.io import jsontext
 from agentmerge.io.headers import read_json_object
 from agentmerge.io.validate import check_tokenizer_source
 from agentmerge.io.vocab import VocabPlan, added_token_table
@@ -78,7 +78,7 @@ def chat_template(folder: Path) -> str | None:
             if isinstance(value, str):
                 return value
             if value:  # a list of named templates
-                return json.dumps(value, sort_keys=True)
+                return jsontext.dumps(value, sort_keys=True)
     return None
 
 

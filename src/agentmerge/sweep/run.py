@@ -12,7 +12,6 @@ record per trial, always. On a cluster, every node is checked first (``cluster.c
 from __future__ import annotations
 
 import contextlib
-import json
 import logging
 import math
 import os
@@ -27,6 +26,7 @@ from typing import Any
 from tqdm import tqdm
 
 from agentmerge.errors import AgentMergeError, ConfigError, one_line
+from agentmerge.io import jsontext
 from agentmerge.methods.registry import METHODS
 from agentmerge.methods.spec import MASK_PARAMS
 from agentmerge.sweep import evaluators
@@ -238,7 +238,7 @@ def _count_overlaps_once(cfg: SweepConfig, done: set[str], quiet: bool) -> None:
         rule = {k: v for k, v in merge_cfg.params.items() if k == "epsilon" or k in {p.name for p in MASK_PARAMS}}
         overrides = [o.model_dump() for o in merge_cfg.overrides]
         inputs = [merge_cfg.base, [m.path for m in merge_cfg.models]]
-        key = json.dumps([*inputs, rule, overrides, merge_cfg.seed, hists], sort_keys=True)
+        key = jsontext.dumps([*inputs, rule, overrides, merge_cfg.seed, hists], sort_keys=True)
         if key not in seen:
             seen.add(key)
             with contextlib.suppress(AgentMergeError, OSError):

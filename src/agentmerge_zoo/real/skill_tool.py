@@ -25,6 +25,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
+from agentmerge.io import jsontext
 from agentmerge_zoo.real.tasks import Example, Score, normalise, strict_partial
 
 CITIES = [
@@ -239,7 +240,7 @@ class ToolSkill:
 
 def _demonstration(tool: Tool, rng: random.Random) -> tuple[str, str]:
     args = tool.draw(rng)
-    return rng.choice(tool.requests).format(**args), json.dumps({"name": tool.name, "arguments": args})
+    return rng.choice(tool.requests).format(**args), jsontext.dumps({"name": tool.name, "arguments": args})
 
 
 def parse_call(text: str) -> dict[str, Any] | None:

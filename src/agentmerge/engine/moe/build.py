@@ -40,6 +40,7 @@ from agentmerge.io.safety import check_output_target
 from agentmerge.io.shards import plan_shards
 from agentmerge.io.tensorfile import TensorInfo
 from agentmerge.io.units import TOKENIZER_FILES
+from agentmerge.io.validate import check_finite, check_output_chunk
 from agentmerge.io.writer import ShardWriter, copy_aux_files
 
 CHUNK = 1 << 20
@@ -289,7 +290,7 @@ def _layer(
     calibration: Calibration,
 ) -> Router:
     """One layer: static tensors, router, experts and shared expert written; the prompts moved through it."""
-    weights = {s.name.removeprefix(layer.prefix): _put(writer, s, static.read(s.tensor)) for s in layer.static}
+    weights = {s.name.removeprefix(layer.prefix): _put(writer, s, _read(static, s.tensor)) for s in layer.static}
     inputs = calibration.attend(layer.layer, weights)
     assert layer.router is not None
     router = router_rows(inputs, cfg.router_margin)
@@ -298,7 +299,7 @@ def _layer(
     index, weight = route(x, rows, cfg.experts_per_token)
     out = torch.zeros_like(x)
     for e, slots in enumerate(layer.experts):
-        proj = {s.tensor.split(".")[-2]: _put(writer, s, agents[e].read(s.tensor)) for s in slots}
+        proj = {s.tensor.split(".")[-2]: _put(writer, s, _read(agents[e], s.tensor)) for s in slots}
         share = (weight * (index == e)).sum(-1, keepdim=True)
         out += share * mlp(x, proj["gate_proj"], proj["up_proj"], proj["down_proj"], calibration.act)
     if layer.shared:
@@ -313,7 +314,7 @@ def _shared_expert(
     """Write the shared expert and its gate; its output ``sigmoid(g . x) S(x)`` on the prompts' tokens."""
     values = {}
     for s in slots:
-        read = source.read(s.tensor) if s.source == "shared" else torch.zeros(s.shape)
+        read = _read(source, s.tensor) if s.source == "shared" else torch.zeros(s.shape)
         values[s.name.rsplit(".", 2)[-2]] = _put(writer, s, read)
     gate = values.pop("shared_expert_gate")
     if values["gate_proj"].numel() == 0:
@@ -325,15 +326,21 @@ def _shared_expert(
 def _put(writer: ShardWriter, slot: Slot, values: torch.Tensor) -> torch.Tensor:
     """Write ``values * slot.scale`` in the slot's dtype; return them as written, in float32 and the slot's shape."""
     stored = (values.float() * slot.scale if slot.scale != 1.0 else values.float()).to(slot.dtype)
+    check_output_chunk(slot.name, 0, stored)  # a router from broken calibration, a scale overflowing the dtype
     if stored.numel():
         writer.write(slot.name, 0, stored.reshape(-1))
     return stored.float().reshape(slot.shape)
 
 
+def _read(source: Readable, tensor: str, start: int = 0, stop: int | None = None) -> torch.Tensor:
+    """A tensor (or elements ``start:stop``) of the static merge, an agent or the base, checked finite."""
+    return check_finite(f"{source.path}: tensor {tensor!r}", source.read(tensor, start, stop), start)
+
+
 def _copy(static: Checkpoint, slot: Slot, writer: ShardWriter) -> None:
     numel = static.tensors[slot.tensor].numel
     for start in range(0, numel, CHUNK):
-        writer.write(slot.name, start, static.read(slot.tensor, start, min(start + CHUNK, numel)).to(slot.dtype))
+        writer.write(slot.name, start, _read(static, slot.tensor, start, min(start + CHUNK, numel)).to(slot.dtype))
 
 
 def _rows(static: Checkpoint, embedding: Slot, ids: torch.Tensor) -> torch.Tensor:

@@ -31,6 +31,7 @@ from agentmerge.config.schema import MergeConfig, config_from_dict
 from agentmerge.config.userinput import did_you_mean, read_yaml
 from agentmerge.errors import ConfigError
 from agentmerge.io.bounded import text_lines
+from agentmerge.io.headers import strict_bool
 
 SHARED = ("none", "base", "merged")
 KEYS = (
@@ -117,8 +118,9 @@ def moe_config_from_dict(data: Mapping[str, Any], source: str = "moe") -> MoeCon
         raise ConfigError(f"{source}: 'static' must name a merge output folder")
     merge = _merge_config(data, base, experts, source)
     return MoeConfig(
-        base, experts, merge, static, int(k), str(shared), weight, margin, bool(data.get("chat_template", False))
-    )
+        base, experts, merge, static, int(k), str(shared), weight, margin,
+        strict_bool(data.get("chat_template"), f"{source}: chat_template", error=ConfigError),
+    )  # fmt: skip
 
 
 def _known_keys(data: Mapping[str, Any], known: Sequence[str], where: str) -> None:
