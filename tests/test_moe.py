@@ -24,7 +24,7 @@ from agentmerge.engine.moe.spec import moe_config_from_dict
 transformers = pytest.importorskip("transformers")
 import densefamily as df  # noqa: E402
 
-ARCHS = {"llama": "MixtralForCausalLM", "qwen2": "Qwen2MoeForCausalLM"}
+ARCHS = {"llama": "MixtralForCausalLM", "qwen2": "Qwen2MoeForCausalLM", "qwen3": "Qwen3MoeForCausalLM"}
 
 
 @pytest.fixture(scope="module", params=list(ARCHS))

@@ -29,7 +29,9 @@ def register(sub: Any) -> None:
 
 
 def _moe_parser(sub: Any) -> None:
-    p = sub.add_parser("moe", help="one mixture-of-experts model whose experts are the agents (Mixtral / Qwen2-MoE)")
+    p = sub.add_parser(
+        "moe", help="one mixture-of-experts model whose experts are the agents (Mixtral / Qwen2-MoE / Qwen3-MoE)"
+    )
     p.add_argument("source", help="base model folder, or a moe YAML config (docs/moe-lora.md)")
     p.add_argument("-o", "--output", required=True, help="output folder")
     p.add_argument("--model", action="append", default=[], help="an agent: its MLP becomes an expert (repeat)")
