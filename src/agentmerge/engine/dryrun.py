@@ -94,8 +94,8 @@ def plan_merge(
     out = Path(out_dir)
     check_output_target(out, input_refs(cfg), force=force, force_any=force_any)
     check_writable_parent(out)
-    if cfg.tokenizer_source:
-        check_tokenizer_source(cfg.tokenizer_source)
+    if cfg.tokenizer_ref:
+        check_tokenizer_source(cfg.tokenizer_ref)
     inputs = Inputs.for_merge(cfg)
     try:
         n = len(inputs.models)

@@ -68,8 +68,8 @@ def merge(
     mode = hash_mode(hashing)
     out = Path(out_dir)
     check_output_target(out, input_refs(cfg), force=force, force_any=force_any)
-    if cfg.tokenizer_source:
-        check_tokenizer_source(cfg.tokenizer_source)
+    if cfg.tokenizer_ref:
+        check_tokenizer_source(cfg.tokenizer_ref)
     inputs = Inputs.for_merge(cfg)
     try:
         sources = output_sources(cfg, inputs.reference, inputs.models, inputs.vocab)
