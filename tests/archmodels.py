@@ -2,8 +2,9 @@
 
 Qwen3 (q/k norms), Qwen3-MoE (per-expert tensors, router), Gemma 3 (scaled embeddings, tied head, sliding layers),
 two vision-language models (Qwen2-VL: ``visual.*`` tower and merger; LLaVA: ``vision_tower.*`` and
-``multi_modal_projector.*``) and two hybrids (Bamba: Mamba-2 and attention layers; LFM2: short convolutions and
-attention). Each family is a base and agents that are the base plus sparse updates on *every* floating tensor,
+``multi_modal_projector.*``) and three hybrids (Bamba: Mamba-2 and attention layers; LFM2: short convolutions and
+attention; Qwen3-Next: gated delta-rule linear attention, full attention, MoE with a shared expert). All run on
+CPU through transformers' PyTorch fallbacks (no custom kernels). Each family is a base and agents that are the base plus sparse updates on *every* floating tensor,
 on disjoint element sets: RAM's merge is then exactly ``base + sum_i tau_i`` (each update is unique), a known
 answer for every tensor, the vision tower's and the Mamba layers' included.
 """
@@ -68,6 +69,23 @@ def _bamba(tok: Any) -> Any:
     return transformers.BambaConfig(**_text(tok), attn_layer_indices=[1], **mamba)
 
 
+def _qwen3_next(tok: Any) -> Any:
+    linear = {
+        "linear_num_value_heads": 2,
+        "linear_num_key_heads": 2,
+        "linear_key_head_dim": 8,
+        "linear_value_head_dim": 8,
+    }
+    moe = {
+        "num_experts": 4,
+        "num_experts_per_tok": 2,
+        "moe_intermediate_size": 16,
+        "shared_expert_intermediate_size": 16,
+    }
+    layers = ["linear_attention", "full_attention"]
+    return transformers.Qwen3NextConfig(**_text(tok, head_dim=8), layer_types=layers, **linear, **moe)
+
+
 CONFIGS: dict[str, Callable[[Any], Any]] = {
     "qwen3": lambda tok: transformers.Qwen3Config(**_text(tok, head_dim=16), tie_word_embeddings=False),
     "qwen3_moe": lambda tok: transformers.Qwen3MoeConfig(
@@ -80,6 +98,7 @@ CONFIGS: dict[str, Callable[[Any], Any]] = {
     "llava": _llava,
     "bamba": _bamba,
     "lfm2": lambda tok: transformers.Lfm2Config(**_text(tok), layer_types=["conv", "full_attention"]),
+    "qwen3_next": _qwen3_next,
 }
 VISION = {"qwen2_vl": ("visual.",), "llava": ("vision_tower.", "multi_modal_projector.")}
 

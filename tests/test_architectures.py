@@ -1,6 +1,6 @@
 """The architectures users merge now: every input tensor reaches the output, the output loads and generates.
 
-Per architecture (``archmodels``: Qwen3, Qwen3-MoE, Gemma 3, Qwen2-VL, LLaVA, Bamba, LFM2), a base and two agents
+Per architecture (``archmodels``: Qwen3, Qwen3-MoE, Gemma 3, Qwen2-VL, LLaVA, Bamba, LFM2, Qwen3-Next), a base and two agents
 with sparse updates on every floating tensor, on disjoint elements:
 
 - RAM gives exactly ``base + tau_1 + tau_2`` on every tensor (a naive reference), the output holds every input
