@@ -150,3 +150,22 @@ def test_written_shards_must_hold_the_planned_tensors(tmp_path: Path) -> None:
     wrong = [PlannedTensor(p.name, torch.bfloat16, p.shape) if p.name == "model.norm.weight" else p for p in planned]
     with pytest.raises(MergeError, match=r"'model\.norm\.weight' was written as torch\.float32"):
         check_written(base, wrong)
+
+
+def test_fused_expert_layout_merges_and_loads(tmp_path: Path) -> None:
+    """Qwen3-MoE agents saved in transformers 5's in-memory layout (each layer's experts fused into 3-D
+    ``mlp.experts.gate_up_proj`` / ``down_proj``) merge as any tensor and load to the same model as the per-expert
+    layout's merge."""
+    base, agents, _ = am.family("qwen3_moe", tmp_path / "fam")
+    legacy = run("ram", base, agents, tmp_path / "legacy")
+    fused = []
+    for i, folder in enumerate([base, *agents]):
+        state = {k: v.contiguous() for k, v in load("qwen3_moe", folder).state_dict().items()}  # untied head
+        fused.append(am.write_like(base, tmp_path / f"fused{i}", state))
+    assert any(k.endswith("mlp.experts.gate_up_proj") for k in am.tensors(fused[0]))
+    out = run("ram", fused[0], fused[1:], tmp_path / "out")
+    assert am.tensors(out).keys() == am.tensors(fused[0]).keys()
+    logits, tokens = generate(load("qwen3_moe", out))
+    want_logits, want_tokens = generate(load("qwen3_moe", legacy))
+    torch.testing.assert_close(logits, want_logits)
+    assert torch.equal(tokens, want_tokens)
