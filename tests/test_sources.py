@@ -202,3 +202,20 @@ def test_mergekit_export_writes_the_chosen_tokenizer(family: dict[str, Path]) ->
 
     assert to_mergekit(config(family, ["a", "c"], tokenizer_source="base")).config["tokenizer_source"] == "base"
     assert to_mergekit(config(family, ["a", "c"], tokenizer_source="1")).config["tokenizer_source"] == str(family["c"])
+
+
+def test_tokenizer_differences_per_file_and_field(tmp_path: Path) -> None:
+    """JSON fields one level deep, missing and extra files, load-only fields ignored; an input without any
+    tokenizer file (an adapter saved alone) is not compared."""
+    folders = {n: tmp_path / n for n in ("base", "x", "adapter")}
+    for f in folders.values():
+        f.mkdir()
+    (folders["base"] / "tokenizer.json").write_text(json.dumps({"model": {"vocab": {"a": 0}, "type": "BPE"}}))
+    (folders["base"] / "tokenizer_config.json").write_text(json.dumps({"eos_token": "<e>", "is_local": True}))
+    (folders["x"] / "tokenizer.json").write_text(json.dumps({"model": {"vocab": {"a": 1}, "type": "BPE"}}))
+    (folders["x"] / "tokenizer_config.json").write_text(json.dumps({"eos_token": "<e>", "is_local": False}))
+    (folders["x"] / "merges.txt").write_text("a b\n")
+    base, x, adapter = (Input(n, f) for n, f in folders.items())
+    assert choose_sources(base, [x, adapter], None, VocabPlan()).warnings == (
+        "tokenizers differ from base's, which the output uses (x: tokenizer.json (model.vocab), merges.txt (extra))",
+    )

@@ -21,9 +21,9 @@ Checks, before anything is read or written:
 - **Chat templates** that differ (one input having none counts): a warning naming which inputs have which
   template, where each is kept (``chat_template.jinja``, ``tokenizer_config.json chat_template``, ...) and whose
   the output uses. Templates are compared by content (sha256).
-- **Tokenizer files** (``io.units.TOKENIZER_FILES`` but the templates) of every input against the source's: a
-  warning naming, per input, each file that differs or is missing and, for JSON files, the differing fields
-  (``tokenizer_config.json (eos_token, model_max_length)``, ``tokenizer.json (added_tokens, model.vocab)``).
+- **Tokenizer files** (``io.units.TOKENIZER_FILES`` but the templates) of every input that has some, against the
+  source's: a warning naming, per input, each file that differs or is missing and, for JSON files, the differing
+  fields (``tokenizer_config.json (eos_token, model_max_length)``, ``tokenizer.json (added_tokens, model.vocab)``).
 
 The source, the reason, both checks and the warnings go to merge.json (``sources``), the model card and
 the summary on stderr.
@@ -253,8 +253,10 @@ def _template_check(templates: Mapping[str, str | None], places: Mapping[str, st
 
 
 def _tokenizer_check(inputs: Sequence[Input], source: Input) -> list[str]:
-    """One warning naming, per input, the tokenizer files (and JSON fields) that differ from the source's."""
-    diffs = {i.label: tokenizer_differences(source.folder, i.folder) for i in inputs if i.folder != source.folder}
+    """One warning naming, per input, the tokenizer files (and JSON fields) that differ from the source's; an input
+    with no tokenizer files (a LoRA adapter saved alone) brings no tokenizer and is not compared."""
+    others = [i for i in inputs if i.folder != source.folder and any((i.folder / n).is_file() for n in TOKENIZER_FILES)]
+    diffs = {i.label: tokenizer_differences(source.folder, i.folder) for i in others}
     shown = "; ".join(f"{label}: {', '.join(d)}" for label, d in diffs.items() if d)
     if not shown:
         return []
