@@ -103,6 +103,22 @@ CONFIGS: dict[str, Callable[[Any], Any]] = {
 VISION = {"qwen2_vl": ("visual.",), "llava": ("vision_tower.", "multi_modal_projector.")}
 
 
+def image_inputs(arch: str) -> dict[str, torch.Tensor]:
+    """A prompt with one 28 x 28 image for a VLM of ``CONFIGS`` (image token id 5), as its processor would give."""
+    g = torch.Generator().manual_seed(0)
+    if arch == "qwen2_vl":  # 2 x 2 patches of 14 px, 2 frames, merged 2 x 2 into one image token between 7 and 8
+        ids = torch.tensor([[10, 7, 5, 8, 11, 12]])
+        pixels = torch.randn(4, 3 * 2 * 14 * 14, generator=g)
+        return {
+            "input_ids": ids,
+            "pixel_values": pixels,
+            "image_grid_thw": torch.tensor([[1, 2, 2]]),
+            "mm_token_type_ids": (ids == 5).long(),
+        }
+    ids = torch.tensor([[10, 5, 5, 5, 5, 11, 12]])  # LLaVA: one token per 14 px patch, the class token dropped
+    return {"input_ids": ids, "pixel_values": torch.randn(1, 3, 28, 28, generator=g)}
+
+
 def model_class(arch: str) -> Any:
     """The class that loads the whole model (the vision tower too, for the VLMs)."""
     return transformers.AutoModelForImageTextToText if arch in VISION else transformers.AutoModelForCausalLM

@@ -4,8 +4,8 @@ Per architecture (``archmodels``: Qwen3, Qwen3-MoE, Gemma 3, Qwen2-VL, LLaVA, Ba
 with sparse updates on every floating tensor, on disjoint elements:
 
 - RAM gives exactly ``base + tau_1 + tau_2`` on every tensor (a naive reference), the output holds every input
-  tensor, loads in transformers with no missing or unexpected key, and its logits and greedy tokens are those of
-  the reference weights loaded into the same class;
+  tensor, loads in transformers with no missing or unexpected key, and its logits and greedy tokens (for the
+  VLMs also the logits of a prompt with an image) are those of the reference weights loaded into the same class;
 - TIES and TSV-M outputs hold every tensor, load and generate, and move every tensor the agents moved (of 64
   elements or more: TIES's trim may drop the one update a tiny tensor has), and none they did not;
 - a planner that would drop a tensor (simulated) fails the merge, naming the tensor, and writes nothing.
@@ -74,6 +74,11 @@ def test_ram_is_the_sum_of_the_updates_and_loads(fam: tuple[str, Path, list[Path
     torch.testing.assert_close(logits, want_logits)
     assert torch.equal(tokens, want_tokens)
     assert not torch.allclose(logits, generate(load(arch, base))[0])  # the merge changed the model
+    if arch in am.VISION:  # an image through the merged tower and projector: the reference's logits
+        with torch.no_grad():
+            seen = load(arch, out)(**am.image_inputs(arch)).logits
+            torch.testing.assert_close(seen, load(arch, reference)(**am.image_inputs(arch)).logits)
+            assert not torch.allclose(seen, load(arch, base)(**am.image_inputs(arch)).logits)
 
 
 @pytest.mark.parametrize("method", ["ties", "tsv"])
