@@ -157,7 +157,8 @@ class MergeConfig(_Frozen):
             most = "any number of" if m.max_models is None else f"at most {m.max_models}"
             raise ValueError(f"method {m.name!r} takes at least {m.min_models} and {most} models, got {n}")
         self._check_weights(m)
-        if self.tokenizer_source is not None and self.tokenizer_source.isdigit() and int(self.tokenizer_source) >= n:
+        index = agent_index(self.tokenizer_source)
+        if index is not None and index >= n:
             raise ValueError(
                 f"tokenizer_source {self.tokenizer_source}: an agent's index counts from 0, and there are {n} models "
                 f"(0..{n - 1}); give base, an index, or a model folder (./{self.tokenizer_source} for a folder of "
@@ -200,9 +201,8 @@ class MergeConfig(_Frozen):
         src = self.tokenizer_source
         if src == "base":
             return self.base if self.base is not None else self.models[0].path
-        if src is not None and src.isdigit():
-            return self.models[int(src)].path
-        return src
+        index = agent_index(src)
+        return self.models[index].path if index is not None else src
 
     @property
     def shard_bytes(self) -> int:
@@ -239,6 +239,12 @@ class MergeConfig(_Frozen):
     @functools.cached_property
     def _exclude(self) -> PatternSet:
         return PatternSet(self.exclude)
+
+
+def agent_index(tokenizer_source: str | None) -> int | None:
+    """The agent's index a ``tokenizer_source`` of 1 to 6 ASCII digits gives (``"1"``: the second model), else None."""
+    src = tokenizer_source
+    return int(src) if src is not None and 0 < len(src) <= 6 and src.isascii() and src.isdigit() else None
 
 
 def resolve_params(method: Method, given: Mapping[str, Any], n_models: int) -> dict[str, ParamValue]:
