@@ -43,7 +43,12 @@ def _merge_parser(sub: Any) -> None:
     p.add_argument("--seed", type=int, help="seed for random methods (default 0)")
     p.add_argument("--include", action="append", help="merge only tensors matching this glob (repeat)")
     p.add_argument("--exclude", action="append", help="copy tensors matching this glob from the base (repeat)")
-    input_arg(p, "--tokenizer-source", help="folder whose tokenizer files are copied (default: the base)")
+    input_arg(
+        p,
+        "--tokenizer-source",
+        help="whose tokenizer and chat template the output takes: base, an agent's index (0: the first --model) "
+        "or a model folder (default: the base, or the agent that added tokens)",
+    )
     p.add_argument("--threads", type=int, help="worker threads (default: all cores)")
     p.add_argument("--max-memory", help="memory budget for chunks in flight, e.g. 1GB (default)")
     p.add_argument("--chunk-size", type=int, help="elements per chunk (default: from --max-memory)")

@@ -30,7 +30,9 @@ def register(sub: Any) -> None:
 
 
 def _moe_parser(sub: Any) -> None:
-    p = sub.add_parser("moe", help="one mixture-of-experts model whose experts are the agents (Mixtral / Qwen2-MoE)")
+    p = sub.add_parser(
+        "moe", help="one mixture-of-experts model whose experts are the agents (Mixtral / Qwen2-MoE / Qwen3-MoE)"
+    )
     input_arg(p, "source", help="base model folder, or a moe YAML config (docs/moe-lora.md)")
     output_arg(p, "-o", "--output", kind="folder", required=True, help="output folder")
     input_arg(p, "--model", action="append", default=[], help="an agent: its MLP becomes an expert (repeat)")

@@ -15,6 +15,7 @@ from pathlib import Path
 
 import torch
 
+from agentmerge.engine.coverage import check_written
 from agentmerge.engine.inputs import open_model
 from agentmerge.errors import CheckpointError
 from agentmerge.io.atomic import atomic_output_dir
@@ -62,6 +63,7 @@ def convert(
                     _copy(reader, t, writer)
             finally:
                 writer.close()
+            check_written(tmp, planned)  # every tensor of the input, as planned
             finish_model_files(tmp, source, _tokenizer_folder(source, reader.path), _dtype_record(planned, target))
     finally:
         reader.close()

@@ -146,8 +146,8 @@ def recorded_config(cfg: MergeConfig, *, recipe: bool = False) -> dict[str, Any]
     """
     data = cfg.model_dump(mode="json", exclude_defaults=recipe)
     for key in ("base", "tokenizer_source"):
-        if data.get(key):
-            data[key] = input_ref(data[key])
+        if data.get(key) and not (key == "tokenizer_source" and cfg.tokenizer_ref != cfg.tokenizer_source):
+            data[key] = input_ref(data[key])  # a path; ``base`` and an agent's index stay as written
     for model in data["models"]:
         model["path"] = input_ref(model["path"])
         if model.get("fisher"):

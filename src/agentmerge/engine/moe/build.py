@@ -25,6 +25,7 @@ from typing import Any
 
 import torch
 
+from agentmerge.engine.coverage import check_planned, check_written
 from agentmerge.engine.inputs import check_compatible, open_model
 from agentmerge.engine.moe.arch import MoeNames, moe_config, moe_family
 from agentmerge.engine.moe.plan import LayerPlan, MoePlan, Slot, check_mlp_shapes, make_plan, shared_size
@@ -54,7 +55,7 @@ def moe_inputs(cfg: MoeConfig) -> list[str]:
 
 
 def base_family(cfg: MoeConfig) -> MoeNames:
-    """The output family of the base (``mixtral`` / ``qwen2_moe``); unsupported bases fail here, first."""
+    """The output family of the base (``mixtral``, ``qwen2_moe``, ``qwen3_moe``); unsupported bases fail here, first."""
     folder = resolve_model_path(cfg.base)
     if not (folder / "config.json").is_file():
         raise CheckpointError(f"{folder}: no config.json; the MoE architecture is chosen from the base's")
@@ -137,6 +138,7 @@ def _write(
     cfg: MoeConfig, names: MoeNames, tmp: Path, static: Checkpoint, base: Readable, agents: list[Readable], quiet: bool
 ) -> MoeResult:
     plan = make_plan(static.tensors, names, len(agents), cfg.shared_expert, cfg.shared_weight, None)
+    check_planned([static, base, *agents], (s.tensor for s in plan.slots if s.tensor), "moe")
     gate = plan.layers[0].router
     assert gate is not None
     dense = _dense_config(static.folder)
@@ -158,6 +160,7 @@ def _write(
         routers = _layers(cfg, plan, static, base, agents, writer, tokens, moe, quiet)
     finally:
         writer.close()
+    check_written(tmp, slots)
     experts = [
         {"name": e.name, "path": e.path, "prompts": len(e.prompts), "tokens": sum(len(t) for t in ids)}
         for e, ids in zip(cfg.experts, tokens, strict=True)
