@@ -60,6 +60,7 @@ class BfclEvaluator(Evaluator):
         self.log_samples = Path(log_samples) if log_samples is not None else None
         self.chat_template = chat_template
         self.demos = self._demonstrations()
+        self.items = {c: data.subset(data.load_category(c), n) for c in self.categories}  # read before any model
 
     @property
     def name(self) -> str:
@@ -76,21 +77,29 @@ class BfclEvaluator(Evaluator):
             out[category] = (source, prompt.demonstrations(data.load_category(source), self.few_shot))
         return out
 
-    def _items(self) -> dict[str, list[data.Item]]:
-        return {c: data.subset(data.load_category(c), self.n) for c in self.categories}
-
     def score(self, checkpoint: Path) -> Score:
         from agentmerge.evaluation.scoring import Generator
 
         set_threads(self.threads)
-        by_category = self._items()
-        items = [it for c in self.categories for it in by_category[c]]
+        items = [it for c in self.categories for it in self.items[c]]
         gen = Generator.load(str(checkpoint), self.device, self.dtype, chat=self.chat_template)
-        texts = [gen.chat_text(prompt.chat(it, self.demos.get(it.category, ("", []))[1])) for it in items]
+        texts = [self._text(gen, it, checkpoint) for it in items]
         budgets = [self.max_new_tokens] * len(items)
         answers = gen.complete_texts(texts, budgets, self.batch_size, f"bfcl {Path(checkpoint).name}", self.quiet)
-        totals = {c: len(data.load_category(c)) if self.n else len(v) for c, v in by_category.items()}
+        totals = {c: len(data.load_category(c)) if self.n else len(v) for c, v in self.items.items()}
         return self._scored(str(checkpoint), items, texts, answers, totals)
+
+    def _text(self, gen: Any, item: data.Item, checkpoint: Path) -> str:
+        """The question as the model reads it; a chat template that refuses the conversation: one line."""
+        from jinja2 import TemplateError
+
+        try:
+            return str(gen.chat_text(prompt.chat(item, self.demos.get(item.category, ("", []))[1])))
+        except TemplateError as e:
+            raise ConfigError(
+                f"{checkpoint}: its chat template refuses BFCL question {item.id} ({' '.join(str(e).split())[:200]}); "
+                "leave out its category or pass --no-chat-template"
+            ) from None
 
     def score_outputs(self, file: Path) -> Score:
         """Score generations made elsewhere (``outputs``): the ids' categories, no model."""
