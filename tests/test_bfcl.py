@@ -71,7 +71,8 @@ def test_grade_gives_partial_credit() -> None:
     assert grade("[volume()]", question, ANSWER) == (True, False, False)  # wrong function
     assert grade("[area(width=2), area(width=2)]", question, ANSWER) == (True, False, False)
     assert grade("The area is 4.", question, ANSWER) == (False, False, False)
-    assert grade("[]", question, None) == (True, True, True) and grade("nope", question, None)[2]
+    assert grade("[]", question, None) == (False, True, True) and grade("nope", question, None)[2]
+    assert grade("[]", question, ANSWER) == (False, False, False)
     assert grade("[volume()]", question, None) == (True, False, False)
     parallel = [*ANSWER, {"area": {"width": [5.0]}}]  # order-free
     assert grade("[area(width=5), area(width=2)]", {"function": [DOC]}, parallel) == (True, True, True)
@@ -123,7 +124,7 @@ def test_scores_outputs_made_elsewhere(tmp_path: Path, capsys: pytest.CaptureFix
     argv = ["eval", "--suite", "bfcl", "--outputs", str(file), "--json", str(tmp_path / "r.json")]
     assert main([*argv, "--log-samples", str(tmp_path / "logs")]) == 0
     out = capsys.readouterr().out
-    assert "simple_python: 6 of 400 items, 83% parseable" in out and "irrelevance: 3 of 240 items" in out
+    assert "simple_python: 6 of 400 items, 67% parseable" in out and "irrelevance: 3 of 240 items" in out
     record = json.loads((tmp_path / "r.json").read_text())
     assert (
         record["metrics"]["bfcl.simple_python"] == pytest.approx(4 / 6) and record["count"]["bfcl.simple_python"] == 6
@@ -197,3 +198,11 @@ def test_tiny_model_end_to_end(tmp_path: Path, capsys: pytest.CaptureFixture[str
     assert len(rows) == 4 and all(r["output"] == "]]" for r in rows)
     assert rows[0]["prompt"].startswith("<system>You are an expert in composing functions.")
     assert f"<assistant>{prompt.render_call(shown.answer or ())}\n<user>" in rows[0]["prompt"]
+
+
+def test_a_model_that_never_answers_is_named(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    file = _outputs(tmp_path, [{"id": f"multiple_{i}", "output": " "} for i in range(3)])
+    assert main(["eval", "--suite", "bfcl:non_live", "--outputs", str(file)]) == 0
+    out = capsys.readouterr().out
+    assert "multiple: 3 of 200 items, 0% parseable" in out
+    assert "no answer: all 3 outputs are empty (check the chat template and end token)" in out

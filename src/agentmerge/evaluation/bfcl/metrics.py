@@ -2,7 +2,7 @@
 
 For a category with n answers of which k are right: accuracy p = k / n, standard error
 sqrt(p (1 - p) / (n - 1)) (the sample standard deviation of the 0/1 verdicts over sqrt(n)), and the share of
-answers that decode as calls (``bfcl.<category>.parseable``).
+answers that decode as one or more calls (``bfcl.<category>.parseable``; ``[]`` and prose are not).
 
 BFCL's leaderboard summaries, over the categories scored:
 
@@ -34,7 +34,7 @@ class CategoryScore:
     stderr: float
     count: int  # answers scored
     of: int  # items the category has
-    parseable: float  # share of answers that decode as calls
+    parseable: float  # share of answers that decode as one or more calls
 
 
 def category_score(category: str, verdicts: Sequence[Verdict], of: int) -> CategoryScore:
