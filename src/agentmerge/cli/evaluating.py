@@ -116,7 +116,12 @@ def cmd_lm_eval(args: argparse.Namespace) -> int:
 
 def _eval_parser(sub: Any) -> None:
     p = sub.add_parser("eval", help="score checkpoints on your own tasks (JSONL) or a plug-in's suite; greedy, batched")
-    input_arg(p, "checkpoints", nargs="+", help="model folders: BASE, then specialists and merges (merge.json)")
+    input_arg(
+        p,
+        "checkpoints",
+        nargs="*",
+        help="model folders: BASE, then specialists and merges (merge.json); none with --outputs",
+    )
     input_arg(
         p,
         "--tasks",
@@ -124,7 +129,7 @@ def _eval_parser(sub: Any) -> None:
         help="FILE.jsonl of prompts and references (docs/evaluate.md); with --suite zoo: names",
     )
     p.add_argument(
-        "--suite", metavar="NAME", help="an evaluator plug-in's suite instead of a task file (zoo: the agent zoo's)"
+        "--suite", metavar="NAME", help="a suite instead of a task file: bfcl[:CATEGORIES] or a plug-in's (zoo)"
     )
     p.add_argument("--no-chat-template", action="store_true", help="use prompts as written, not in the chat template")
     p.add_argument("--system", help="system prompt (overrides the task file's)")
@@ -140,6 +145,15 @@ def _eval_parser(sub: Any) -> None:
     p.add_argument("--n", type=int, default=None, help="suite: prompts per task (zoo: default 1000 test, 300 val)")
     p.add_argument("--threads", type=int, default=None, help="torch threads (default: all cores)")
     p.add_argument("--quiet", action="store_true", help="no progress bar")
+    p.add_argument(
+        "--few-shot", type=int, default=None, metavar="K", help="bfcl: K demonstrations (from live, unscored)"
+    )
+    input_arg(
+        p, "--outputs", kind="file", metavar="FILE.jsonl", help="bfcl: score generations made elsewhere (no model)"
+    )
+    output_arg(
+        p, "--log-samples", kind="into", metavar="DIR", help="bfcl: write every prompt, output and verdict to DIR"
+    )
     p.set_defaults(func=cmd_eval)
 
 
@@ -152,6 +166,15 @@ def cmd_eval(args: argparse.Namespace) -> int:
     )  # fmt: skip
     if args.suite:
         return _eval_suite(args)
+    suite_only = [
+        flag
+        for flag, v in (("--outputs", args.outputs), ("--few-shot", args.few_shot), ("--log-samples", args.log_samples))
+        if v
+    ]
+    if suite_only:
+        raise ConfigError(f"eval: {suite_only[0]} goes with --suite bfcl")
+    if not args.checkpoints:
+        raise ConfigError("eval: name at least one model folder")
     if not args.tasks:
         raise ConfigError("eval: pass --tasks FILE.jsonl (your prompts and references) or --suite zoo")
     from agentmerge.evaluation.scoring import TaskFileEvaluator
@@ -190,17 +213,22 @@ def _eval_suite(args: argparse.Namespace) -> int:
     """``eval CKPT ... --suite KIND``: an evaluator plug-in's suite, each checkpoint's metrics in percent."""
     from agentmerge.evaluation.kinds import evaluator_class
 
-    cls = evaluator_class(args.suite, "eval --suite")
+    if bool(args.outputs) == bool(args.checkpoints):
+        raise ConfigError("eval --suite: name model folders, or --outputs FILE.jsonl (generations made elsewhere)")
+    cls = evaluator_class(args.suite.partition(":")[0], "eval --suite")
     with heavy_imports():
         evaluator = cls.from_command(args)
     records = []
-    for ckpt in args.checkpoints:
-        score = evaluator.score(Path(ckpt))
+    for ckpt in [args.outputs] if args.outputs else args.checkpoints:
+        score = evaluator.score_outputs(Path(ckpt)) if args.outputs else evaluator.score(Path(ckpt))
         print(f"{ckpt}:")
+        width = max(16, *map(len, score.metrics))
         for metric, value in score.metrics.items():
             known = metric in score.stderr and metric in score.count
             spread = f" ± {score.stderr[metric] * 100:.2f}  (n={score.count[metric]})" if known else ""
-            print(f"  {metric:<16} {value * 100:6.2f} %{spread}")
+            print(f"  {metric:<{width}} {value * 100:6.2f} %{spread}")
+        for note in score.record.get("notes", []):
+            print(f"  {note}")
         records.append(score.record)
     if args.json_out:
         text = jsontext.dumps(records[0] if len(records) == 1 else records, indent=2) + "\n"
