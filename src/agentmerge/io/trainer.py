@@ -48,8 +48,12 @@ def open_weights(ref: str | Path) -> Readable:
 
 
 def trainer_config_folder(ref: str | Path) -> Path | None:
-    """The folder with a trainer checkpoint's config.json and tokenizer; None when ``ref`` is no trainer folder."""
+    """The folder with a trainer checkpoint's (or a GGUF file's recovered) config.json and tokenizer; None when
+    ``ref`` is neither."""
     path = Path(ref).expanduser()
+    if is_gguf(path):
+        with GgufCheckpoint(ref) as gguf:
+            return gguf.folder
     actor = verl_actor_folder(path)
     if actor is not None:
         return model_files_folder(actor)
