@@ -256,3 +256,34 @@ def test_folder_with_two_gguf_files(sources: dict[str, Path], tmp_path: Path) ->
     assert "holds 2 .gguf files" in _one_line(e)
     with GgufCheckpoint(tmp_path / "two" / "a.gguf") as one:  # a folder holding one is that file
         assert one.path.name == "a.gguf"
+
+
+def test_eval_loads_a_gguf_as_its_source(sources: dict[str, Path], tmp_path: Path) -> None:
+    """``eval``'s loader takes a GGUF file (transformers dequantizes it): at F32 it completes as the source does."""
+    from agentmerge.evaluation.scoring import Example, Generator
+
+    path = export(sources["llama"], tmp_path / "m.gguf", "F32")
+    ex = [Example(task="t", prompt="the model", reference="x", max_new_tokens=6)]
+    mine = Generator.load(str(path), "cpu", "float32", True)
+    theirs = Generator.load(str(sources["llama"]), "cpu", "float32", True)
+    assert mine.text(ex[0]) == theirs.text(ex[0])  # the chat template came through
+    assert mine.complete(ex, 1, "t", True) == theirs.complete(ex, 1, "t", True)
+
+
+def test_a_range_read_dequantizes_only_its_rows(
+    sources: dict[str, Path], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Memory stays bounded by the chunk: a range read decodes the rows holding it (whole heads for llama q/k)."""
+    path = export(sources["llama"], tmp_path / "m.gguf", "Q8_0")
+    seen: list[int] = []
+    real = gguf.quants.dequantize
+
+    def spy(data: np.ndarray, qtype: Any) -> np.ndarray:
+        seen.append(data.shape[0])
+        return real(data, qtype)
+
+    with GgufCheckpoint(path) as g:
+        monkeypatch.setattr(gguf.quants, "dequantize", spy)
+        g.read("model.embed_tokens.weight", 256 * 10 + 5, 256 * 13)  # rows 10..12 of the embedding
+        g.read("model.layers.0.self_attn.q_proj.weight", 256 * 70, 256 * 71)  # row 70: head 1 of 4 (64 rows each)
+    assert seen == [3, 64]

@@ -94,7 +94,6 @@ class GgufCheckpoint:
                 "convert it to safetensors with transformers (from_pretrained(..., gguf_file=...)) and pass that folder"
             )
         check_types(gguf, self.path, self.reader)
-        self._tmp: Path | None = None
         self.folder = self._side_folder()
         self.metadata: dict[Path, dict[str, str]] = {}
         self.tensors: dict[str, TensorInfo] = {}
@@ -109,9 +108,7 @@ class GgufCheckpoint:
         self.close()
 
     def close(self) -> None:
-        if self._tmp is not None:
-            shutil.rmtree(self._tmp, ignore_errors=True)
-            self._tmp = None
+        """Nothing to release: the memory map closes with the reader."""
 
     @property
     def weight_files(self) -> list[Path]:
@@ -192,25 +189,30 @@ class GgufCheckpoint:
         self.quant_types[hf] = qname
 
     def _side_folder(self) -> Path:
-        """config.json and tokenizer files recovered from the metadata (cached by the file's identity)."""
+        """config.json and tokenizer files recovered from the metadata, kept by the file's identity in the cache
+        (in the system's temporary folder when the cache cannot be written)."""
         digest = hashlib.blake2b(f"{SIDE_VERSION}|{file_key(self.path)}".encode(), digest_size=12).hexdigest()
-        folder = cache_dir() / "gguf" / digest
-        if (folder / "config.json").is_file():
-            return folder
-        try:
-            folder.parent.mkdir(parents=True, exist_ok=True)
-            tmp = Path(tempfile.mkdtemp(prefix=f".{digest}.tmp-", dir=folder.parent))
-        except OSError:  # a read-only cache: a temporary folder for this run
-            self._tmp = tmp = Path(tempfile.mkdtemp(prefix="agentmerge-gguf-"))
-            recover_model_files(self.path, tmp, self._head_dim())
-            return tmp
-        try:
-            recover_model_files(self.path, tmp, self._head_dim())
-            with contextlib.suppress(OSError):  # another process may have published it first: either is fine
-                os.rename(tmp, folder)
-        finally:
-            shutil.rmtree(tmp, ignore_errors=True)
-        return folder
+        for root in (cache_dir() / "gguf", Path(tempfile.gettempdir()) / "agentmerge-gguf"):
+            folder = root / digest
+            if (folder / "config.json").is_file():
+                return folder
+            try:
+                root.mkdir(parents=True, exist_ok=True)
+                tmp = Path(tempfile.mkdtemp(prefix=f".{digest}.tmp-", dir=root))
+            except OSError:
+                continue
+            try:
+                recover_model_files(self.path, tmp, self._head_dim())
+                with contextlib.suppress(OSError):  # another process may have published it first: either is fine
+                    os.rename(tmp, folder)
+            finally:
+                shutil.rmtree(tmp, ignore_errors=True)
+            if (folder / "config.json").is_file():
+                return folder
+        raise CheckpointError(
+            f"{self.path}: cannot write the config.json and tokenizer recovered from it (in {cache_dir()} or the "
+            "temporary folder); set AGENTMERGE_CACHE to a writable folder"
+        )
 
     def _head_dim(self) -> int | None:
         """``attention.key_length`` when the file states it (transformers' config loader ignores it)."""
