@@ -145,6 +145,8 @@ def cmd_merge(args: argparse.Namespace) -> int:
     if args.dry_run:
         plan = plan_merge(cfg, out, force=args.force, force_any=args.force_any)
         print(json.dumps(plan.to_dict(), indent=2) if args.json else plan.text())
+        if args.gguf and not args.json:
+            print(f"gguf: also model-{args.gguf.upper()}.gguf, written from the merged folder (streamed)")
         return 0
     result = merge(
         cfg, out, force=args.force, quiet=args.quiet, force_any=args.force_any, hashing=args.hash, gguf=args.gguf
