@@ -22,6 +22,7 @@ from ggufmodels import tiny_model
 llama_cpp = pytest.importorskip("llama_cpp", reason="llama-cpp-python is not installed (opt-in: docs/ecosystem.md)")
 
 TEXT = "the model and the merge"
+HARD = ("x=1234567; y = f(3.14)!", "  two  spaces\n\nnew lines\ttab", "Ünïcode — émoji 🤖 I'm you're")
 STEPS = 16
 
 
@@ -34,9 +35,11 @@ def test_llama_cpp_generates_what_transformers_generates(tmp_path: Path, arch: s
     src = tiny_model(tmp_path / "src", arch, scale=3.0)  # larger weights: clear margins between the top tokens
     out = tmp_path / "m.gguf"
     export_with(open_weights, str(src), out, qtype)
-    ids = transformers.AutoTokenizer.from_pretrained(src)(TEXT)["input_ids"]
+    tok = transformers.AutoTokenizer.from_pretrained(src)
+    ids = tok(TEXT)["input_ids"]
     llm = load(out)
-    assert llm.tokenize(TEXT.encode(), add_bos=False, special=False) == ids
+    for text in (TEXT, *HARD):
+        assert llm.tokenize(text.encode(), add_bos=False, special=False) == tok(text)["input_ids"], text
     model = transformers.AutoModelForCausalLM.from_pretrained(out.parent, gguf_file=out.name, dtype=torch.float32)
     with torch.no_grad():
         want = model.generate(torch.tensor([ids]), max_new_tokens=STEPS, do_sample=False)[0, len(ids) :].tolist()

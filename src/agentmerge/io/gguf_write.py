@@ -34,7 +34,7 @@ from agentmerge.io.safety import write_report_with
 
 OUT_TYPES = ("F32", "F16", "BF16", "Q8_0", "Q6_K", "Q5_1", "Q5_0", "Q4_1", "Q4_0")
 FILE_TYPE = {"F32": 0, "F16": 1, "Q4_0": 2, "Q4_1": 3, "Q8_0": 7, "Q5_0": 8, "Q5_1": 9, "Q6_K": 18, "BF16": 32}
-PRE_TOKENIZER = {"qwen2": "qwen2", "qwen3": "qwen2"}  # llama.cpp's pre-tokenizer names; others: "default"
+PRE_TOKENIZER = {"qwen2": "qwen2", "qwen3": "qwen2"}  # llama.cpp's pre-tokenizer names by model_type
 
 
 def check_out_type(name: str, flag: str = "--type") -> str:
@@ -197,10 +197,19 @@ def _tokenizer(gguf: Any, writer: Any, folder: Path, config: dict[str, Any]) -> 
     tokens = [vocab.get(i, f"[PAD{i}]") for i in range(size)]
     types = [kinds.get(i, gguf.TokenType.NORMAL if i in vocab else gguf.TokenType.UNUSED) for i in range(size)]
     writer.add_tokenizer_model("gpt2")
-    writer.add_tokenizer_pre(PRE_TOKENIZER.get(str(config.get("model_type")), "default"))
+    writer.add_tokenizer_pre(pre_tokenizer(data, config))
     writer.add_token_list(tokens)
     writer.add_token_types(types)
     gguf.SpecialVocab(folder, load_merges=True, n_vocab=size).add_to_gguf(writer, quiet=True)
+
+
+def pre_tokenizer(tokenizer: dict[str, Any], config: dict[str, Any]) -> str:
+    """llama.cpp's name for the text splitting before BPE: GPT-2's regex for a bare ``ByteLevel`` (what
+    ``use_regex`` applies), Qwen's for qwen2 / qwen3, else ``default``."""
+    pre = tokenizer.get("pre_tokenizer") or {}
+    if pre.get("type") == "ByteLevel" and pre.get("use_regex", True):
+        return "gpt-2"
+    return PRE_TOKENIZER.get(str(config.get("model_type")), "default")
 
 
 def copy_tokenizer_fields(gguf: Any, writer: Any, source: Path) -> None:
