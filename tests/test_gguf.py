@@ -287,3 +287,15 @@ def test_a_range_read_dequantizes_only_its_rows(
         g.read("model.embed_tokens.weight", 256 * 10 + 5, 256 * 13)  # rows 10..12 of the embedding
         g.read("model.layers.0.self_attn.q_proj.weight", 256 * 70, 256 * 71)  # row 70: head 1 of 4 (64 rows each)
     assert seen == [3, 64]
+
+
+def test_extract_lora_takes_gguf_inputs(quantized_family: dict[str, Path], tmp_path: Path) -> None:
+    """extract-lora reads GGUF files as it reads folders: the adapter of a1 against the base is their task vector
+    at rank 4 (the agents' update is full-rank noise, so only the shapes and that it is non-zero are checked)."""
+    f = quantized_family
+    out = tmp_path / "lora"
+    argv = ["extract-lora", str(f["a1.gguf"]), "--base", str(f["base.gguf"]), "-o", str(out), "--rank", "4"]
+    assert main([*argv, "--quiet"]) == 0
+    with Checkpoint(out / "adapter_model.safetensors") as adapter:
+        a = next(n for n in adapter.tensors if n.endswith("q_proj.lora_A.weight"))
+        assert adapter.tensors[a].shape == (4, 256) and float(adapter.read(a).abs().sum()) > 0
