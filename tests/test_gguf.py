@@ -7,6 +7,7 @@ exactly, and differ from the source by no more than each type's rounding.
 
 from __future__ import annotations
 
+import json
 import struct
 from pathlib import Path
 from typing import Any
@@ -129,6 +130,8 @@ def test_merge_of_gguf_inputs_writes_gguf(
     argv = ["--method", "task_arithmetic", "--base", str(f["base.gguf"]), "--model", str(f["a1.gguf"])]
     assert main(["merge", str(tmp_path / "m"), *argv, "--model", str(f["a2.gguf"]), "--gguf", "Q8_0"]) == 0
     assert "note: task vectors include quantization error" in capsys.readouterr().err
+    notes = json.loads((tmp_path / "m" / "merge.json").read_text())["notes"]
+    assert notes[0].startswith("task vectors include quantization error: base (Q8_0), ")
     copies = []
     for key in ("base", "a1", "a2"):
         assert main(["convert", str(f[f"{key}.gguf"]), str(tmp_path / f"{key}-st")]) == 0

@@ -105,6 +105,7 @@ def reproducibility_record(
         **({"thresholds": result.thresholds} if result.thresholds else {}),
         **({"lines": result.lines} if result.lines else {}),
         **({"warnings": result.warnings} if result.warnings else {}),
+        **({"notes": result.notes} if result.notes else {}),
         "seconds": round(result.seconds, 3),
     }
 
