@@ -30,6 +30,7 @@ from agentmerge.cli.evaluating import _eval_parser, _fisher_parser, _lm_eval_par
 from agentmerge.cli.merging import (
     _convert_parser,
     _convert_weights_parser,
+    _export_gguf_parser,
     _merge_parser,
     _methods_parser,
     _probe_parser,
@@ -56,6 +57,7 @@ def build_parser(argv: Sequence[str] | None = None) -> argparse.ArgumentParser:
     _fisher_parser(sub)
     _convert_parser(sub)
     _convert_weights_parser(sub)
+    _export_gguf_parser(sub)
     _lm_eval_parser(sub)
     _eval_parser(sub)
     _sweep_parser(sub)

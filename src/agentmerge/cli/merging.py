@@ -1,4 +1,4 @@
-"""The merge commands: merge, probe, methods, convert-config, convert."""
+"""The merge commands: merge, probe, methods, convert-config, convert, export-gguf."""
 
 from __future__ import annotations
 
@@ -70,6 +70,9 @@ def _merge_parser(sub: Any) -> None:
     p.add_argument("--quiet", action="store_true", help="no progress bars")
     p.add_argument("--json", action="store_true", help="print the result as JSON")
     p.add_argument("--dry-run", action="store_true", help="check inputs and print the plan; write nothing")
+    p.add_argument(
+        "--gguf", metavar="TYPE", help="also write model-TYPE.gguf (F16, BF16, Q8_0, Q6_K, ...) in the output"
+    )
     p.set_defaults(func=cmd_merge)
 
 
@@ -131,6 +134,10 @@ def cmd_merge(args: argparse.Namespace) -> int:
     from agentmerge.io.localpath import missing_local_inputs
 
     data, out = merge_config_data(args)
+    if args.gguf is not None:
+        from agentmerge.io.gguf_write import check_out_type
+
+        check_out_type(args.gguf, "--gguf")
     cfg = config_from_dict(data, args.config or "flags")
     missing = missing_local_inputs(input_refs(cfg))
     if missing:  # before the engine (torch) is imported
@@ -144,8 +151,12 @@ def cmd_merge(args: argparse.Namespace) -> int:
     if args.dry_run:
         plan = plan_merge(cfg, out, force=args.force, force_any=args.force_any)
         print(jsontext.dumps(plan.to_dict(), indent=2) if args.json else plan.text())
+        if args.gguf and not args.json:
+            print(f"gguf: also model-{args.gguf.upper()}.gguf, written from the merged folder (streamed)")
         return 0
-    result = merge(cfg, out, force=args.force, quiet=args.quiet, force_any=args.force_any, hashing=args.hash)
+    result = merge(
+        cfg, out, force=args.force, quiet=args.quiet, force_any=args.force_any, hashing=args.hash, gguf=args.gguf
+    )
     if args.json:
         print(jsontext.dumps(result.to_dict(), indent=2))
     elif not args.quiet:
@@ -232,6 +243,8 @@ def cmd_probe(args: argparse.Namespace) -> int:
     )
     print(probe_rule_text(result))
     print(agents_table(result.agents, result.independent))
+    for line in result.notes:
+        print(f"note: {line}")
     if kept:
         print("\nWhat each merge kept of each agent (<Δ, τ_i> / <τ_i, τ_i>; w.k: with exactly k others):")
         print(retention_table(kept))
@@ -382,4 +395,31 @@ def cmd_convert_weights(args: argparse.Namespace) -> int:
     shard = args.max_shard_size
     out = convert(args.src, args.dst, dtype=args.dtype, max_shard_size=shard, model_files=args.model_files)
     print(f"wrote {args.src} as a safetensors model folder: {out}", file=sys.stderr)
+    return 0
+
+
+def _export_gguf_parser(sub: Any) -> None:
+    p = sub.add_parser("export-gguf", help="write a model (any readable input) as one GGUF file for llama.cpp")
+    input_arg(p, "src", help="model folder (e.g. a merge output), trainer checkpoint or GGUF file")
+    output_arg(p, "-o", "--output", required=True, help="the .gguf file to write")
+    p.add_argument("--type", default="F16", help="F32, F16 (default), BF16, Q8_0, Q6_K, Q5_1, Q5_0, Q4_1, Q4_0")
+    input_arg(p, "--tokenizer-gguf", kind="file", help="copy the tokenizer metadata from this GGUF (e.g. the base's)")
+    p.set_defaults(func=cmd_export_gguf)
+
+
+def cmd_export_gguf(args: argparse.Namespace) -> int:
+    from agentmerge.io.gguf_write import check_out_type
+
+    qtype = check_out_type(args.type)
+    out = Path(args.output).expanduser()
+    check_report_path(out, "-o")
+    with heavy_imports():
+        from agentmerge.io.gguf_write import export_with
+        from agentmerge.io.trainer import open_weights
+
+    tok = Path(args.tokenizer_gguf).expanduser() if args.tokenizer_gguf else None
+    if tok is not None and not tok.is_file():
+        raise CheckpointError(f"{tok}: --tokenizer-gguf names no file")
+    n = export_with(open_weights, args.src, out, qtype, tokenizer_gguf=tok)
+    print(f"wrote {args.src} as GGUF {qtype} ({n} tensors): {out}", file=sys.stderr)
     return 0

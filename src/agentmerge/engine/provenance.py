@@ -42,6 +42,7 @@ class MergeResult:
     thresholds: dict[str, Any] | None = None  # adaptive mask rules only (masks.levels_record), else None
     lines: dict[str, Any] | None = None  # LiNeS depth scaling: its layer count and alpha (lines_pass), else None
     warnings: list[str] = field(default_factory=list)  # what the kernels warned about (e.g. Iso-C on a low-rank sum)
+    notes: list[str] = field(default_factory=list)  # e.g. the quantization note (quantnote) for GGUF inputs
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -60,6 +61,7 @@ class MergeResult:
             **({"thresholds": self.thresholds} if self.thresholds else {}),
             **({"lines": self.lines} if self.lines else {}),
             **({"warnings": self.warnings} if self.warnings else {}),
+            **({"notes": self.notes} if self.notes else {}),
         }
 
     def agents(self) -> list[AgentStats] | None:
@@ -103,6 +105,7 @@ def reproducibility_record(
         **({"thresholds": result.thresholds} if result.thresholds else {}),
         **({"lines": result.lines} if result.lines else {}),
         **({"warnings": result.warnings} if result.warnings else {}),
+        **({"notes": result.notes} if result.notes else {}),
         "seconds": round(result.seconds, 3),
     }
 

@@ -221,6 +221,7 @@ def merge_summary(cfg: MergeConfig, result: MergeResult, warnings: list[str]) ->
     if agents and cfg.spec.advice is not None:
         overlaps = [AgentOverlap(a.name, tuple(a.overlap)) for a in agents]
         lines += [f"note: {n}" for n in cfg.spec.advice(result.params, overlaps)]
+    lines += [f"note: {n}" for n in result.notes]
     return "\n".join(lines)
 
 

@@ -333,9 +333,10 @@ class Generator:
 
         quiet_transformers()
         auto_model: Any = transformers.AutoModelForCausalLM
+        source, extra = gguf_source(path)
         try:
-            tokenizer = transformers.AutoTokenizer.from_pretrained(path)
-            model = auto_model.from_pretrained(path, dtype=getattr(torch, dtype))
+            tokenizer = transformers.AutoTokenizer.from_pretrained(source, **extra)
+            model = auto_model.from_pretrained(source, dtype=getattr(torch, dtype), **extra)
         except (OSError, ValueError, TypeError, KeyError) as e:  # what transformers raises on a damaged folder
             why = " ".join(str(e).split())[:300]  # one line, however many transformers wrote
             raise CheckpointError(f"{path}: transformers cannot load this checkpoint ({why})") from None
@@ -432,3 +433,14 @@ def quiet_transformers() -> None:
     logs: Any = hf_logging  # untyped module
     logs.set_verbosity_error()
     logs.disable_progress_bar()
+
+
+def gguf_source(path: str) -> tuple[str, dict[str, str]]:
+    """``(folder, {"gguf_file": name})`` for a GGUF file (or a folder holding one), which transformers
+    dequantizes itself; ``(path, {})`` otherwise."""
+    from agentmerge.io.gguf_read import gguf_file, is_gguf
+
+    if not is_gguf(Path(path)):
+        return path, {}
+    f = gguf_file(Path(path))
+    return str(f.parent), {"gguf_file": f.name}

@@ -41,7 +41,7 @@ MERGE_RECORD = "merge.json"
 _MERGE_OUTPUT_FILES = frozenset(
     {MERGE_RECORD, "README.md", "model.safetensors", "model.safetensors.index.json", *MODEL_FILES, *TOKENIZER_FILES}
 )
-_SHARD = re.compile(r"model-\d{5}-of-\d{5}\.safetensors")
+_SHARD = re.compile(r"model-\d{5}-of-\d{5}\.safetensors|model-[A-Z0-9_]+\.gguf")  # shards; merge --gguf's file
 _TMP_SIBLING = re.compile(r"\..+\.(?:tmp|old)-(\d+)-[0-9a-f]{8}")
 
 

@@ -40,6 +40,7 @@ from agentmerge.io.headers import read_json_object
 from agentmerge.io.safety import check_output_target
 from agentmerge.io.shards import plan_shards
 from agentmerge.io.tensorfile import TensorInfo
+from agentmerge.io.trainer import trainer_config_folder
 from agentmerge.io.units import TOKENIZER_FILES
 from agentmerge.io.validate import check_finite, check_output_chunk
 from agentmerge.io.writer import ShardWriter, copy_aux_files
@@ -56,7 +57,7 @@ def moe_inputs(cfg: MoeConfig) -> list[str]:
 
 def base_family(cfg: MoeConfig) -> MoeNames:
     """The output family of the base (``mixtral``, ``qwen2_moe``, ``qwen3_moe``); unsupported bases fail here, first."""
-    folder = resolve_model_path(cfg.base)
+    folder = trainer_config_folder(cfg.base) or resolve_model_path(cfg.base)
     if not (folder / "config.json").is_file():
         raise CheckpointError(f"{folder}: no config.json; the MoE architecture is chosen from the base's")
     names = MoeNames(moe_family(read_json_object(folder / "config.json", "config.json"), folder))
