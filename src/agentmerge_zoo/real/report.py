@@ -80,7 +80,7 @@ def probe_table(seeds: Sequence[dict[str, Any]]) -> list[str]:
                     f"{100 * probe['density']:.1f}",
                     _shares(probe["overlap"]),
                     _shares(probe["independent"]) if "independent" in probe else "-",
-                    f"{float(probe['rho']):.2f}" if "rho" in probe else "-",
+                    f"{float(probe['rho']):.2f}" if probe.get("rho") is not None else "-",  # null: no unique part
                     f"{probe['lambda']:.3f}" if "lambda" in probe else "-",
                     f"{kept_by_count(probe['overlap']):.2f} / {_ram_kept(s, skill)}",
                     f"{paper_d}, {' / '.join(f'{w}' for w in paper_w)}",
