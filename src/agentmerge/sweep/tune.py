@@ -1,18 +1,23 @@
-"""``search: optuna``: optuna's sampler (TPE, seeded) picks each next setting from the grid's values.
+"""``search: optuna``: optuna's sampler (TPE, seeded) picks each next setting from the grid's values; a search
+(``space:``, ``search: cmaes | tpe | random``) samples points of a continuous space with CMA-ES, TPE or at random.
 
-Each optuna trial is one setting (subset, method, parameter values as categorical choices); it runs once
-per seed, and optuna is told the mean of the objective over the seeds, or that it failed. On a resumed
-sweep the recorded settings are told first, so the sampler continues where it stopped.
+Each optuna trial is one setting (subset, method, parameter values as categorical choices; or a point of the
+space); it runs once per seed, and optuna is told the mean of the objective over the seeds, or that it failed.
+On a resumed sweep the recorded settings are told first, so the sampler continues where it stopped: a grid
+setting as a trial of its own, a point of a space enqueued and asked again (so CMA-ES counts it in its
+generation), then told its recorded value. The budget counts the recorded settings.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+import importlib.util
+from collections.abc import Callable, Iterator
 from typing import Any
 
 from agentmerge.errors import ConfigError
 from agentmerge.sweep import evaluators
-from agentmerge.sweep.spec import Setting, SweepConfig, Trial, grid, trial_of
+from agentmerge.sweep.space import dimensions, model_groups
+from agentmerge.sweep.spec import Setting, SweepConfig, Trial, grid, point_setting, trial_of
 
 
 def _choices(cfg: SweepConfig) -> dict[str, list[Any]]:
@@ -49,16 +54,20 @@ def optuna_trials(
     if objective is None:
         raise ConfigError("search: optuna needs an objective: set objective: METRIC in the sweep file")
     optuna.logging.set_verbosity(optuna.logging.WARNING)
-    sampler = optuna.samplers.TPESampler(seed=cfg.search.seed)
-    study = optuna.create_study(direction="maximize" if cfg.direction == "max" else "minimize", sampler=sampler)
-    choices = _choices(cfg)
+    study = optuna.create_study(direction="maximize" if cfg.direction == "max" else "minimize", sampler=_sampler(cfg))
     recorded = {r["trial"]: r for r in earlier}
-    replayed = _replay(cfg, study, choices, recorded, objective)
+    if cfg.space is not None:
+        suggest = _space_suggest(cfg)
+        replayed = _replay_points(cfg, study, recorded, objective, suggest)
+    else:
+        choices = _choices(cfg)
+        replayed = _replay(cfg, study, choices, recorded, objective)
+        suggest = lambda ot: _suggest(ot, cfg, choices)  # noqa: E731
     open_settings: dict[Setting, Any] = {}  # setting -> its optuna trial, until all its seeds are in
     for _ in range(max(0, (cfg.search.n_trials or len(grid(cfg))) - replayed)):
         _tell_finished(cfg, study, open_settings, recorded, finished, objective)
         ot = study.ask()
-        setting = _suggest(ot, cfg, choices)
+        setting = suggest(ot)
         ids = [trial_of(cfg, setting, seed) for seed in cfg.seeds]
         if setting in open_settings or all(t.id in done for t in ids):
             _tell(study, ot, _value([recorded[t.id] for t in ids if t.id in recorded], objective))
@@ -66,6 +75,64 @@ def optuna_trials(
         open_settings[setting] = ot
         yield from (t for t in ids if t.id not in done)
     _tell_finished(cfg, study, open_settings, recorded, finished, objective)
+
+
+def _sampler(cfg: SweepConfig) -> Any:
+    """The seeded sampler: TPE for a grid and ``tpe``, CMA-ES for ``cmaes``, uniform for a space's ``random``."""
+    import optuna
+
+    seed = cfg.search.seed
+    if cfg.search.kind == "cmaes":
+        if importlib.util.find_spec("cmaes") is None:  # optuna's CMA-ES sampler runs on it
+            raise ConfigError("search: cmaes needs the cmaes package: pip install 'agentmerge[sweep]'")
+        return optuna.samplers.CmaEsSampler(seed=seed, warn_independent_sampling=False)
+    if cfg.search.kind == "random":
+        return optuna.samplers.RandomSampler(seed=seed)
+    return optuna.samplers.TPESampler(seed=seed)
+
+
+def _space_suggest(cfg: SweepConfig) -> Callable[[Any], Setting]:
+    """Ask an optuna trial for every coordinate of the space: the point's setting."""
+    assert cfg.space is not None
+    dims = dimensions(cfg.space, model_groups(cfg.base or cfg.models[0], cfg.space), len(cfg.models))
+
+    def suggest(ot: Any) -> Setting:
+        point = {
+            d.name: float(ot.suggest_int(d.name, int(d.low), int(d.high)))
+            if d.integer
+            else ot.suggest_float(d.name, d.low, d.high)
+            for d in dims
+        }
+        return point_setting(cfg, point)
+
+    return suggest
+
+
+def _replay_points(
+    cfg: SweepConfig,
+    study: Any,
+    recorded: dict[str, Any],
+    objective: str,
+    suggest: Callable[[Any], Setting],
+) -> int:
+    """Tell the sampler the points an earlier run recorded (every seed), in the order they were recorded."""
+    seen: set[tuple[tuple[str, float], ...]] = set()
+    count = 0
+    for record in recorded.values():
+        point = tuple(sorted((k, float(v)) for k, v in record.get("point", {}).items()))
+        if not point or point in seen:
+            continue
+        seen.add(point)
+        setting = point_setting(cfg, dict(point))
+        ids = [trial_of(cfg, setting, seed).id for seed in cfg.seeds]
+        if not all(i in recorded for i in ids):
+            continue
+        study.enqueue_trial(dict(point))
+        ot = study.ask()
+        suggest(ot)  # the enqueued values: the sampler records the trial as one of its own
+        _tell(study, ot, _value([recorded[i] for i in ids], objective))
+        count += 1
+    return count
 
 
 def _tell(study: Any, ot: Any, value: float | None) -> None:
