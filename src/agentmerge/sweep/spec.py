@@ -208,7 +208,7 @@ class SweepConfig(_Frozen):
         n = self.search.n_trials
         if n is None or n > MAX_TRIALS:
             raise ValueError(f"search.n_trials: give the budget, 1 to {MAX_TRIALS} trials (got {n})")
-        if self.test is not None and (self.test == self.evaluate or self.evaluate.endswith(":test")):
+        if self.evaluate == self.test or self.evaluate.endswith(":test"):
             raise ValueError(
                 f"evaluate: {self.evaluate!r} is the fitness of every trial; score validation there "
                 "(zoo, tasks:VAL.jsonl) and name the test split in test: only"

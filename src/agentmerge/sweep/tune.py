@@ -11,12 +11,13 @@ generation), then told its recorded value. The budget counts the recorded settin
 from __future__ import annotations
 
 import importlib.util
+import math
 from collections.abc import Callable, Iterator
 from typing import Any
 
 from agentmerge.errors import ConfigError
 from agentmerge.sweep import evaluators
-from agentmerge.sweep.space import dimensions, model_groups
+from agentmerge.sweep.space import Dimension, dimensions, model_groups
 from agentmerge.sweep.spec import Setting, SweepConfig, Trial, grid, point_setting, trial_of
 
 
@@ -54,11 +55,13 @@ def optuna_trials(
     if objective is None:
         raise ConfigError("search: optuna needs an objective: set objective: METRIC in the sweep file")
     optuna.logging.set_verbosity(optuna.logging.WARNING)
-    study = optuna.create_study(direction="maximize" if cfg.direction == "max" else "minimize", sampler=_sampler(cfg))
+    dims = _dimensions(cfg) if cfg.space is not None else []
+    sampler = _sampler(cfg, len(dims))
+    study = optuna.create_study(direction="maximize" if cfg.direction == "max" else "minimize", sampler=sampler)
     recorded = {r["trial"]: r for r in earlier}
     if cfg.space is not None:
-        suggest = _space_suggest(cfg)
-        replayed = _replay_points(cfg, study, recorded, objective, suggest)
+        suggest = _space_suggest(cfg, dims)
+        replayed = _replay_points(cfg, study, recorded, objective, dims)
     else:
         choices = _choices(cfg)
         replayed = _replay(cfg, study, choices, recorded, objective)
@@ -77,7 +80,15 @@ def optuna_trials(
     _tell_finished(cfg, study, open_settings, recorded, finished, objective)
 
 
-def _sampler(cfg: SweepConfig) -> Any:
+CMA_GENERATION = "cma:generation"  # optuna's CmaEsSampler: the generation a trial's point was sampled in
+
+
+def _popsize(dims: int) -> int:
+    """CMA-ES's population per generation (the usual 4 + 3 ln d), fixed so a resumed search can replay it."""
+    return 4 + int(3 * math.log(max(dims, 1)))
+
+
+def _sampler(cfg: SweepConfig, dims: int) -> Any:
     """The seeded sampler: TPE for a grid and ``tpe``, CMA-ES for ``cmaes``, uniform for a space's ``random``."""
     import optuna
 
@@ -85,16 +96,19 @@ def _sampler(cfg: SweepConfig) -> Any:
     if cfg.search.kind == "cmaes":
         if importlib.util.find_spec("cmaes") is None:  # optuna's CMA-ES sampler runs on it
             raise ConfigError("search: cmaes needs the cmaes package: pip install 'agentmerge[sweep]'")
-        return optuna.samplers.CmaEsSampler(seed=seed, warn_independent_sampling=False)
+        return optuna.samplers.CmaEsSampler(seed=seed, popsize=_popsize(dims), warn_independent_sampling=False)
     if cfg.search.kind == "random":
         return optuna.samplers.RandomSampler(seed=seed)
     return optuna.samplers.TPESampler(seed=seed)
 
 
-def _space_suggest(cfg: SweepConfig) -> Callable[[Any], Setting]:
-    """Ask an optuna trial for every coordinate of the space: the point's setting."""
+def _dimensions(cfg: SweepConfig) -> list[Dimension]:
     assert cfg.space is not None
-    dims = dimensions(cfg.space, model_groups(cfg.base or cfg.models[0], cfg.space), len(cfg.models))
+    return dimensions(cfg.space, model_groups(cfg.base or cfg.models[0], cfg.space), len(cfg.models))
+
+
+def _space_suggest(cfg: SweepConfig, dims: list[Dimension]) -> Callable[[Any], Setting]:
+    """Ask an optuna trial for every coordinate of the space: the point's setting."""
 
     def suggest(ot: Any) -> Setting:
         point = {
@@ -109,28 +123,42 @@ def _space_suggest(cfg: SweepConfig) -> Callable[[Any], Setting]:
 
 
 def _replay_points(
-    cfg: SweepConfig,
-    study: Any,
-    recorded: dict[str, Any],
-    objective: str,
-    suggest: Callable[[Any], Setting],
+    cfg: SweepConfig, study: Any, recorded: dict[str, Any], objective: str, dims: list[Dimension]
 ) -> int:
-    """Tell the sampler the points an earlier run recorded (every seed), in the order they were recorded."""
+    """Tell the sampler the points an earlier run recorded (every seed), in the order they were recorded.
+
+    For CMA-ES each finished point is filed under a generation (the first alone, then ``popsize`` a
+    generation, as a run that asks one at a time files them): its next asks tell the optimizer those
+    generations one by one and go on from there.
+    """
+    import optuna
+
+    dists: dict[str, optuna.distributions.BaseDistribution] = {
+        d.name: optuna.distributions.IntDistribution(int(d.low), int(d.high))
+        if d.integer
+        else optuna.distributions.FloatDistribution(d.low, d.high)
+        for d in dims
+    }
     seen: set[tuple[tuple[str, float], ...]] = set()
-    count = 0
+    count = complete = 0
     for record in recorded.values():
         point = tuple(sorted((k, float(v)) for k, v in record.get("point", {}).items()))
-        if not point or point in seen:
+        setting = point_setting(cfg, dict(point)) if point and point not in seen else None
+        ids = [trial_of(cfg, setting, seed).id for seed in cfg.seeds] if setting is not None else []
+        if not ids or not all(i in recorded for i in ids) or set(dict(point)) != set(dists):
             continue
         seen.add(point)
-        setting = point_setting(cfg, dict(point))
-        ids = [trial_of(cfg, setting, seed).id for seed in cfg.seeds]
-        if not all(i in recorded for i in ids):
-            continue
-        study.enqueue_trial(dict(point))
-        ot = study.ask()
-        suggest(ot)  # the enqueued values: the sampler records the trial as one of its own
-        _tell(study, ot, _value([recorded[i] for i in ids], objective))
+        value = _value([recorded[i] for i in ids], objective)
+        attrs = {}
+        if cfg.search.kind == "cmaes" and value is not None:
+            attrs = {CMA_GENERATION: (complete - 1) // _popsize(len(dims))} if complete else {}
+            complete += 1
+        params = {k: int(v) if isinstance(dists[k], optuna.distributions.IntDistribution) else v for k, v in point}
+        state = optuna.trial.TrialState.FAIL if value is None else optuna.trial.TrialState.COMPLETE
+        trial = optuna.trial.create_trial(
+            params=params, distributions=dists, value=value, state=state, system_attrs=attrs
+        )
+        study.add_trial(trial)
         count += 1
     return count
 
