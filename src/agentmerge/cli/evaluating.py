@@ -247,7 +247,8 @@ def cmd_sweep(args: argparse.Namespace) -> int:
     )  # fmt: skip
     best = outcome.best
     summary = (
-        f"sweep: {len(outcome.records)} trials recorded ({outcome.ran} run now, {outcome.skipped} already done, "
+        f"{'search' if cfg.space is not None else 'sweep'}: {len(outcome.records)} trials recorded "
+        f"({outcome.ran} run now, {outcome.skipped} already done, "
         f"{outcome.failed} failed now) in {outcome.seconds:.1f} s; results in {Path(args.out) / 'results.md'}"
     )
     if best is not None:
