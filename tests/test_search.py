@@ -102,6 +102,7 @@ def _space(data: dict[str, Any], **change: Any) -> dict[str, Any]:
         (lambda d: {**d, "evaluate": "python:knownopt:test_fitness"}, "name the test split in test: only"),
         (lambda d: {**d, "evaluate": "zoo:test", "test": None, "baseline": None}, "score validation there"),
         (lambda d: {**d, "search": {"kind": "grid"}}, "searched by cmaes, tpe or random"),
+        (lambda d: {**d, "test_options": {"n": 5}}, "unknown option 'n' (the python evaluator takes none)"),
     ],
 )
 def test_bad_spaces_get_one_line_before_ray_starts(

@@ -37,7 +37,8 @@ from agentmerge.evaluation.evaluator import Score
 from agentmerge.io.safety import write_report
 from agentmerge.sweep import evaluators
 from agentmerge.sweep.report import best_record, objective_of
-from agentmerge.sweep.spec import SweepConfig, baseline_data, merge_data, point_setting, trial_of
+from agentmerge.sweep.space import baseline_merge
+from agentmerge.sweep.spec import SweepConfig, merge_data, point_setting, trial_of
 
 SEARCH_JSON = "search.json"
 
@@ -58,7 +59,8 @@ def finish_search(
     summary["best"] |= {"point": best["point"], "validation": best["metrics"][objective]}
     if cfg.baseline is not None:
         label = f"{cfg.baseline.method} {json.dumps(cfg.baseline.params, sort_keys=True)}"
-        summary["baseline"] = _written(root, "baseline", baseline_data(cfg), label, summary.get("baseline"))
+        data = baseline_merge(cfg.baseline, cfg.base, cfg.models, cfg.merge, cfg.seeds[0])
+        summary["baseline"] = _written(root, "baseline", data, label, summary.get("baseline"))
     points = {json.dumps(r.get("point"), sort_keys=True) for r in records}
     budget = cfg.search.n_trials or 0
     if cfg.test is not None and len(points) >= budget:
@@ -110,7 +112,8 @@ def _test(
     keys = {"best": summary["best"]["key"], "baseline": (summary.get("baseline") or {}).get("key")}
     if before.get("keys") == keys:
         return dict(before)
-    score = evaluators.resolve_score(cfg.test, search_path, cfg.resources.cpus, cfg.evaluate_options)
+    options = {**cfg.evaluate_options, **cfg.test_options}
+    score = evaluators.resolve_score(cfg.test, search_path, cfg.resources.cpus, options)
     scores = {"best": score(root / "best")}
     if cfg.baseline is not None:
         scores["baseline"] = score(root / "baseline")

@@ -22,8 +22,9 @@ evaluate_options: {}              # the evaluator's options (zoo: n, tasks, batc
 fingerprint: null                 # what else decides the results (e.g. a digest of the inputs' bytes)
 kept: false                       # also measure what each trial's merge kept of each model's update (needs base)
 space: null                       # a search (space.py, docs/search.md): a space, not methods; cmaes | tpe | random
-test: null                        # a search's test evaluator and data-free baseline, scored once at the end
-baseline: null
+test: null                        # a search's test evaluator (test_options refine evaluate_options for it) and
+baseline: null                    # data-free baseline, scored once at the end
+test_options: {}
 ```
 
 The example gives 1 x (1 + 3 + 2) x 1 = 6 trials. ``output_scale`` (the fair protocol: every method tuned alike)
@@ -144,6 +145,7 @@ class SweepConfig(_Frozen):
     kept: bool = False
     space: Space | None = None
     test: str | None = None
+    test_options: dict[str, Any] = Field(default_factory=dict)  # refine evaluate_options for test (e.g. more n)
     baseline: Baseline | None = None
 
     @field_validator("search", mode="before")
@@ -215,7 +217,12 @@ class SweepConfig(_Frozen):
             )
         if self.test is None and self.baseline is not None:
             raise ValueError("baseline is scored on test at the end: give test (e.g. zoo:test)")
-        evaluators.check_options(self.evaluate, self.evaluate_options)
+        try:
+            evaluators.check_options(self.evaluate, self.evaluate_options)
+            if self.test is not None:
+                evaluators.check_options(self.test, {**self.evaluate_options, **self.test_options})
+        except ConfigError as e:
+            raise ValueError(str(e)) from None
         return self
 
     def entry_models(self, entry: TrialEntry) -> tuple[int, ...]:
@@ -390,15 +397,9 @@ def check_space(cfg: SweepConfig, source: str) -> None:
         dims = dimensions(cfg.space, model_groups(cfg.base or cfg.models[0], cfg.space), len(cfg.models))
         merge_config(cfg, trial_of(cfg, point_setting(cfg, midpoint(dims)), cfg.seeds[0]))
         if cfg.baseline is not None:
-            config_from_dict(baseline_data(cfg), "baseline")
+            config_from_dict(baseline_merge(cfg.baseline, cfg.base, cfg.models, cfg.merge, cfg.seeds[0]), "baseline")
     except ConfigError as e:
         raise ConfigError(f"{source}: {e}") from None
-
-
-def baseline_data(cfg: SweepConfig) -> dict[str, Any]:
-    """A search's baseline as the plain mapping of a merge config file (all the models, the first seed)."""
-    assert cfg.baseline is not None
-    return baseline_merge(cfg.baseline, cfg.base, cfg.models, cfg.merge, cfg.seeds[0])
 
 
 def load_sweep(path: str | Path) -> SweepConfig:
