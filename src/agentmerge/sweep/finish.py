@@ -109,10 +109,11 @@ def _test(
     """Score the best point and the baseline on test, once: kept in search.json for the same checkpoints."""
     assert cfg.test is not None
     before = summary.get("test") or {}
+    options = {**cfg.evaluate_options, **cfg.test_options}
     keys = {"best": summary["best"]["key"], "baseline": (summary.get("baseline") or {}).get("key")}
+    keys |= {"test": cfg.test, "options": {k: v for k, v in options.items() if k != "cache"}}
     if before.get("keys") == keys:
         return dict(before)
-    options = {**cfg.evaluate_options, **cfg.test_options}
     score = evaluators.resolve_score(cfg.test, search_path, cfg.resources.cpus, options)
     scores = {"best": score(root / "best")}
     if cfg.baseline is not None:
