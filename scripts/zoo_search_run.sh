@@ -9,7 +9,8 @@
 #
 # Environment: PY (python), ZOO (.zoo-cache), WORK (search-work), SEED (0), REGIME (fp32_bf16),
 # STEPS (the agents' RL steps, e.g. code=20,tool=20,memory=20; empty: the regime's), N (validation prompts per
-# task, 100), BUDGET (trials, 24), K (layers per group, 2), ALPHAS (TSV-M's alphas tried, "1 1.5 2 2.5").
+# task, 100), TEST_N (test prompts per task, 1000), BUDGET (trials, 24), K (layers per group, 2), ALPHAS (TSV-M's
+# alphas tried, "1 1.5 2 2.5").
 set -euo pipefail
 cd "$(dirname "$0")/.."
 PY=${PY:-python}
@@ -19,6 +20,7 @@ SEED=${SEED:-0}
 REGIME=${REGIME:-fp32_bf16}
 STEPS=${STEPS-}
 N=${N:-100}
+TEST_N=${TEST_N:-1000}
 BUDGET=${BUDGET:-24}
 K=${K:-2}
 ALPHAS=${ALPHAS:-"1 1.5 2 2.5"}
@@ -56,6 +58,7 @@ space:
 search: {kind: cmaes, n_trials: $BUDGET, seed: $SEED}
 evaluate: zoo
 test: zoo:test
+test_options: {n: $TEST_N}
 baseline: {method: tsv, params: {alpha: $alpha}}
 keep: best
 EOF
