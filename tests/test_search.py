@@ -219,3 +219,26 @@ def _reproduces(tmp_path: Path, out: Path) -> None:
     assert again == (out / "best" / "model.safetensors").read_bytes()
     assert again == (out / "trials" / best_trial / "model.safetensors").read_bytes()
     assert yaml.safe_load((out / "best.yaml").read_text())["overrides"][0]["pattern"] == "*.layers.0.*"
+
+
+@pytest.mark.parametrize("kind", ["cmaes", "tpe", "random"])
+def test_a_resumed_sampler_runs_the_rest_of_the_budget_with_new_points(
+    tiny_family: tuple[Path, list[Path]], kind: str
+) -> None:
+    """Told the recorded points, a seeded sampler asks them again first: they are skipped, not counted."""
+    from agentmerge.sweep.run import trial_record
+    from agentmerge.sweep.tune import optuna_trials
+
+    def run(cfg: Any, earlier: list[dict[str, Any]]) -> list[dict[str, Any]]:
+        finished: list[dict[str, Any]] = []
+        for t in optuna_trials(cfg, {r["trial"] for r in earlier}, earlier, finished):
+            record = trial_record(cfg, t) | {"status": "ok"}
+            record["metrics"] = {"fit": -sum(v for _, v in t.setting.point or ())}
+            finished.append(record)
+        return finished
+
+    data = search_data(tiny_family, search={"kind": kind, "n_trials": 5, "seed": 1})
+    first = run(sweep_from_dict(data), [])
+    rest = run(sweep_from_dict({**data, "search": {"kind": kind, "n_trials": 8, "seed": 1}}), first)
+    assert len(first) == 5 and len(rest) == 3
+    assert len({r["trial"] for r in first + rest}) == 8

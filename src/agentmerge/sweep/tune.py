@@ -67,14 +67,21 @@ def optuna_trials(
         replayed = _replay(cfg, study, choices, recorded, objective)
         suggest = lambda ot: _suggest(ot, cfg, choices)  # noqa: E731
     open_settings: dict[Setting, Any] = {}  # setting -> its optuna trial, until all its seeds are in
-    for _ in range(max(0, (cfg.search.n_trials or len(grid(cfg))) - replayed)):
+    left = max(0, (cfg.search.n_trials or len(grid(cfg))) - replayed)
+    # a grid counts every ask (a repeated setting too); a space counts new points only, since a seeded sampler
+    # resumed on its recorded points asks them again first (at most 10 asks per point, so a loop always ends)
+    for _ in range(left if cfg.space is None else 10 * left):
+        if left == 0:
+            break
         _tell_finished(cfg, study, open_settings, recorded, finished, objective)
         ot = study.ask()
         setting = suggest(ot)
         ids = [trial_of(cfg, setting, seed) for seed in cfg.seeds]
         if setting in open_settings or all(t.id in done for t in ids):
             _tell(study, ot, _value([recorded[t.id] for t in ids if t.id in recorded], objective))
+            left -= cfg.space is None
             continue
+        left -= 1
         open_settings[setting] = ot
         yield from (t for t in ids if t.id not in done)
     _tell_finished(cfg, study, open_settings, recorded, finished, objective)
