@@ -13,8 +13,9 @@ The test comparison is the difference d = best - baseline on the objective. Its 
 
 - *paired over the components*: where both scores have K >= 2 other metrics (the tasks or domains the objective
   averages), ``d_k`` per metric, ``SE = sd(d_k) / sqrt(K)``;
-- *from the evaluator's errors*: where the objective has a standard error for both, ``sqrt(se_a^2 + se_b^2)``
-  (unpaired, so an upper bound on the paired error of two merges scored on the same items).
+- *from the evaluator's errors*: where the objective has a standard error for both (its own, or that of the mean
+  of its components, below), ``sqrt(se_a^2 + se_b^2)`` (unpaired, so an upper bound on the paired error of two
+  merges scored on the same items).
 
 The noise check: the best-so-far gain on validation (best - the first finished trial) against the noise of a
 difference of two validation scores, ``2 * sqrt(2) * SE`` (SE: the objective's standard error in the best
@@ -134,9 +135,9 @@ def difference(a: Score, b: Score, objective: str) -> dict[str, Any]:
         ds = [a.metrics[k] - b.metrics[k] for k in parts]
         mean = sum(ds) / len(ds)
         paired = math.sqrt(sum((x - mean) ** 2 for x in ds) / (len(ds) - 1) / len(ds))
-    errors = None
-    if objective in a.stderr and objective in b.stderr:
-        errors = math.sqrt(a.stderr[objective] ** 2 + b.stderr[objective] ** 2)
+    se_a = objective_se({"metrics": a.metrics, "stderr": a.stderr}, objective)
+    se_b = objective_se({"metrics": b.metrics, "stderr": b.stderr}, objective)
+    errors = math.sqrt(se_a**2 + se_b**2) if se_a is not None and se_b is not None else None
     return {"value": d, "se_paired": paired, "paired_over": parts, "se_unpaired": errors}
 
 

@@ -128,6 +128,8 @@ def _test_lines(summary: dict[str, Any], objective: str) -> list[str]:
             if d["se_unpaired"] is not None
             else "none: one metric and no standard errors"
         )
+        also = d["se_unpaired"] if d["se_paired"] is not None else None
+        how += f"; from the evaluator's errors (unpaired, an upper bound): {also:.4f}" if also is not None else ""
         lines += ["", f"SE of the difference: {how}."]
     return [*lines, ""]
 
