@@ -153,6 +153,10 @@ def test_values_are_written_in_mergekits_terms() -> None:
             "set both per model and in overrides",
         ),
         ({"method": "ram", "dtype": "float64"}, "dtype 'float64' cannot be written"),
+        (
+            {"method": "task_arithmetic", "overrides": [{"pattern": "*mlp*", "weights": [1.5, 0.5, 1.0]}]},
+            "overrides[0].weights (per-model weights of some tensors) are not written for mergekit",
+        ),
     ],
 )
 def test_refused_by_name(changes: dict[str, Any], needle: str) -> None:

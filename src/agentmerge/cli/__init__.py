@@ -11,6 +11,7 @@ agentmerge convert-config --to mergekit CONFIG.yaml [-o FILE]   (the reverse, fo
 agentmerge convert SRC DST [--dtype keep|bf16|fp16|fp32]  (verl, DCP, LoRA, .bin -> a safetensors folder)
 agentmerge lm-eval OUTDIR --tasks T1,T2 [--limit N] [--include-path DIR]
 agentmerge sweep SWEEP.yaml --out DIR [--address ADDR] [--max-concurrent K] [--no-resume]
+agentmerge search SEARCH.yaml --out DIR [same flags]   (a space searched on validation, test once: sweep/space.py)
 agentmerge moe BASE --model A1 --prompts P1 --model A2 --prompts P2 -o OUT   (cli/moe_lora.py)
 agentmerge extract-lora MODEL --base BASE -o OUT (--rank R | --energy E)
 """

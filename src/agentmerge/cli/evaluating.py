@@ -242,37 +242,54 @@ def _eval_suite(args: argparse.Namespace) -> int:
 def _sweep_parser(sub: Any) -> None:
     p = sub.add_parser("sweep", help="merge-and-evaluate sweep on Ray (pip install 'agentmerge[sweep]')")
     input_arg(p, "config", kind="file", help="sweep YAML file (base, models, methods, evaluate, ...)")
-    output_arg(p, "--out", kind="into", required=True, help="folder for results.jsonl, results.md and kept merges")
+    _sweep_flags(p, "folder for results.jsonl, results.md and kept merges")
+    p.set_defaults(func=cmd_sweep)
+    p = sub.add_parser(
+        "search", help="search a merge's per-agent, per-layer-group parameters on validation, then test once (Ray)"
+    )
+    input_arg(p, "config", kind="file", help="search YAML file (base, models, space, search, evaluate, test, baseline)")
+    _sweep_flags(p, "folder for results.jsonl, results.md, search.json, best.yaml and the best merge")
+    p.set_defaults(func=cmd_sweep, search=True)
+
+
+def _sweep_flags(p: Any, out_help: str) -> None:
+    output_arg(p, "--out", kind="into", required=True, help=out_help)
     p.add_argument("--address", help="join this Ray cluster (default: start Ray on this machine)")
     p.add_argument("--max-concurrent", type=int, help="trials in flight at most (default: CPUs / cpus per trial)")
     p.add_argument(
         "--resume", action=argparse.BooleanOptionalAction, default=True, help="skip recorded trials (default)"
     )
     p.add_argument("--quiet", action="store_true", help="no progress on stderr")
-    p.set_defaults(func=cmd_sweep)
 
 
 def cmd_sweep(args: argparse.Namespace) -> int:
     from agentmerge.sweep.report import extrapolation_note
     from agentmerge.sweep.run import run_sweep
+    from agentmerge.sweep.search_report import search_lines
     from agentmerge.sweep.spec import load_sweep
 
     if args.max_concurrent is not None and args.max_concurrent < 1:
         raise ConfigError(f"--max-concurrent must be at least 1 (got {args.max_concurrent})")
     cfg = load_sweep(args.config)
     check_paths(args, models=[m for m in (cfg.base, *cfg.models) if m])  # --out not inside a model it merges
+    if getattr(args, "search", False) and cfg.space is None:
+        raise ConfigError(
+            f"{args.config}: a search file needs space: (docs/search.md); a grid runs with agentmerge sweep"
+        )
     outcome = run_sweep(
         cfg, args.out, source=args.config, address=args.address, max_concurrent=args.max_concurrent,
         resume=args.resume, quiet=args.quiet,
     )  # fmt: skip
     best = outcome.best
     summary = (
-        f"sweep: {len(outcome.records)} trials recorded ({outcome.ran} run now, {outcome.skipped} already done, "
+        f"{'search' if cfg.space is not None else 'sweep'}: {len(outcome.records)} trials recorded "
+        f"({outcome.ran} run now, {outcome.skipped} already done, "
         f"{outcome.failed} failed now) in {outcome.seconds:.1f} s; results in {Path(args.out) / 'results.md'}"
     )
     if best is not None:
         value = best["metrics"].get(outcome.objective or "")
         summary += f"\nbest: {best['method']} {best['params']} on {best['models']}: {outcome.objective} = {value}"
+        summary += "".join(f"\n{n}" for n in search_lines(Path(args.out)) if cfg.space is not None)
         note = extrapolation_note(best["method"], best["params"])
         summary += f"\n{note}" if note else ""
     print(summary, file=sys.stderr)

@@ -107,6 +107,11 @@ def _check_expressible(cfg: MergeConfig, name: str, mmap: MethodMap, source: str
         if getattr(cfg, key):
             raise ConfigError(f"{source}: {key!r} cannot be written for mergekit (it merges every tensor); remove it")
     for i, o in enumerate(cfg.overrides):
+        if o.weights is not None:
+            raise ConfigError(
+                f"{source}: overrides[{i}].weights (per-model weights of some tensors) are not written for "
+                "mergekit yet; merge this config with agentmerge merge"
+            )
         if _substring(o.pattern) is None:
             raise ConfigError(
                 f"{source}: overrides[{i}].pattern {o.pattern!r} cannot be written for mergekit, whose filters "

@@ -5,7 +5,8 @@ it writes them: ``trial`` a 16-digit hex id (``spec.trial_of``), ``name`` (when 
 of the sweep file (``spec.TRIAL_NAME``), ``method`` a string, ``params`` a mapping of names to plain values,
 ``models`` a list of strings, ``seed`` a whole number, ``status`` ``ok`` or ``failed``, ``error`` a string,
 ``metrics`` a mapping of names to finite numbers, ``seconds`` and ``merge_seconds`` finite numbers >= 0, ``kept``
-(when present) a list of finite numbers or nulls. A record that breaks any of these stops the sweep with one line
+(when present) a list of finite numbers or nulls, ``point`` and ``stderr`` (a search's, when present) mappings of names
+to finite numbers. A record that breaks any of these stops the sweep with one line
 naming the file, the line and the field (fix or remove that line, or start over with ``--no-resume``). A line that
 is not JSON at all is a write torn by a kill and is skipped (the trial runs again); the next record then starts on
 a line of its own. The file must be a regular file of at most ``MAX_RESULTS_BYTES``.
@@ -67,6 +68,8 @@ FIELDS: dict[str, tuple[bool, str, Callable[[Any], bool]]] = {  # field: (requir
     "seconds": (False, "a number >= 0", lambda v: _number(v) and v >= 0),
     "merge_seconds": (False, "a number >= 0", lambda v: _number(v) and v >= 0),
     "kept": (False, "a list of numbers or nulls", lambda v: isinstance(v, list) and all(_kept(x) for x in v)),
+    "stderr": (False, "a mapping of metric names to finite numbers", _mapping_of(_number)),
+    "point": (False, "a mapping of coordinate names to finite numbers", _mapping_of(_number)),
 }
 
 

@@ -75,8 +75,11 @@ def run_trial(cfg_data: dict[str, Any], trial: Trial, folder: str, search_path: 
     try:
         merge(merge_config(cfg, trial), out, force=True, quiet=True)
         record["merge_seconds"] = round(time.perf_counter() - t0, 3)
-        evaluate = evaluators.resolve(cfg.evaluate, search_path, cfg.resources.cpus, cfg.options_of(s))
-        record["metrics"] = evaluate(out)
+        evaluate = evaluators.resolve_score(cfg.evaluate, search_path, cfg.resources.cpus, cfg.options_of(s))
+        score = evaluate(out)
+        record["metrics"] = score.metrics
+        if s.point is not None and score.stderr:  # a search's noise check reads the objective's error
+            record["stderr"] = score.stderr
         if cfg.kept:
             record["kept"] = kept_shares(cfg, trial, out)
         record["status"] = "ok"
@@ -109,6 +112,7 @@ def trial_record(cfg: SweepConfig, trial: Trial) -> dict[str, Any]:
         "params": dict(s.params),
         "models": [cfg.models[i] for i in s.models],
         "seed": trial.seed,
+        **({"point": dict(s.point)} if s.point is not None else {}),
         "metrics": {},
     }
 
@@ -189,7 +193,14 @@ def run_sweep(
                 notes = _say(check_nodes(cfg, root, search_path), quiet)
             ran = runner.run(_pending(cfg, done, runner), max_concurrent or slots(cfg.resources), expected)
     records = results.records()
-    write_report(cfg, records, root)
+    if cfg.space is not None:
+        from agentmerge.sweep.finish import finish_search
+        from agentmerge.sweep.search_report import write_search_report
+
+        notes += _say(finish_search(cfg, root, records, search_path, quiet), quiet)
+        write_search_report(cfg, records, root)
+    else:
+        write_report(cfg, records, root)
     failed = sum(r.get("status") != "ok" for r in records if r["trial"] in runner.ran)
     best = best_record(cfg, records)
     seconds = time.perf_counter() - t0
@@ -204,7 +215,7 @@ def _say(notes: list[str], quiet: bool) -> list[str]:
 
 def _pending(cfg: SweepConfig, done: set[str], runner: _Runner) -> Iterator[Trial]:
     """The trials still to run: the grid or random sample in order, or optuna's suggestions as results come."""
-    if cfg.search.kind == "optuna":
+    if cfg.search.kind == "optuna" or cfg.space is not None:
         from agentmerge.sweep.tune import optuna_trials
 
         yield from optuna_trials(cfg, done, runner.results.records(), runner.finished)
@@ -224,7 +235,7 @@ def _count_overlaps_once(cfg: SweepConfig, done: set[str], quiet: bool) -> None:
     """
     from agentmerge.engine.merge import count_overlaps
 
-    if cfg.search.kind == "optuna":
+    if cfg.search.kind == "optuna" or cfg.space is not None:
         return
     seen: set[str] = set()
     for trial in trials(cfg, choose(cfg)):
@@ -247,6 +258,8 @@ def _count_overlaps_once(cfg: SweepConfig, done: set[str], quiet: bool) -> None:
 
 def _expected(cfg: SweepConfig, done: set[str]) -> int:
     """How many trials this run will start (for optuna: at most that many)."""
+    if cfg.space is not None:
+        return max(0, (cfg.search.n_trials or 0) - len(done) // len(cfg.seeds)) * len(cfg.seeds)
     if cfg.search.kind == "optuna":
         return (cfg.search.n_trials or len(choose(cfg))) * len(cfg.seeds)
     return sum(t.id not in done for t in trials(cfg, choose(cfg)))
