@@ -73,10 +73,13 @@ def _evaluator(cache: Path, monkeypatch: pytest.MonkeyPatch, **settings: object)
     return HumanEvalEvaluator(Settings(workers=2, **settings))  # type: ignore[arg-type]
 
 
-def test_the_164_problems_and_their_reference_solutions_pass(data: Path) -> None:
-    problems = humaneval.load_problems(cache=data)
-    assert len(problems) == 164 and problems[0].task_id == "HumanEval/0"
-    assert problems[163].entry_point == "choose_num" or problems[163].task_id == "HumanEval/163"
+def test_the_164_problems_and_their_reference_solutions_pass(data: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Every reference solution passes in the sandbox: its limits and its user break no honest program."""
+    ev = _evaluator(data, monkeypatch)
+    assert len(ev.problems) == 164 and ev.problems[163].task_id == "HumanEval/163"
+    solutions = _canonical(data)
+    outcomes = ev.execute([solutions[p.task_id] for p in ev.problems], chat=False)
+    assert [p.task_id for p, o in zip(ev.problems, outcomes, strict=True) if not o.passed] == []
 
 
 def test_scoring_runs_each_completion_and_counts_passes(
@@ -87,7 +90,7 @@ def test_scoring_runs_each_completion_and_counts_passes(
     solutions = _canonical(data)
     wrong = "    return None\n"
     answers = [solutions[p.task_id] if i % 2 == 0 else wrong for i, p in enumerate(ev.problems)]
-    monkeypatch.setattr(ev, "generate", lambda _ckpt: (answers, "chat"))
+    monkeypatch.setattr(ev, "generate", lambda _ckpt: (answers, "completion"))
     score = ev.score(tmp_path / "model")
     assert score.metrics == {"humaneval.pass@1": pytest.approx(0.5)}
     assert score.count == {"humaneval.pass@1": 6} and score.stderr["humaneval.pass@1"] == pytest.approx(
@@ -104,7 +107,7 @@ def test_samples_per_task_gives_pass_at_k(data: Path, monkeypatch: pytest.Monkey
     good = [solutions[p.task_id] for p in ev.problems]
     bad = "    raise ValueError\n"
     answers = [good[0], bad, bad, bad, bad, bad, good[2], good[2], bad]  # c = 1, 0, 2 of n = 3
-    monkeypatch.setattr(ev, "generate", lambda _ckpt: (answers, "chat"))
+    monkeypatch.setattr(ev, "generate", lambda _ckpt: (answers, "completion"))
     score = ev.score(tmp_path / "model")
     per = {k: [naive_pass_at_k([True] * c + [False] * (3 - c), k) for c in (1, 0, 2)] for k in (1, 3)}
     assert set(score.metrics) == {"humaneval.pass@1", "humaneval.pass@3"}
@@ -122,10 +125,13 @@ def test_end_to_end_on_a_tiny_model(data: Path, monkeypatch: pytest.MonkeyPatch,
     assert [r["completion"] for r in rows] == ["777", "777"] and rows[0]["status"] == "failed"
 
 
-def test_stops_cut_the_answer_even_right_after_the_prompt() -> None:
-    assert humaneval.completion_of("```\nmore") == ""
-    assert humaneval.completion_of("    return 1\n\nprint(f())\n") == "    return 1\n"
-    assert humaneval.completion_of("    # keep\n    return 1\n# drop\n") == "    # keep\n    return 1"
+def test_stops_cut_the_answer() -> None:
+    of = humaneval.completion_of
+    assert of("def f():\n    return 1\n```\nThis works.", chat=True) == "def f():\n    return 1\n"
+    assert of("def f():\n    return 1\n\nassert f() == 2\n", chat=True) == "def f():\n    return 1\n"
+    assert of("```\nmore", chat=False) == ""  # right after the prompt
+    assert of("    return 1\n\nprint(f())\n", chat=False) == "    return 1\n"
+    assert of("    # keep\n    return 1\n# drop\n", chat=False) == "    # keep\n    return 1"
 
 
 def _random_lm(folder: Path) -> Path:

