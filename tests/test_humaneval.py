@@ -176,3 +176,15 @@ def _args(**changes: object) -> Namespace:
     )  # fmt: skip
     vars(args).update(changes)
     return args
+
+
+def test_sweeps_and_the_command_pass_their_settings_through(data: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A sweep's options and the command's flags (``--device cuda`` unchanged, dtype: the checkpoint's own)."""
+    from agentmerge.evaluation.evaluator import Context
+
+    _evaluator(data, monkeypatch)  # load_problems reads the test's cache from here on
+    swept = HumanEvalEvaluator.from_spec("allow-code-execution", {"limit": 2, "device": "cuda"}, Context((), 3))
+    assert (swept.settings.device, swept.settings.threads, len(swept.problems)) == ("cuda", 3, 2)
+    told = HumanEvalEvaluator.from_command(_args(device="cuda:1", limit=1, samples_per_task=4, seed=7))
+    s = told.settings
+    assert (s.device, s.dtype, s.samples_per_task, s.seed, s.max_new_tokens) == ("cuda:1", "auto", 4, 7, 512)
