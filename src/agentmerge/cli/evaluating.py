@@ -138,7 +138,11 @@ def _eval_parser(sub: Any) -> None:
     p.add_argument("--max-new-tokens", type=int, help="override every example's max_new_tokens")
     p.add_argument("--batch-size", type=int, default=None, help="prompts per generate call (default 16; zoo 250)")
     p.add_argument("--device", default="cpu", help="torch device, e.g. cuda (default cpu)")
-    p.add_argument("--dtype", default="float32", choices=("float32", "bfloat16", "float16"), help="compute dtype")
+    p.add_argument(
+        "--dtype",
+        choices=("float32", "bfloat16", "float16", "auto"),
+        help="compute dtype (default: float32 for --tasks, the checkpoint's own (auto) for --suite humaneval)",
+    )
     output_arg(p, "--json", dest="json_out", metavar="PATH", help="write the scores as JSON here ('-': stdout)")
     output_arg(p, "--markdown", metavar="PATH", help="write the markdown table here")
     p.add_argument("--split", default="test", choices=("val", "test"), help="suite: split")
@@ -152,8 +156,13 @@ def _eval_parser(sub: Any) -> None:
         p, "--outputs", kind="file", metavar="FILE.jsonl", help="bfcl: score generations made elsewhere (no model)"
     )
     output_arg(
-        p, "--log-samples", kind="into", metavar="DIR", help="bfcl: write every prompt, output and verdict to DIR"
+        p, "--log-samples", kind="into", metavar="DIR", help="suite: write every prompt, output and verdict to DIR"
     )
+    p.add_argument(
+        "--allow-code-execution", action="store_true", help="humaneval: run the model's code (in a limited process)"
+    )
+    p.add_argument("--samples-per-task", type=int, metavar="N", help="humaneval: N sampled answers each, pass@k")
+    p.add_argument("--seed", type=int, default=0, help="humaneval: torch seed of the sampled answers (default 0)")
     p.set_defaults(func=cmd_eval)
 
 
@@ -189,7 +198,7 @@ def cmd_eval(args: argparse.Namespace) -> int:
         limit=args.limit,
         max_new_tokens=args.max_new_tokens,
         device=args.device,
-        dtype=args.dtype,
+        dtype=args.dtype or "float32",
         quiet=args.quiet,
     )
     with heavy_imports():

@@ -27,6 +27,7 @@ from pathlib import Path
 from typing import Any
 
 from agentmerge.errors import CheckpointError, ConfigError
+from agentmerge.evaluation.decoding import Sampling, cut_at, decoding_options
 from agentmerge.evaluation.evaluator import Context, Evaluator, Reads, Score, set_threads
 from agentmerge.evaluation.taskfile import Example, load_tasks
 from agentmerge.io.headers import read_json_object
@@ -336,7 +337,9 @@ class Generator:
         source, extra = gguf_source(path)
         try:
             tokenizer = transformers.AutoTokenizer.from_pretrained(source, **extra)
-            model = auto_model.from_pretrained(source, dtype=getattr(torch, dtype), **extra)
+            model = auto_model.from_pretrained(
+                source, dtype="auto" if dtype == "auto" else getattr(torch, dtype), **extra
+            )
         except (OSError, ValueError, TypeError, KeyError) as e:  # what transformers raises on a damaged folder
             why = " ".join(str(e).split())[:300]  # one line, however many transformers wrote
             raise CheckpointError(f"{path}: transformers cannot load this checkpoint ({why})") from None
@@ -379,43 +382,63 @@ class Generator:
     def complete(self, examples: Sequence[Example], batch_size: int, desc: str, quiet: bool) -> list[str]:
         """Greedy completions in input order; batches of one max_new_tokens, sorted by prompt length."""
         texts = [self.text(ex) for ex in examples]
-        return self.complete_texts(texts, [ex.max_new_tokens for ex in examples], batch_size, desc, quiet)
+        outputs = [""] * len(examples)
+        groups = _split_by(list(range(len(examples))), lambda i: examples[i].max_new_tokens)
+        for group in groups:
+            done = self.complete_texts(
+                [texts[i] for i in group], examples[group[0]].max_new_tokens, batch_size, desc, quiet
+            )
+            for i, out in zip(group, done, strict=True):
+                outputs[i] = out
+        return outputs
 
     def complete_texts(
-        self, texts: Sequence[str], budgets: Sequence[int], batch_size: int, desc: str, quiet: bool
+        self,
+        texts: Sequence[str],
+        max_new_tokens: int,
+        batch_size: int,
+        desc: str = "generate",
+        quiet: bool = True,
+        stop: Sequence[str] = (),
+        sampling: Sampling | None = None,
     ) -> list[str]:
-        """Greedy completions of ready prompt texts, each with its ``budgets`` of new tokens, in input order."""
+        """Completions of ready-made prompt texts in input order, in batches sorted by length (left padding, one
+        KV cache per batch); each cut at its first end token and first ``stop`` string; greedy unless ``sampling``
+        (batch ``b`` is drawn with seed ``sampling.seed + b``)."""
         from tqdm import tqdm
 
-        order = sorted(range(len(texts)), key=lambda i: (budgets[i], len(texts[i])))
-        batches = [order[s : s + batch_size] for s in range(0, len(order), batch_size)]
-        batches = [b for whole in batches for b in _split_by(whole, lambda i: budgets[i])]
+        order = sorted(range(len(texts)), key=lambda i: len(texts[i]))
         outputs = [""] * len(texts)
         with tqdm(total=len(texts), desc=desc, unit="prompt", disable=quiet, leave=False, file=sys.stderr) as bar:
-            for batch in batches:
-                done = self._generate([texts[i] for i in batch], budgets[batch[0]])
+            for b, start in enumerate(range(0, len(order), batch_size)):
+                batch = order[start : start + batch_size]
+                seeded = None if sampling is None else Sampling(sampling.temperature, sampling.top_p, sampling.seed + b)
+                done = self._generate([texts[i] for i in batch], max_new_tokens, stop, seeded)
                 for i, out in zip(batch, done, strict=True):
                     outputs[i] = out
                 bar.update(len(batch))
         return outputs
 
-    def _generate(self, texts: list[str], max_new_tokens: int) -> list[str]:
+    def _generate(
+        self, texts: list[str], max_new_tokens: int, stop: Sequence[str] = (), sampling: Sampling | None = None
+    ) -> list[str]:
         import torch
 
         enc = self.tokenizer(texts, return_tensors="pt", padding=True, add_special_tokens=not self.chat)
         enc = {k: v.to(self.device) for k, v in enc.items() if k in ("input_ids", "attention_mask")}
+        drawn = decoding_options(sampling, stop, self.tokenizer, enc["input_ids"].shape[1])
         with torch.no_grad():
             out = self.model.generate(
                 **enc,
+                **drawn,
                 max_new_tokens=max_new_tokens,
-                do_sample=False,
                 eos_token_id=self.eos or None,
                 pad_token_id=self.tokenizer.pad_token_id,
             )
         done = []
         for row in out[:, enc["input_ids"].shape[1] :].tolist():
             cut = next((k for k, tok in enumerate(row) if tok in self.eos), len(row))
-            done.append(str(self.tokenizer.decode(row[:cut], skip_special_tokens=True)))
+            done.append(cut_at(str(self.tokenizer.decode(row[:cut], skip_special_tokens=True)), stop))
         return done
 
 

@@ -48,7 +48,7 @@ class BfclEvaluator(Evaluator):
         batch_size: int = DEFAULT_BATCH_SIZE,
         max_new_tokens: int = DEFAULT_MAX_NEW_TOKENS,
         device: str = "cpu",
-        dtype: str = "float32",
+        dtype: str = "auto",
         log_samples: str | Path | None = None,
         chat_template: bool = True,
         threads: int | None = None,
@@ -84,8 +84,9 @@ class BfclEvaluator(Evaluator):
         items = [it for c in self.categories for it in self.items[c]]
         gen = Generator.load(str(checkpoint), self.device, self.dtype, chat=self.chat_template)
         texts = [self._text(gen, it, checkpoint) for it in items]
-        budgets = [self.max_new_tokens] * len(items)
-        answers = gen.complete_texts(texts, budgets, self.batch_size, f"bfcl {Path(checkpoint).name}", self.quiet)
+        answers = gen.complete_texts(
+            texts, self.max_new_tokens, self.batch_size, f"bfcl {Path(checkpoint).name}", self.quiet
+        )
         totals = {c: len(data.load_category(c)) if self.n else len(v) for c, v in self.items.items()}
         return self._scored(str(checkpoint), items, texts, answers, totals)
 
@@ -184,7 +185,7 @@ class BfclEvaluator(Evaluator):
             batch_size=args.batch_size or DEFAULT_BATCH_SIZE,
             max_new_tokens=args.max_new_tokens or DEFAULT_MAX_NEW_TOKENS,
             device=args.device,
-            dtype=args.dtype,
+            dtype=args.dtype or "auto",
             log_samples=args.log_samples,
             chat_template=not args.no_chat_template,
             threads=args.threads or os.cpu_count() or 1,
