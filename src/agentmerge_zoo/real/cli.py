@@ -67,7 +67,7 @@ def register_real(zoo_sub: Any) -> None:
     p = sub.add_parser("pilot", help="train one agent in stages of more steps, score it against the base after each")
     p.add_argument("--base", type=Path, required=True)
     p.add_argument("--work", type=Path, required=True, help="the agent and its evaluation cache")
-    p.add_argument("--skill", required=True, help="a trained skill (tool, code, memory)")
+    p.add_argument("--skill", required=True, help="a trained skill (tool, code, memory, bfcl)")
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--steps", type=int, nargs="+", required=True, help="the stages: the agent's steps after each")
     p.add_argument("--lr", type=float, default=None, help="default: the skill's recipe")
@@ -208,10 +208,10 @@ def cmd_pilot(args: argparse.Namespace) -> int:
     import torch
 
     from agentmerge.errors import ConfigError
-    from agentmerge_zoo.real.config import full_recipes
+    from agentmerge_zoo.real.config import pilot_recipes
     from agentmerge_zoo.real.pilot import run_pilot
 
-    recipes = {r.skill: r for r in full_recipes()}
+    recipes = {r.skill: r for r in pilot_recipes()}
     if args.skill not in recipes:
         raise ConfigError(f"--skill {args.skill!r}: the trained skills are {', '.join(recipes)}")
     torch.set_num_threads(args.threads)

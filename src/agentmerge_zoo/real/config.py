@@ -29,6 +29,16 @@ def full_recipes() -> tuple[Recipe, ...]:
     )
 
 
+def bfcl_recipe() -> Recipe:
+    """The BFCL tool agent's recipe (docs/real/bfcl.md): the tool agent's, with room for parallel answers."""
+    return Recipe(skill="bfcl", lr=5e-5, steps=240, prompts_per_step=2, group_size=8)
+
+
+def pilot_recipes() -> tuple[Recipe, ...]:
+    """Every recipe a pilot may train: the three agents' and the BFCL tool agent's."""
+    return (*full_recipes(), bfcl_recipe())
+
+
 @dataclass(frozen=True)
 class RealConfig:
     """Everything that decides a seed's agents and results."""

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from agentmerge_zoo.real.skill_bfcl import BfclSkill
 from agentmerge_zoo.real.skill_code import CodeSkill
 from agentmerge_zoo.real.skill_heldout import CapitalsSkill
 from agentmerge_zoo.real.skill_memory import MemorySkill
@@ -15,6 +16,7 @@ SKILLS: dict[str, Skill] = {
     "code": CodeSkill(),
     "memory": MemorySkill(),
     "capitals": CapitalsSkill(),
+    "bfcl": BfclSkill(),  # the BFCL tool agent's (docs/real/bfcl.md); not in TRAINED's zoo yet
 }
 
 
