@@ -148,3 +148,35 @@ def test_every_verdict_agrees_with_bfcls_checker(bfcl: Any) -> None:
     assert not disagree, f"{len(disagree)} of {total} verdicts differ, e.g. {disagree[:3]}"
     for category in data.CATEGORIES:  # both verdicts occur in every category
         assert seen[(category, True)] > 0 and seen[(category, False)] > 0, category
+
+
+def _doc(name: str, **types: str) -> dict[str, Any]:
+    props: dict[str, Any] = {k: {"type": t, "description": k} for k, t in types.items()}
+    for v in props.values():
+        if v["type"] == "array":
+            v["items"] = {"type": "string"}
+    return {"name": name, "description": "d", "parameters": {"type": "dict", "properties": props, "required": ["x"]}}
+
+
+ODD = _doc("f", x="integer", s="string", tags="array")
+ODD_ANSWER = [{"f": {"x": [-5], "s": ["", "abc"], "tags": ["", ["a"]]}}]
+PAIR = [{"f": {"x": [1, 2]}}, {"f": {"x": [1]}}]
+
+
+@pytest.mark.parametrize(
+    ("output", "answer", "mode", "right"),
+    [
+        ("[f(x=+5)]", ODD_ANSWER, "simple", True),  # unary plus read as minus
+        ("[f(x=~5)]", ODD_ANSWER, "simple", True),
+        ("[f(3, x=-5)]", ODD_ANSWER, "simple", True),  # positional argument dropped
+        ("[f(-5)]", ODD_ANSWER, "simple", False),
+        ("[f(x=-5, tags=[])]", ODD_ANSWER, "simple", True),  # [] for an optional array
+        ("[f(x=-5, s='A-B C')]", ODD_ANSWER, "simple", True),  # normalisation
+        ("[f(x=1), f(x=2)]", PAIR, "parallel", False),  # greedy matching
+        ("[f(x=2), f(x=1)]", PAIR, "parallel", True),
+    ],
+)
+def test_bfcls_odd_rules_are_followed(bfcl: Any, output: str, answer: Any, mode: str, right: bool) -> None:
+    category = {"simple": "simple_python", "parallel": "parallel"}[mode]
+    assert bfcl_verdict(bfcl, output, {"function": [ODD]}, answer, category) is right
+    assert verdict(output, [ODD], answer, mode).correct is right

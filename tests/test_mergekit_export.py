@@ -211,7 +211,7 @@ def test_cli_writes_stdout_or_a_file(
     back = yaml.safe_load((tmp_path / "back.yaml").read_text())
     assert resolved(config_from_dict(back)) == resolved(config_from_dict(native("dare_linear")))
     assert main(["convert-config", "--to", "mergekit", "ours.yaml", "-o", "ours.yaml"]) == 2
-    assert "names the config being converted" in capsys.readouterr().err
+    assert "names input ours.yaml" in capsys.readouterr().err
     (tmp_path / "u.yaml").write_text(yaml.safe_dump(native("unique_only")))
     assert main(["convert-config", "--to", "mergekit", "u.yaml"]) == 2
     err = capsys.readouterr().err

@@ -127,7 +127,8 @@ def test_broken_or_foreign_plugins_are_named(installed: dict[str, dict[str, str]
         parse("nothing")
     assert main(["eval", "x", "--suite", "nothing"]) == 2
     assert (
-        "eval --suite: no evaluator 'nothing' (installed: gone, odd, lm-eval, python, tasks)" in capsys.readouterr().err
+        "eval --suite: no evaluator 'nothing' (installed: gone, odd, lm-eval, python, tasks, "
+        in capsys.readouterr().err
     )
     assert main(["eval", "x", "--suite", "python"]) == 2
     assert "not a suite" in capsys.readouterr().err

@@ -36,6 +36,7 @@ from agentmerge.cli.merging import (
 )
 from agentmerge.cli.moe_lora import register as register_moe_lora
 from agentmerge.errors import AgentMergeError
+from agentmerge.io.pathargs import check_paths
 from agentmerge.io.safety import Terminated, interrupted_message, terminate_as_exception
 
 __all__ = ["build_parser", "heavy_imports", "main", "parse_value"]
@@ -80,10 +81,18 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser = build_parser(argv)
     args = parser.parse_args(argv)
     try:
+        check_paths(args)  # no command writes over an input (io/pathargs.py)
         with terminate_as_exception():
             return int(args.func(args))
     except AgentMergeError as e:
         print(f"agentmerge: error: {e}", file=sys.stderr)
+        return 2
+    except SystemExit as e:  # code the command ran (an evaluator, a plug-in) exited: never a silent success
+        print(
+            f"agentmerge: error: {args.command}: code it ran (an evaluator, a plug-in) called sys.exit({e.code!r}) "
+            "before the command finished; its results are missing or incomplete",
+            file=sys.stderr,
+        )
         return 2
     except OSError as e:  # a name no file system holds, wherever it was asked about: one line, not a traceback
         if e.errno != errno.ENAMETOOLONG:

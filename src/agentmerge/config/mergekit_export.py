@@ -62,8 +62,8 @@ def to_mergekit(cfg: MergeConfig, source: str = "config") -> Converted:
     if params:
         out["parameters"] = params
     out.update(_dtype(cfg.dtype, source, notes))
-    if cfg.tokenizer_source is not None:
-        out["tokenizer_source"] = cfg.tokenizer_source
+    if cfg.tokenizer_source is not None:  # mergekit knows ``base``; an agent's index becomes its path
+        out["tokenizer_source"] = "base" if cfg.tokenizer_source == "base" else cfg.tokenizer_ref
     notes += _left_out(cfg)
     return Converted(out, notes)
 

@@ -125,6 +125,12 @@ class MergeConfig(_Frozen):
             raise ValueError(f"unknown method {v!r}{did_you_mean(v, tuple(METHODS))}; see `agentmerge methods`")
         return v
 
+    @field_validator("tokenizer_source", mode="before")
+    @classmethod
+    def _tokenizer_source(cls, v: object) -> object:
+        """An agent's index may be given as a number (``tokenizer_source: 1``); it is kept as text."""
+        return str(v) if isinstance(v, int) and not isinstance(v, bool) and v >= 0 else v
+
     @field_validator("dtype")
     @classmethod
     def _known_dtype(cls, v: str | None) -> str | None:
@@ -151,6 +157,13 @@ class MergeConfig(_Frozen):
             most = "any number of" if m.max_models is None else f"at most {m.max_models}"
             raise ValueError(f"method {m.name!r} takes at least {m.min_models} and {most} models, got {n}")
         self._check_weights(m)
+        index = agent_index(self.tokenizer_source)
+        if index is not None and index >= n:
+            raise ValueError(
+                f"tokenizer_source {self.tokenizer_source}: an agent's index counts from 0, and there are {n} models "
+                f"(0..{n - 1}); give base, an index, or a model folder (./{self.tokenizer_source} for a folder of "
+                "that name)"
+            )
         resolve_params(m, self.params, n)
         for o in self.overrides:
             resolve_params(m, {**self.params, **o.params}, n)
@@ -180,6 +193,16 @@ class MergeConfig(_Frozen):
     @property
     def spec(self) -> Method:
         return METHODS[self.method]
+
+    @property
+    def tokenizer_ref(self) -> str | None:
+        """The folder or Hub id ``tokenizer_source`` names: ``base`` is the base (the first model when there is none),
+        a number the model at that index (0: the first), anything else a path or Hub id; None when not given."""
+        src = self.tokenizer_source
+        if src == "base":
+            return self.base if self.base is not None else self.models[0].path
+        index = agent_index(src)
+        return self.models[index].path if index is not None else src
 
     @property
     def shard_bytes(self) -> int:
@@ -216,6 +239,12 @@ class MergeConfig(_Frozen):
     @functools.cached_property
     def _exclude(self) -> PatternSet:
         return PatternSet(self.exclude)
+
+
+def agent_index(tokenizer_source: str | None) -> int | None:
+    """The agent's index a ``tokenizer_source`` of 1 to 6 ASCII digits gives (``"1"``: the second model), else None."""
+    src = tokenizer_source
+    return int(src) if src is not None and 0 < len(src) <= 6 and src.isascii() and src.isdigit() else None
 
 
 def resolve_params(method: Method, given: Mapping[str, Any], n_models: int) -> dict[str, ParamValue]:
@@ -319,6 +348,6 @@ def input_refs(cfg: MergeConfig) -> list[str]:
     refs = [cfg.base] if cfg.base else []
     refs += [m.path for m in cfg.models]
     refs += [m.fisher for m in cfg.models if m.fisher]
-    if cfg.tokenizer_source:
-        refs.append(cfg.tokenizer_source)
+    if cfg.tokenizer_ref:
+        refs.append(cfg.tokenizer_ref)
     return refs

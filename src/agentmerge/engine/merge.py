@@ -25,6 +25,7 @@ import torch
 from tqdm import tqdm
 
 from agentmerge.config.schema import MergeConfig, input_refs
+from agentmerge.engine.coverage import check_planned, check_written
 from agentmerge.engine.inputs import Inputs, Scratch
 from agentmerge.engine.lines_pass import depth_scaling
 from agentmerge.engine.parallel import run_parallel, torch_threads
@@ -67,18 +68,20 @@ def merge(
     mode = hash_mode(hashing)
     out = Path(out_dir)
     check_output_target(out, input_refs(cfg), force=force, force_any=force_any)
-    if cfg.tokenizer_source:
-        check_tokenizer_source(cfg.tokenizer_source)
+    if cfg.tokenizer_ref:
+        check_tokenizer_source(cfg.tokenizer_ref)
     inputs = Inputs.for_merge(cfg)
     try:
         sources = output_sources(cfg, inputs.reference, inputs.models, inputs.vocab)
         plan = make_plan(cfg, inputs.reference, len(inputs.models), cfg.threads or os.cpu_count() or 1, inputs.vocab)
+        check_planned(inputs.checkpoints, (j.name for j in plan.jobs))
         inputs.check_extras([j.name for j in plan.merged])
         hashes = InputDigests.start([f for c in inputs.checkpoints for f in c.weight_files], mode)  # for merge.json
         try:
             with torch_threads(1), atomic_output_dir(out, force=force or force_any) as tmp:
                 collected = statistics_pass(plan, inputs, quiet)
                 write_pass(plan, inputs, collected, tmp, quiet)
+                check_written(tmp, planned_tensors(plan.jobs))
                 result = _result(cfg, plan, collected, tmp, time.perf_counter() - t0)
                 result = replace(result, vocab=inputs.vocab.record(result.model_labels), sources=sources.record())
                 _finish_folder(cfg, inputs, result, hashes, sources)

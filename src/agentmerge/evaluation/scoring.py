@@ -366,20 +366,33 @@ class Generator:
         messages = ([{"role": "system", "content": ex.system}] if ex.system else []) + [
             {"role": "user", "content": ex.prompt}
         ]
-        return str(self.tokenizer.apply_chat_template(messages, tokenize=False, add_generation_prompt=True))
+        return self.chat_text(messages)
+
+    def chat_text(self, messages: Sequence[Mapping[str, str]]) -> str:
+        """A conversation as the model reads it: its chat template (ready for the assistant's turn), or without
+        one the messages' contents one after another, a blank line apart."""
+        if not self.chat:
+            return "\n\n".join(m["content"] for m in messages) + "\n"
+        return str(self.tokenizer.apply_chat_template(list(messages), tokenize=False, add_generation_prompt=True))
 
     def complete(self, examples: Sequence[Example], batch_size: int, desc: str, quiet: bool) -> list[str]:
         """Greedy completions in input order; batches of one max_new_tokens, sorted by prompt length."""
+        texts = [self.text(ex) for ex in examples]
+        return self.complete_texts(texts, [ex.max_new_tokens for ex in examples], batch_size, desc, quiet)
+
+    def complete_texts(
+        self, texts: Sequence[str], budgets: Sequence[int], batch_size: int, desc: str, quiet: bool
+    ) -> list[str]:
+        """Greedy completions of ready prompt texts, each with its ``budgets`` of new tokens, in input order."""
         from tqdm import tqdm
 
-        texts = [self.text(ex) for ex in examples]
-        order = sorted(range(len(examples)), key=lambda i: (examples[i].max_new_tokens, len(texts[i])))
+        order = sorted(range(len(texts)), key=lambda i: (budgets[i], len(texts[i])))
         batches = [order[s : s + batch_size] for s in range(0, len(order), batch_size)]
-        batches = [b for whole in batches for b in _split_by(whole, lambda i: examples[i].max_new_tokens)]
-        outputs = [""] * len(examples)
-        with tqdm(total=len(examples), desc=desc, unit="prompt", disable=quiet, leave=False, file=sys.stderr) as bar:
+        batches = [b for whole in batches for b in _split_by(whole, lambda i: budgets[i])]
+        outputs = [""] * len(texts)
+        with tqdm(total=len(texts), desc=desc, unit="prompt", disable=quiet, leave=False, file=sys.stderr) as bar:
             for batch in batches:
-                done = self._generate([texts[i] for i in batch], examples[batch[0]].max_new_tokens)
+                done = self._generate([texts[i] for i in batch], budgets[batch[0]])
                 for i, out in zip(batch, done, strict=True):
                     outputs[i] = out
                 bar.update(len(batch))

@@ -25,6 +25,7 @@ from pathlib import Path
 from typing import Any
 
 from agentmerge.errors import ConfigError
+from agentmerge.io import jsontext
 from agentmerge.io.bounded import text_lines
 from agentmerge.io.headers import MAX_JSON_DEPTH, json_depth
 from agentmerge.sweep.spec import TRIAL_ID, TRIAL_NAME
@@ -83,7 +84,7 @@ def check_record(where: str, rec: object) -> dict[str, Any]:
                 raise ConfigError(f"{where}: field {field!r} is missing; {_fix()}")
             continue
         if not ok(rec[field]):
-            shown = json.dumps(rec[field])[:60]
+            shown = jsontext.dumps(rec[field])[:60]
             raise ConfigError(f"{where}: field {field!r} must be {what} (got {shown}); {_fix()}")
     return rec
 
@@ -115,7 +116,7 @@ def read_records(path: Path) -> list[dict[str, Any]]:
 
 def append_record(path: Path, record: dict[str, Any]) -> None:
     """Append one record as a whole line, synced; after a torn last line, on a line of its own."""
-    line = json.dumps(record, sort_keys=True) + "\n"
+    line = jsontext.dumps(record, sort_keys=True) + "\n"
     fd = os.open(path, os.O_RDWR | os.O_APPEND | os.O_CREAT, 0o644)
     try:
         size = os.fstat(fd).st_size

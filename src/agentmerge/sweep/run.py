@@ -12,7 +12,6 @@ record per trial, always. On a cluster, every node is checked first (``cluster.c
 from __future__ import annotations
 
 import contextlib
-import json
 import logging
 import math
 import os
@@ -26,11 +25,12 @@ from typing import Any
 
 from tqdm import tqdm
 
-from agentmerge.errors import AgentMergeError, ConfigError
+from agentmerge.errors import AgentMergeError, ConfigError, one_line
+from agentmerge.io import jsontext
 from agentmerge.methods.registry import METHODS
 from agentmerge.methods.spec import MASK_PARAMS
 from agentmerge.sweep import evaluators
-from agentmerge.sweep.cluster import check_nodes, slots, where
+from agentmerge.sweep.cluster import check_address, check_nodes, check_resources, slots, where
 from agentmerge.sweep.records import append_record, check_out_folder, read_records, remove_trial_folder
 from agentmerge.sweep.spec import SweepConfig, Trial, choose, merge_config, trials
 
@@ -172,6 +172,8 @@ def run_sweep(
     search_path.append(os.getcwd())
     cluster = (session.address if session is not None else address) is not None
     evaluators.check_before_trials(cfg.evaluate, search_path, cluster)
+    if session is None and address is not None:
+        check_address(address)  # before the statistics are counted: a wrong address answers at once
     objective = objective_of(cfg, results.records())
     runner = _Runner(cfg, root, results, search_path, objective, quiet)
     _count_overlaps_once(cfg, done, quiet)
@@ -182,6 +184,7 @@ def run_sweep(
         ran, notes = 0, []
         if expected:  # nothing to run: Ray is not started
             session.start()
+            check_resources(cfg.resources)  # a request no node holds would wait forever
             if session.address is not None:  # a cluster: every node that can take a trial must read the inputs
                 notes = _say(check_nodes(cfg, root, search_path), quiet)
             ran = runner.run(_pending(cfg, done, runner), max_concurrent or slots(cfg.resources), expected)
@@ -235,7 +238,7 @@ def _count_overlaps_once(cfg: SweepConfig, done: set[str], quiet: bool) -> None:
         rule = {k: v for k, v in merge_cfg.params.items() if k == "epsilon" or k in {p.name for p in MASK_PARAMS}}
         overrides = [o.model_dump() for o in merge_cfg.overrides]
         inputs = [merge_cfg.base, [m.path for m in merge_cfg.models]]
-        key = json.dumps([*inputs, rule, overrides, merge_cfg.seed, hists], sort_keys=True)
+        key = jsontext.dumps([*inputs, rule, overrides, merge_cfg.seed, hists], sort_keys=True)
         if key not in seen:
             seen.add(key)
             with contextlib.suppress(AgentMergeError, OSError):
@@ -272,7 +275,15 @@ class RaySession:
             kwargs: dict[str, Any] = {"include_dashboard": False, "log_to_driver": False, "logging_level": level}
             if self.address is None:
                 kwargs["num_cpus"] = self.num_cpus or os.cpu_count() or 1
-            ray.init(address=self.address, **kwargs)
+            else:
+                check_address(self.address)  # bounded: Ray retries a closed address for minutes
+            try:
+                ray.init(address=self.address, **kwargs)
+            except Exception as e:  # Ray's own ConnectionError, ValueError, RuntimeError: one line
+                with contextlib.suppress(Exception):
+                    ray.shutdown()
+                where = f"--address {self.address!r}" if self.address is not None else "a local Ray runtime"
+                raise ConfigError(f"{where}: Ray could not start or join it ({one_line(e)})") from None
             self.started = True
 
     def __enter__(self) -> RaySession:

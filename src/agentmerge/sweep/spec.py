@@ -48,7 +48,6 @@ from __future__ import annotations
 
 import hashlib
 import itertools
-import json
 import math
 import random
 import re
@@ -62,6 +61,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 from agentmerge.config.schema import MergeConfig, config_from_dict
 from agentmerge.config.userinput import did_you_mean, read_yaml
 from agentmerge.errors import ConfigError
+from agentmerge.io import jsontext
 from agentmerge.methods.registry import METHODS
 from agentmerge.methods.spec import ParamValue
 from agentmerge.sweep import evaluators
@@ -297,7 +297,7 @@ def trial_of(cfg: SweepConfig, setting: Setting, seed: int) -> Trial:
         "fingerprint": cfg.fingerprint,
     }
     identity |= {k: v for k, v in later.items() if v}
-    digest = hashlib.sha256(json.dumps(identity, sort_keys=True, default=str).encode()).hexdigest()
+    digest = hashlib.sha256(jsontext.dumps(identity, sort_keys=True, default=str).encode()).hexdigest()
     return Trial(setting, seed, digest[:16])
 
 

@@ -8,6 +8,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+from agentmerge.io import jsontext
 from agentmerge.methods.deltas import kept_by_count
 from agentmerge_zoo.real.aggregate import aggregate, has_scale, row_name
 from agentmerge_zoo.real.suite import HELD_OUT, TRAINED
@@ -276,7 +277,7 @@ def write_results(work: Path, seeds: Sequence[int], docs: Path, command: str) ->
     agg = aggregate(results)
     docs.mkdir(parents=True, exist_ok=True)
     payload = {"command": command, "aggregate": agg, "seeds": [_slim(r) for r in results]}
-    (docs / "results.json").write_text(json.dumps(payload, indent=1) + "\n")
+    (docs / "results.json").write_text(jsontext.dumps(payload, indent=1) + "\n")
     (docs / "results.md").write_text(render(results, agg, command) + "\n")
     plot_curves(results, docs / "curves.png")
     return docs / "results.json", docs / "results.md"

@@ -52,7 +52,8 @@ Expected = Mapping[str, Mapping[str, Accepted]]  # {function: {argument: accepte
 
 @dataclass(frozen=True)
 class Verdict:
-    """One answer: parseable as calls, calling the expected functions, and right (BFCL's verdict)."""
+    """One answer: a parseable call (decodes as one or more calls), calling the expected functions (as a
+    multiset of names; for (ir)relevance: the verdict), and right (BFCL's verdict)."""
 
     parseable: bool
     right_function: bool
@@ -215,17 +216,18 @@ def verdict(
         return Verdict(False, mode == "irrelevance", mode == "irrelevance", f"not parseable: {e}")
     if mode in ("irrelevance", "relevance"):
         right = (len(calls) == 0) == (mode == "irrelevance")
-        return Verdict(True, right, right, "" if right else f"{len(calls)} calls")
+        return Verdict(bool(calls), right, right, "" if right else f"{len(calls)} calls")
     if answer is None:
         raise ValueError(f"a {mode} question needs its accepted calls")
     names = Counter(next(iter(c), "") for c in calls)
     right_function = names == Counter(next(iter(e)) for e in answer)
     why = check_calls(mode, functions, calls, answer)
-    return Verdict(True, right_function, not why, why)
+    return Verdict(bool(calls), right_function, not why, why)
 
 
 def grade(output: str, question: Mapping[str, Any], answer: Sequence[Expected] | None) -> tuple[bool, bool, bool]:
-    """Partial credit for one answer: ``(parseable, right_function, correct)``.
+    """Partial credit for one answer: ``(parseable, right_function, correct)``: it decodes as one or more calls,
+    it calls the expected functions (each as often as expected, in any order), BFCL counts it right.
 
     ``question`` is a BFCL-format question (its ``function`` list of docs; its ``id``, when it has one, names
     the category and so the check); ``answer`` the accepted calls in BFCL's ``ground_truth`` format, or None

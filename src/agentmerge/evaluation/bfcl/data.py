@@ -72,7 +72,7 @@ def check(category: str) -> str:
 def parse_categories(spec: str) -> tuple[str, ...]:
     """``"simple_python,live"`` -> the categories it names, in BFCL's order; empty -> all."""
     words = [w.strip() for w in spec.split(",") if w.strip()] or ["all"]
-    chosen = {c for w in words for c in GROUPS.get(w, (check(w),))}
+    chosen = {c for w in words for c in (GROUPS[w] if w in GROUPS else (check(w),))}
     return tuple(c for c in CATEGORIES if c in chosen)
 
 

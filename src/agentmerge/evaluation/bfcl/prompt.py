@@ -13,13 +13,13 @@ accepted answer written as calls (``[f(a=1), g(b='x')]``; arguments that may be 
 from __future__ import annotations
 
 import copy
-import json
 import random
 from collections.abc import Mapping, Sequence
 from typing import Any
 
 from agentmerge.errors import ConfigError
 from agentmerge.evaluation.bfcl.data import LIVE, Item
+from agentmerge.io import jsontext
 
 PYTHON_HINT = " Note that the provided function is in Python 3 syntax."
 _ANSWER_FORMAT = "[func_name1(params_name1=params_value1, params_name2=params_value2...), func_name2(params)]"
@@ -55,7 +55,7 @@ def hinted(functions: Sequence[Mapping[str, Any]]) -> list[dict[str, Any]]:
 
 
 def function_docs(functions: Sequence[Mapping[str, Any]]) -> str:
-    return _FUNCTIONS_INTRO + json.dumps(hinted(functions), indent=4) + "\n"
+    return _FUNCTIONS_INTRO + jsontext.dumps(hinted(functions), indent=4) + "\n"
 
 
 def system_prompt(functions: Sequence[Mapping[str, Any]]) -> str:
