@@ -165,7 +165,7 @@ def cmd_run(args: argparse.Namespace) -> int:
     from agentmerge.sweep.run import RaySession
     from agentmerge_zoo.real.config import lineup_config, smoke_config
     from agentmerge_zoo.real.report import write_results
-    from agentmerge_zoo.real.run import run_stages
+    from agentmerge_zoo.real.run import check_lineup, run_stages
 
     torch.set_num_threads(args.threads)
     cfg = smoke_config(args.lineup) if args.smoke else lineup_config(args.lineup)
@@ -176,6 +176,8 @@ def cmd_run(args: argparse.Namespace) -> int:
     if args.concurrent < 1 or args.threads < 1:
         raise ConfigError("zoo real run: --threads and --concurrent take a positive count")
     cfg = replace(cfg, bench=replace(cfg.bench, threads=args.threads, concurrent=args.concurrent))
+    for seed in _seeds(args.seeds):  # before anything starts
+        check_lineup(cfg, args.work, seed)
     base = args.base or _smoke_base(args)
     log = _log(args.quiet)
     with RaySession(quiet=True, num_cpus=args.threads * args.concurrent) as session:

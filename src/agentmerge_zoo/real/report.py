@@ -83,8 +83,8 @@ def probe_table(seeds: Sequence[dict[str, Any]]) -> list[str]:
                     f"{100 * probe['density']:.1f}",
                     _shares(probe["overlap"]),
                     _shares(probe["independent"]) if "independent" in probe else "-",
-                    f"{float(probe['rho']):.2f}" if "rho" in probe else "-",
-                    f"{probe['lambda']:.3f}" if "lambda" in probe else "-",
+                    f"{float(probe['rho']):.2f}" if probe.get("rho") is not None else "-",
+                    f"{probe['lambda']:.3f}" if probe.get("lambda") is not None else "-",
                     f"{kept_by_count(probe['overlap']):.2f} / {_ram_kept(s, trained.index(skill))}",
                     _paper(skill),
                 ]
@@ -103,7 +103,8 @@ def _paper(skill: str) -> str:
 def _ram_kept(seed: dict[str, Any], index: int) -> str:
     """What the seed's default RAM merge kept of its agent ``index`` (``bench.kept``), or "-" when not measured."""
     agents = seed["bench"].get("kept", {}).get("ram", {}).get("agents", [])  # in the lineup's order
-    return f"{agents[index]['kept']:.2f}" if agents else "-"
+    kept = agents[index]["kept"] if agents else None  # None: the agent updated nothing
+    return "-" if kept is None else f"{kept:.2f}"
 
 
 def _shares(values: Sequence[float]) -> str:
@@ -281,7 +282,7 @@ def render(seeds: Sequence[dict[str, Any]], agg: dict[str, Any], command: str) -
 
 
 BFCL_NOTE = (
-    "Strict % on BFCL v4 non-live (AST), per category ({per} items each) and overall, next to the other skills' "
+    "Strict % on BFCL v4 non-live (AST), per category (n = {per} each) and overall, next to the other skills' "
     "test prompts: base and agents from the convergence check, merges from the bench (docs/real/bfcl.md)."
 )
 

@@ -178,7 +178,7 @@ def run_stages(
 ) -> None:
     """The stages of one seed up to ``until``; after the bench, ``result.json`` (everything the report reads)."""
     cache = work / "evals"
-    _same_lineup(cfg, work, seed)
+    check_lineup(cfg, work, seed)
     metas = stage_agents(cfg, base, work, seed, log)
     if until == "agents":
         return
@@ -191,7 +191,7 @@ def run_stages(
     (seed_dir(work, seed) / "result.json").write_text(jsontext.dumps(result) + "\n")
 
 
-def _same_lineup(cfg: RealConfig, work: Path, seed: int) -> None:
+def check_lineup(cfg: RealConfig, work: Path, seed: int) -> None:
     """Refuse a seed folder whose ``result.json`` is another lineup's (its check and sweeps would be overwritten)."""
     from agentmerge.errors import ConfigError
 
