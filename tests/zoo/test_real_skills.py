@@ -164,7 +164,9 @@ def test_splits_are_disjoint_fixed_and_large_enough(name: str) -> None:
     skill = SKILLS[name]
     val, test = eval_set(skill, "val", 96), eval_set(skill, "test", 128)
     assert {ex.user for ex in val}.isdisjoint(ex.user for ex in test)
-    assert all(split_of(ex) == "val" for ex in val) and all(split_of(ex) == "test" for ex in test)
+    assert all(split_of(ex) == "val" for ex in val)
+    fixed = getattr(skill, "fixed_set", None) is not None  # bfcl: the test is BFCL non-live, not a hash bucket
+    assert fixed or all(split_of(ex) == "test" for ex in test)
     assert [ex.user for ex in eval_set(skill, "test", 128)] == [ex.user for ex in test]  # fixed
     held = {ex.user for ex in val} | {ex.user for ex in test}
     stream = train_stream(skill, 0, "t")

@@ -12,7 +12,8 @@ over the trained skills' prompts ± its SE (the same prompts under both merges).
 with an output scale at its chosen value and each method without one at its defaults (nothing to tune; the char
 zoo's fair protocol does the same), so the best method is chosen among all. A method benched in fewer seeds than
 the report's (a later bench adds methods seed by seed) has its row over those seeds, and is not a candidate for the
-best method or baseline.
+best method or baseline. The trained skills are the seeds' lineup (:func:`lineup`: each ``result.json``'s
+``config.recipes``), the same in every seed.
 """
 
 from __future__ import annotations
@@ -24,7 +25,18 @@ from typing import Any
 from agentmerge_zoo.benchplan import RAM_FAMILY
 from agentmerge_zoo.fair import output_scale
 from agentmerge_zoo.real.evaluate import mean_se
-from agentmerge_zoo.real.suite import HELD_OUT, TRAINED
+from agentmerge_zoo.real.suite import HELD_OUT, TRAINED, lineup_of
+
+
+def lineup(seeds: Sequence[dict[str, Any]]) -> tuple[str, ...]:
+    """The seeds' trained skills in agent order (the default lineup for no seed); a mix of lineups is an error."""
+    from agentmerge.errors import ConfigError
+
+    found = sorted({lineup_of(s) for s in seeds})
+    if len(found) > 1:
+        names = "; ".join(", ".join(f) for f in found)
+        raise ConfigError(f"the seeds' result.json files hold different lineups ({names}): report one at a time")
+    return found[0] if found else TRAINED
 
 
 def cell(per_seed: Sequence[float], prompt_se: float) -> dict[str, float]:
@@ -36,8 +48,8 @@ def _strict(report: dict[str, Any], skill: str) -> float:
     return float(report[skill]["strict"])
 
 
-def trained_mean(report: dict[str, Any]) -> float:
-    return sum(_strict(report, s) for s in TRAINED) / len(TRAINED)
+def trained_mean(report: dict[str, Any], trained: Sequence[str] = TRAINED) -> float:
+    return sum(_strict(report, s) for s in trained) / len(trained)
 
 
 def skill_kept(report: dict[str, Any], base: dict[str, Any], agents: dict[str, Any], skill: str) -> float:
@@ -48,8 +60,10 @@ def skill_kept(report: dict[str, Any], base: dict[str, Any], agents: dict[str, A
     return (_strict(report, skill) - _strict(base, skill)) / gain
 
 
-def gain_kept(report: dict[str, Any], base: dict[str, Any], agents: dict[str, Any]) -> float:
-    shares = [skill_kept(report, base, agents, s) for s in TRAINED]
+def gain_kept(
+    report: dict[str, Any], base: dict[str, Any], agents: dict[str, Any], trained: Sequence[str] = TRAINED
+) -> float:
+    shares = [skill_kept(report, base, agents, s) for s in trained]
     shares = [x for x in shares if not math.isnan(x)]
     return sum(shares) / len(shares) if shares else math.nan
 
@@ -60,14 +74,17 @@ def method_row(seeds: Sequence[dict[str, Any]], name: str) -> dict[str, Any] | N
     if not have:
         return None
     reports = [s["bench"]["reports"][name] for s in have]
+    trained = lineup(seeds)
     row: dict[str, Any] = {}
-    for skill in (k for k in (*TRAINED, *HELD_OUT) if k in reports[0]):
+    for skill in (k for k in (*trained, *HELD_OUT) if k in reports[0]):
         row[skill] = cell([_strict(r, skill) for r in reports], float(reports[0][skill]["strict_se"]))
-    if all(s in reports[0] for s in TRAINED):
-        row["trained_avg"] = cell([trained_mean(r) for r in reports], _pooled_se(reports[0]))
-        kept = [gain_kept(r, s["check"]["base"], s["check"]["agents"]) for r, s in zip(reports, have, strict=True)]
+    if all(s in reports[0] for s in trained):
+        row["trained_avg"] = cell([trained_mean(r, trained) for r in reports], _pooled_se(reports[0], trained))
+        kept = [
+            gain_kept(r, s["check"]["base"], s["check"]["agents"], trained) for r, s in zip(reports, have, strict=True)
+        ]
         row["gain_kept"] = cell(kept, math.nan)
-        for skill in TRAINED:
+        for skill in trained:
             each = [
                 skill_kept(r, s["check"]["base"], s["check"]["agents"], skill)
                 for r, s in zip(reports, have, strict=True)
@@ -79,22 +96,25 @@ def method_row(seeds: Sequence[dict[str, Any]], name: str) -> dict[str, Any] | N
     return row
 
 
-def _pooled_se(report: dict[str, Any]) -> float:
-    values = [v for s in TRAINED for v in report[s]["values"]]
+def _pooled_se(report: dict[str, Any], trained: Sequence[str]) -> float:
+    values = [v for s in trained for v in report[s]["values"]]
     return mean_se(values)[1]
 
 
-def paired(seeds: Sequence[dict[str, Any]], a: str, b: str) -> dict[str, float] | None:
-    """A - B on the trained skills (see the module docstring); None when a seed lacks either."""
+def paired(
+    seeds: Sequence[dict[str, Any]], a: str, b: str, skills: Sequence[str] | None = None
+) -> dict[str, float] | None:
+    """A - B on the trained skills, or on ``skills`` (see the module docstring); None when a seed lacks either."""
     if not all(a in s["bench"]["reports"] and b in s["bench"]["reports"] for s in seeds) or not seeds:
         return None
     pairs = [(s["bench"]["reports"][a], s["bench"]["reports"][b]) for s in seeds]
+    trained = tuple(skills) if skills else lineup(seeds)
     if len(seeds) == 1:
-        diffs = [d for skill in TRAINED for d in _prompt_diffs(*pairs[0], skill)]
+        diffs = [d for skill in trained for d in _prompt_diffs(*pairs[0], skill)]
         mean, se = mean_se(diffs)
         return {"mean": mean, "se": se, "over": float(len(diffs))}
-    mean, se = mean_se([trained_mean(ra) - trained_mean(rb) for ra, rb in pairs])
-    prompt_se = math.sqrt(sum(_trained_diff_se(ra, rb) ** 2 for ra, rb in pairs)) / len(pairs)
+    mean, se = mean_se([trained_mean(ra, trained) - trained_mean(rb, trained) for ra, rb in pairs])
+    prompt_se = math.sqrt(sum(_trained_diff_se(ra, rb, trained) ** 2 for ra, rb in pairs)) / len(pairs)
     return {"mean": mean, "se": se, "over": float(len(seeds)), "prompt_se": prompt_se}
 
 
@@ -103,9 +123,9 @@ def _prompt_diffs(ra: dict[str, Any], rb: dict[str, Any], skill: str) -> list[fl
     return [x - y for x, y in zip(ra[skill]["values"], rb[skill]["values"], strict=True)]
 
 
-def _trained_diff_se(ra: dict[str, Any], rb: dict[str, Any]) -> float:
+def _trained_diff_se(ra: dict[str, Any], rb: dict[str, Any], trained: Sequence[str]) -> float:
     """The prompts' SE of one seed's trained-mean difference: (1/K) sqrt(sum over skills of SE_skill^2)."""
-    return math.sqrt(sum(mean_se(_prompt_diffs(ra, rb, s))[1] ** 2 for s in TRAINED)) / len(TRAINED)
+    return math.sqrt(sum(mean_se(_prompt_diffs(ra, rb, s))[1] ** 2 for s in trained)) / len(trained)
 
 
 def has_scale(method: str) -> bool:
@@ -191,7 +211,7 @@ def kept_rows(seeds: Sequence[dict[str, Any]]) -> dict[str, dict[str, Any]]:
     for method in sorted({m for s in seeds for m in s["bench"].get("kept", {})}):
         have = [s["bench"]["kept"][method] for s in seeds if method in s["bench"].get("kept", {})]
         agents = {}
-        for i, skill in enumerate(TRAINED):
+        for i, skill in enumerate(lineup(seeds)):
             rows = [h["agents"][i] for h in have]
             regions = range(len(rows[0]["by_region"]))
             agents[skill] = {

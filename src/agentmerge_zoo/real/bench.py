@@ -1,5 +1,6 @@
-"""The real zoo's bench for one seed: every registry method on the three agents, defaults and tuned, the three
-pairs and the dilution ablation, run as trials of agentmerge's sweep engine and scored by :func:`score_trial`.
+"""The real zoo's bench for one seed: every registry method on the lineup's three agents (``SeedInputs.agents``,
+in order), defaults and tuned, the three pairs and the dilution ablation, run as trials of agentmerge's sweep
+engine and scored by :func:`score_trial`.
 
 - **defaults**: every method of ``agentmerge.METHODS`` that merges three models (the dilution ablation
   ``unique_only`` aside; the Fisher methods with each agent's diagonal Fisher), at its defaults, on test.
@@ -11,9 +12,9 @@ pairs and the dilution ablation, run as trials of agentmerge's sweep engine and 
 
 Two sweeps per seed (``WORK/val`` and ``WORK/test``), each with ``real-eval.json`` beside its ``results.jsonl``
 saying which split, prompt count and skills each trial is scored on; :func:`score_trial` (the sweeps'
-``python:`` evaluator) reads it from the trial folder's grandparent and writes each trial's full report to
-``reports/NAME.json`` (per-prompt scores included, for paired differences). Evaluations are cached by the
-weights' sha256, so a rerun only does what is missing.
+``python:`` evaluator) reads it (the lineup's trained skills included) from the trial folder's grandparent and
+writes each trial's full report to ``reports/NAME.json`` (per-prompt scores included, for paired differences).
+Evaluations are cached by the weights' sha256, so a rerun only does what is missing.
 """
 
 from __future__ import annotations
@@ -69,9 +70,9 @@ def needs_fisher(method: str) -> bool:
     return "fisher" in METHODS[method].model_inputs
 
 
-def _metrics(report: Report) -> dict[str, float]:
+def _metrics(report: Report, lineup: Sequence[str]) -> dict[str, float]:
     out = {name: float(r["strict"]) for name, r in report.items()}
-    trained = [out[s] for s in TRAINED if s in out]
+    trained = [out[s] for s in lineup if s in out]
     if trained:
         out["trained_avg"] = sum(trained) / len(trained)
     return out
@@ -87,7 +88,7 @@ def score_trial(folder: Path) -> dict[str, float]:
     report = evaluate_cached(folder, skills, cfg["split"], cfg["n"], cache)
     (root / "reports").mkdir(exist_ok=True)
     (root / "reports" / f"{folder.name}.json").write_text(jsontext.dumps(report) + "\n")
-    return _metrics(report)
+    return _metrics(report, cfg.get("trained", TRAINED))  # an eval file without it: the default lineup's
 
 
 def read_report(root: Path, name: str) -> Report:
@@ -97,7 +98,8 @@ def read_report(root: Path, name: str) -> Report:
 
 @dataclass
 class SeedInputs:
-    """What one seed's bench merges: the base, one agent per trained skill, optional Fisher files."""
+    """What one seed's bench merges: the base, one agent per trained skill in the lineup's order, optional Fisher
+    files."""
 
     base: Path
     agents: dict[str, Path]
@@ -106,14 +108,19 @@ class SeedInputs:
     fingerprint: str
 
     @property
+    def trained(self) -> tuple[str, ...]:
+        """The lineup: the agents' skills, in merge order."""
+        return tuple(self.agents)
+
+    @property
     def models(self) -> list[str]:
-        return [str(self.agents[s]) for s in TRAINED]
+        return [str(p) for p in self.agents.values()]
 
 
 def trial_entry(name: str, method: str, params: dict[str, Any], inputs: SeedInputs, models: Sequence[int]) -> Any:
     from agentmerge.sweep.spec import TrialEntry
 
-    fisher = [str(inputs.fisher[TRAINED[i]]) for i in models] if needs_fisher(method) else None
+    fisher = [str(inputs.fisher[inputs.trained[i]]) for i in models] if needs_fisher(method) else None
     return TrialEntry(name=name, method=method, params=params, models=list(models), fisher=fisher)
 
 
@@ -133,9 +140,10 @@ def sweep_of(inputs: SeedInputs, entries: list[Any], threads: int) -> Any:
     )
 
 
-def _write_eval_file(root: Path, split: str, n: int, cache: Path, trials: dict[str, list[str]]) -> None:
+def _write_eval_file(root: Path, split: str, n: int, inputs: SeedInputs, trials: dict[str, list[str]]) -> None:
     root.mkdir(parents=True, exist_ok=True)
-    data = {"split": split, "n": n, "cache": str(cache), "skills": [*TRAINED, *HELD_OUT], "trials": trials}
+    data: dict[str, Any] = {"split": split, "n": n, "cache": str(inputs.cache)}
+    data |= {"skills": [*inputs.trained, *HELD_OUT], "trials": trials, "trained": list(inputs.trained)}
     (root / EVAL_FILE).write_text(jsontext.dumps(data, indent=1) + "\n")
 
 
@@ -153,7 +161,7 @@ def run_trials(
     runs' included)."""
     from agentmerge.sweep.run import run_sweep
 
-    _write_eval_file(root, split, n, inputs.cache, skills)
+    _write_eval_file(root, split, n, inputs, skills)
     outcome = run_sweep(
         sweep_of(inputs, entries, plan.threads), root, quiet=True, session=session, max_concurrent=plan.concurrent
     )

@@ -21,8 +21,12 @@ from agentmerge_zoo.real.bench import (
 )
 from agentmerge_zoo.real.suite import HELD_OUT, TRAINED
 
-ALL_SKILLS = [*TRAINED, *HELD_OUT]
-EVERY_AGENT = tuple(range(len(TRAINED)))
+ALL_SKILLS = [*TRAINED, *HELD_OUT]  # the default lineup's
+
+
+def _every(inputs: SeedInputs) -> tuple[int, ...]:
+    """Every agent of the seed, by index."""
+    return tuple(range(len(inputs.trained)))
 
 
 def _default(method: str, param: str) -> Any:
@@ -38,8 +42,8 @@ def tune(inputs: SeedInputs, plan: BenchPlan, methods: list[str], work: Path, se
     for method in methods:
         param = output_scale(method)
         for value in plan.grid if param is not None else ():
-            entries.append(trial_entry(tuning_name(method, value), method, {str(param): value}, inputs, EVERY_AGENT))
-            skills[tuning_name(method, value)] = list(TRAINED)
+            entries.append(trial_entry(tuning_name(method, value), method, {str(param): value}, inputs, _every(inputs)))
+            skills[tuning_name(method, value)] = list(inputs.trained)
     records = run_trials(work / "val", inputs, entries, "val", plan.n_val, skills, plan, session)
     out: dict[str, Any] = {}
     for method in methods:
@@ -60,24 +64,24 @@ def test_entries(
 ) -> tuple[list[Any], dict[str, list[str]]]:
     """The test sweep's trials (defaults, tuned, pairs, dilution) and the skills each is scored on."""
     entries, skills = [], {}
+    every, lineup = _every(inputs), inputs.trained
+    everything = [*lineup, *HELD_OUT]
     for method in methods:
-        entries.append(trial_entry(method, method, {}, inputs, EVERY_AGENT))
-        skills[method] = ALL_SKILLS
+        entries.append(trial_entry(method, method, {}, inputs, every))
+        skills[method] = everything
         choice = tuned.get(method, {})
         if choice.get("value") is not None and choice["value"] != _default(method, choice["param"]):
-            entries.append(
-                trial_entry(f"{method}.tuned", method, {choice["param"]: choice["value"]}, inputs, EVERY_AGENT)
-            )
-            skills[f"{method}.tuned"] = ALL_SKILLS
-    for i, j in itertools.combinations(EVERY_AGENT, 2) if plan.pairs else ():
-        pair = f"{TRAINED[i]}+{TRAINED[j]}"
+            entries.append(trial_entry(f"{method}.tuned", method, {choice["param"]: choice["value"]}, inputs, every))
+            skills[f"{method}.tuned"] = everything
+    for i, j in itertools.combinations(every, 2) if plan.pairs else ():
+        pair = f"{lineup[i]}+{lineup[j]}"
         for method in (m for m in plan.pair_methods if m in methods):
             entries.append(trial_entry(f"{pair}.{method}", method, {}, inputs, (i, j)))
-            skills[f"{pair}.{method}"] = [TRAINED[i], TRAINED[j], *HELD_OUT]
-    for i, name in enumerate(TRAINED) if plan.dilution else ():
-        for tag, scale in (("s1", 1.0), ("s1_over_n", 1 / len(TRAINED))):
+            skills[f"{pair}.{method}"] = [lineup[i], lineup[j], *HELD_OUT]
+    for i, name in enumerate(lineup) if plan.dilution else ():
+        for tag, scale in (("s1", 1.0), ("s1_over_n", 1 / len(lineup))):
             entries.append(
-                trial_entry(f"dilution.{name}.{tag}", "unique_only", {"agent": i, "scale": scale}, inputs, EVERY_AGENT)
+                trial_entry(f"dilution.{name}.{tag}", "unique_only", {"agent": i, "scale": scale}, inputs, every)
             )
             skills[f"dilution.{name}.{tag}"] = [name]
     return entries, skills

@@ -7,6 +7,8 @@ agentmerge zoo real report --work real-work --seeds 0,1 --docs docs/real
 agentmerge zoo real pilot --base real-work/base --work real-work/pilot --skill tool --seed 1 --steps 60 120 \
     --json docs/real/pilot-tool.json                                          # one agent's recipe, in stages
 agentmerge zoo real run --smoke --work /tmp/real-smoke --docs /tmp/real-smoke/docs   # tiny random Llama
+agentmerge zoo real run --lineup bfcl --base real-work/base --work real-work/bfcl --seeds 0 \
+    --docs docs/real/bfcl-results                                # the BFCL zoo: agents bfcl, code, memory
 """
 
 from __future__ import annotations
@@ -40,6 +42,7 @@ def register_real(zoo_sub: Any) -> None:
     p.add_argument("--skills", default=None, help="comma-separated skills (default all)")
     p.add_argument("--lr-scale", type=float, default=1.0, help="multiply each recipe's learning rate (pilots)")
     output_arg(p, "--json", type=Path, required=True, help="where the measurements go")
+    _lineup_arg(p)
     _common(p)
     p.set_defaults(func=cmd_measure)
     _run_parsers(sub)
@@ -66,17 +69,19 @@ def _run_parsers(sub: Any) -> None:
         default=1,
         help="agents trained and bench trials at once, each with --threads (default 1)",
     )
+    _lineup_arg(p)
     _common(p)
     p.set_defaults(func=cmd_run)
     p = sub.add_parser("report", help="re-render docs/real/results.{md,json} from finished seeds")
     p.add_argument("--work", type=Path, required=True)
     p.add_argument("--seeds", default="0")
     output_arg(p, "--docs", kind="into", type=Path, default=Path("docs/real"))
+    _lineup_arg(p)
     p.set_defaults(func=cmd_report)
     p = sub.add_parser("pilot", help="train one agent in stages of more steps, score it against the base after each")
     input_arg(p, "--base", type=Path, required=True)
     p.add_argument("--work", type=Path, required=True, help="the agent and its evaluation cache")
-    p.add_argument("--skill", required=True, help="a trained skill (tool, code, memory)")
+    p.add_argument("--skill", required=True, help="a trained skill (tool, code, memory, bfcl)")
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--steps", type=int, nargs="+", required=True, help="the stages: the agent's steps after each")
     p.add_argument("--lr", type=float, default=None, help="default: the skill's recipe")
@@ -87,6 +92,15 @@ def _run_parsers(sub: Any) -> None:
     p.add_argument("--check", type=int, default=0, help="convergence check of the last stage on N val prompts")
     _common(p)
     p.set_defaults(func=cmd_pilot)
+
+
+def _lineup_arg(p: argparse.ArgumentParser) -> None:
+    p.add_argument(
+        "--lineup",
+        choices=("default", "bfcl"),
+        default="default",
+        help="the trained agents: default (tool, code, memory) or bfcl (bfcl, code, memory; docs/real/bfcl.md)",
+    )
 
 
 def _common(p: argparse.ArgumentParser) -> None:
@@ -130,11 +144,13 @@ def cmd_base(args: argparse.Namespace) -> int:
 def cmd_measure(args: argparse.Namespace) -> int:
     import torch
 
+    from agentmerge_zoo.real.config import lineup_config
     from agentmerge_zoo.real.measure import measure
 
     torch.set_num_threads(args.threads)
     skills = args.skills.split(",") if args.skills else None
-    data = measure(args.base, args.n, args.steps, skills, args.lr_scale, _log(args.quiet))
+    cfg = lineup_config(args.lineup)
+    data = measure(args.base, args.n, args.steps, skills, args.lr_scale, _log(args.quiet), cfg)
     data["threads"] = args.threads
     args.json.parent.mkdir(parents=True, exist_ok=True)
     args.json.write_text(jsontext.dumps(data, indent=1) + "\n")
@@ -147,12 +163,12 @@ def cmd_run(args: argparse.Namespace) -> int:
 
     from agentmerge.errors import ConfigError
     from agentmerge.sweep.run import RaySession
-    from agentmerge_zoo.real.config import RealConfig, smoke_config
+    from agentmerge_zoo.real.config import lineup_config, smoke_config
     from agentmerge_zoo.real.report import write_results
-    from agentmerge_zoo.real.run import run_stages
+    from agentmerge_zoo.real.run import check_lineup, run_stages
 
     torch.set_num_threads(args.threads)
-    cfg = smoke_config() if args.smoke else RealConfig()
+    cfg = smoke_config(args.lineup) if args.smoke else lineup_config(args.lineup)
     if args.methods:
         cfg = replace(cfg, bench=replace(cfg.bench, methods=method_list(args.methods, "--methods")))
     if args.pair_methods:
@@ -160,13 +176,15 @@ def cmd_run(args: argparse.Namespace) -> int:
     if args.concurrent < 1 or args.threads < 1:
         raise ConfigError("zoo real run: --threads and --concurrent take a positive count")
     cfg = replace(cfg, bench=replace(cfg.bench, threads=args.threads, concurrent=args.concurrent))
+    for seed in _seeds(args.seeds):  # before anything starts
+        check_lineup(cfg, args.work, seed)
     base = args.base or _smoke_base(args)
     log = _log(args.quiet)
     with RaySession(quiet=True, num_cpus=args.threads * args.concurrent) as session:
         for seed in _seeds(args.seeds):
             run_stages(cfg, base, args.work, seed, session, log, args.until)
     if args.until == "bench":
-        paths = write_results(args.work, _seeds(args.seeds), args.docs, _command(args))
+        paths = write_results(args.work, _seeds(args.seeds), args.docs, _command(args), cfg.trained)
         print(f"wrote {paths[1]} and {paths[0]}")
     return 0
 
@@ -201,14 +219,17 @@ def _command(args: argparse.Namespace) -> str:
     parts += ["--smoke"] if args.smoke else ["--base", str(args.base)]
     parts += ["--methods", args.methods] if args.methods else []
     parts += ["--pair-methods", args.pair_methods] if args.pair_methods else []
+    parts += ["--lineup", args.lineup] if args.lineup != "default" else []
     return shlex.join(parts)
 
 
 def cmd_report(args: argparse.Namespace) -> int:
+    from agentmerge_zoo.real.config import lineup_config
     from agentmerge_zoo.real.report import write_results
 
     command = f"agentmerge zoo real report --work {args.work} --seeds {args.seeds} --docs {args.docs}"
-    paths = write_results(args.work, _seeds(args.seeds), args.docs, command)
+    command += f" --lineup {args.lineup}" if args.lineup != "default" else ""
+    paths = write_results(args.work, _seeds(args.seeds), args.docs, command, lineup_config(args.lineup).trained)
     print(f"wrote {paths[1]} and {paths[0]}")
     return 0
 
@@ -217,10 +238,10 @@ def cmd_pilot(args: argparse.Namespace) -> int:
     import torch
 
     from agentmerge.errors import ConfigError
-    from agentmerge_zoo.real.config import full_recipes
+    from agentmerge_zoo.real.config import pilot_recipes
     from agentmerge_zoo.real.pilot import run_pilot
 
-    recipes = {r.skill: r for r in full_recipes()}
+    recipes = {r.skill: r for r in pilot_recipes()}
     if args.skill not in recipes:
         raise ConfigError(f"--skill {args.skill!r}: the trained skills are {', '.join(recipes)}")
     torch.set_num_threads(args.threads)

@@ -29,6 +29,16 @@ def full_recipes() -> tuple[Recipe, ...]:
     )
 
 
+def bfcl_recipe() -> Recipe:
+    """The BFCL tool agent's recipe (docs/real/bfcl.md): the tool agent's, with room for parallel answers."""
+    return Recipe(skill="bfcl", lr=5e-5, steps=240, prompts_per_step=2, group_size=8)
+
+
+def pilot_recipes() -> tuple[Recipe, ...]:
+    """Every recipe a pilot may train: the three agents' and the BFCL tool agent's."""
+    return (*full_recipes(), bfcl_recipe())
+
+
 @dataclass(frozen=True)
 class RealConfig:
     """Everything that decides a seed's agents and results."""
@@ -38,6 +48,11 @@ class RealConfig:
     bench: BenchPlan = field(default_factory=BenchPlan)
     checkpoint_every: int = 10
     name: str = "full"
+
+    @property
+    def trained(self) -> tuple[str, ...]:
+        """The zoo's lineup: the skills that get an agent, in the recipes' order (the agents' order in every merge)."""
+        return tuple(r.skill for r in self.recipes)
 
     def recipe(self, skill: str) -> Recipe:
         return next(r for r in self.recipes if r.skill == skill)
@@ -53,11 +68,32 @@ class RealConfig:
         return hashlib.sha256(jsontext.dumps(data, sort_keys=True).encode()).hexdigest()[:12]
 
 
-def smoke_config() -> RealConfig:
-    """Tiny sizes for the tiny random Llama: checks every code path runs, not who wins."""
+def bfcl_config() -> RealConfig:
+    """The BFCL zoo (docs/real/bfcl.md): the BFCL tool agent in the tool agent's place, the code and memory agents'
+    recipes of the default zoo."""
+    keep = tuple(r for r in full_recipes() if r.skill in ("code", "memory"))
+    return RealConfig(recipes=(bfcl_recipe(), *keep), name="bfcl")
+
+
+LINEUPS = {"default": RealConfig, "bfcl": bfcl_config}  # ``--lineup``: each one's full configuration
+
+
+def lineup_config(lineup: str) -> RealConfig:
+    """The full configuration of a named lineup (``LINEUPS``)."""
+    return LINEUPS[lineup]()
+
+
+def smoke_config(lineup: str = "default") -> RealConfig:
+    """Tiny sizes for the tiny random Llama: checks every code path runs, not who wins. The bfcl lineup tests on 4
+    prompts per skill (one BFCL item per category) and merges with fewer methods."""
     recipes = tuple(
-        replace(r, steps=2, prompts_per_step=1, group_size=4, max_new_tokens=12, lr=1e-3) for r in full_recipes()
+        replace(r, steps=2, prompts_per_step=1, group_size=4, max_new_tokens=12, lr=1e-3)
+        for r in lineup_config(lineup).recipes
     )
+    if lineup != "default":
+        plan = BenchPlan(n_val=2, n_test=4, grid=(1.0,), methods=("task_arithmetic", "ram", "ram_plus"), threads=1)
+        plan = replace(plan, pair_methods=("ram",), dilution=False)
+        return RealConfig(recipes=recipes, n_check=2, bench=plan, checkpoint_every=1, name=f"smoke-{lineup}")
     plan = BenchPlan(
         n_val=2,
         n_test=2,

@@ -15,7 +15,6 @@ from typing import Any
 
 from agentmerge.io import jsontext
 from agentmerge_zoo.real.bench import SeedInputs, sweep_of, trial_entry
-from agentmerge_zoo.real.suite import TRAINED
 
 
 def merge_again(inputs: SeedInputs, method: str, out: Path, threads: int) -> Path:
@@ -23,7 +22,7 @@ def merge_again(inputs: SeedInputs, method: str, out: Path, threads: int) -> Pat
     from agentmerge import merge
     from agentmerge.sweep.spec import grid, merge_config, trials
 
-    entry = trial_entry(method, method, {}, inputs, tuple(range(len(TRAINED))))
+    entry = trial_entry(method, method, {}, inputs, tuple(range(len(inputs.trained))))
     sweep = sweep_of(inputs, [entry], threads)
     (trial,) = trials(sweep, grid(sweep))
     merge(merge_config(sweep, trial), out, quiet=True)
@@ -46,7 +45,7 @@ def kept_of(inputs: SeedInputs, method: str, folder: Path, threads: int) -> dict
     try:
         merged = merge_again(inputs, method, scratch, threads)
         (kept,) = retention(
-            str(inputs.base), inputs.models, [str(merged)], labels=list(TRAINED), threads=threads, quiet=True
+            str(inputs.base), inputs.models, [str(merged)], labels=list(inputs.trained), threads=threads, quiet=True
         )
     finally:
         shutil.rmtree(scratch, ignore_errors=True)

@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import Any
 
 from agentmerge_zoo.real.config import RealConfig
-from agentmerge_zoo.real.suite import SKILLS, TRAINED
+from agentmerge_zoo.real.suite import HELD_OUT, SKILLS
 
 
 def _timed(fn: Callable[[], Any]) -> tuple[Any, float, float]:
@@ -42,15 +42,17 @@ def measure_eval(model: Any, tokenizer: Any, names: Sequence[str], n: int) -> di
     return out
 
 
-def measure_grpo(base: Path, name: str, steps: int, lr_scale: float, log: Callable[[str], None]) -> dict[str, Any]:
-    """``steps`` GRPO steps of the configured recipe from a fresh copy of the base (nothing saved)."""
+def measure_grpo(
+    base: Path, name: str, steps: int, lr_scale: float, log: Callable[[str], None], cfg: RealConfig
+) -> dict[str, Any]:
+    """``steps`` GRPO steps of ``cfg``'s recipe from a fresh copy of the base (nothing saved)."""
     import torch
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
     from agentmerge_zoo.real.grpo_hf import grpo_step, make_optimizer
     from agentmerge_zoo.real.tasks import train_stream
 
-    recipe = RealConfig().recipe(name)
+    recipe = cfg.recipe(name)
     recipe = replace(recipe, steps=steps, lr=recipe.lr * lr_scale)
     tokenizer = AutoTokenizer.from_pretrained(str(base))
     model = AutoModelForCausalLM.from_pretrained(str(base), dtype=torch.float32)
@@ -68,8 +70,16 @@ def measure_grpo(base: Path, name: str, steps: int, lr_scale: float, log: Callab
 
 
 def measure(
-    base: Path, n: int, steps: int, skills: Sequence[str] | None, lr_scale: float, log: Callable[[str], None]
+    base: Path,
+    n: int,
+    steps: int,
+    skills: Sequence[str] | None,
+    lr_scale: float,
+    log: Callable[[str], None],
+    cfg: RealConfig | None = None,
 ) -> dict[str, Any]:
+    """Base scores and costs of ``skills`` (default: all), GRPO steps of the lineup's (``cfg``: default zoo's)."""
+    cfg = cfg or RealConfig()
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
     names = list(skills or SKILLS)
@@ -82,20 +92,19 @@ def measure(
     for name in out["eval"]:
         log(f"measure {name}: base {100 * out['eval'][name]['strict']:.1f} % strict")
     del model
-    for name in (s for s in names if s in TRAINED and steps > 0):
-        out["grpo"][name] = measure_grpo(base, name, steps, lr_scale, log)
-    if set(out["eval"]) == set(SKILLS) and set(out["grpo"]) == set(TRAINED):
-        out["budget"] = budget(out)
+    for name in (s for s in names if s in cfg.trained and steps > 0):
+        out["grpo"][name] = measure_grpo(base, name, steps, lr_scale, log, cfg)
+    if set(out["eval"]) >= {*cfg.trained, *HELD_OUT} and set(out["grpo"]) == set(cfg.trained):
+        out["budget"] = budget(out, cfg)
     return out
 
 
-def budget(measured: dict[str, Any]) -> dict[str, Any]:
-    """The configured seed's cost from these measurements (``budget.seed_cost``), with the method counts."""
+def budget(measured: dict[str, Any], cfg: RealConfig) -> dict[str, Any]:
+    """``cfg``'s seed cost from these measurements (``budget.seed_cost``), with the method counts."""
     from agentmerge_zoo.fair import output_scale
     from agentmerge_zoo.real.bench import bench_methods, needs_fisher
     from agentmerge_zoo.real.budget import seed_cost
 
-    cfg = RealConfig()
     methods = bench_methods(cfg.bench)
     scaled = sum(output_scale(m) is not None for m in methods)
     cost = seed_cost(cfg, measured, len(methods), scaled)

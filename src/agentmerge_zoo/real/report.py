@@ -1,4 +1,5 @@
-"""docs/real/results.md and results.json from the seeds' ``result.json`` files."""
+"""docs/real/results.md and results.json from the seeds' ``result.json`` files, for their lineup (the trained skills
+in each ``result.json``'s ``config.recipes``; a lineup with the BFCL agent adds BFCL per category, ``report_bfcl``)."""
 
 from __future__ import annotations
 
@@ -10,7 +11,9 @@ from typing import Any
 
 from agentmerge.io import jsontext
 from agentmerge.methods.deltas import kept_by_count
-from agentmerge_zoo.real.aggregate import aggregate, has_scale, row_name
+from agentmerge_zoo.real.aggregate import aggregate, has_scale, lineup, row_name
+from agentmerge_zoo.real.report_bfcl import bfcl_differences, bfcl_table
+from agentmerge_zoo.real.skill_bfcl import TEST_CATEGORIES
 from agentmerge_zoo.real.suite import HELD_OUT, TRAINED
 from agentmerge_zoo.regime_report import PAPER_FIG2
 from agentmerge_zoo.report_md import table
@@ -39,7 +42,7 @@ def agents_table(seeds: Sequence[dict[str, Any]]) -> list[str]:
     rows = []
     for s in seeds:
         check, recipes = s["check"], {r["skill"]: r for r in s["config"]["recipes"]}
-        for skill in TRAINED:
+        for skill in lineup([s]):
             base, agent = check["base"][skill], check["agents"][skill][skill]
             probe, conv = check["probe"][skill], check["convergence"][skill]
             sc = conv["scores"]
@@ -70,9 +73,9 @@ def probe_table(seeds: Sequence[dict[str, Any]]) -> list[str]:
     header += ["RAM keeps: by count / measured", "paper Fig. 2: density %, w.0 / w.1 / w.2 %"]
     rows = []
     for s in seeds:
-        for skill in TRAINED:
+        trained = lineup([s])
+        for skill in trained:
             probe = s["check"]["probe"][skill]
-            paper_d, paper_w = PAPER_FIG2[f"agent_{skill}"]
             rows.append(
                 [
                     str(s["seed"]),
@@ -80,34 +83,43 @@ def probe_table(seeds: Sequence[dict[str, Any]]) -> list[str]:
                     f"{100 * probe['density']:.1f}",
                     _shares(probe["overlap"]),
                     _shares(probe["independent"]) if "independent" in probe else "-",
-                    f"{float(probe['rho']):.2f}" if probe.get("rho") is not None else "-",  # null: no unique part
-                    f"{probe['lambda']:.3f}" if "lambda" in probe else "-",
-                    f"{kept_by_count(probe['overlap']):.2f} / {_ram_kept(s, skill)}",
-                    f"{paper_d}, {' / '.join(f'{w}' for w in paper_w)}",
+                    f"{float(probe['rho']):.2f}" if probe.get("rho") is not None else "-",
+                    f"{probe['lambda']:.3f}" if probe.get("lambda") is not None else "-",
+                    f"{kept_by_count(probe['overlap']):.2f} / {_ram_kept(s, trained.index(skill))}",
+                    _paper(skill),
                 ]
             )
     return table(header, rows)
 
 
-def _ram_kept(seed: dict[str, Any], skill: str) -> str:
-    """What the seed's default RAM merge kept of the skill's agent (``bench.kept``), or "-" when not measured."""
-    agents = seed["bench"].get("kept", {}).get("ram", {}).get("agents", [])  # in TRAINED's order
-    return f"{agents[TRAINED.index(skill)]['kept']:.2f}" if agents else "-"
+def _paper(skill: str) -> str:
+    """The paper's Figure 2 figures of the agent of ``skill`` ("-" for an agent the paper has not)."""
+    if f"agent_{skill}" not in PAPER_FIG2:
+        return "-"
+    density, shares = PAPER_FIG2[f"agent_{skill}"]
+    return f"{density}, {' / '.join(f'{w}' for w in shares)}"
+
+
+def _ram_kept(seed: dict[str, Any], index: int) -> str:
+    """What the seed's default RAM merge kept of its agent ``index`` (``bench.kept``), or "-" when not measured."""
+    agents = seed["bench"].get("kept", {}).get("ram", {}).get("agents", [])  # in the lineup's order
+    kept = agents[index]["kept"] if agents else None  # None: the agent updated nothing
+    return "-" if kept is None else f"{kept:.2f}"
 
 
 def _shares(values: Sequence[float]) -> str:
     return " / ".join(f"{100 * v:.1f}" for v in values)
 
 
-def kept_table(tables: dict[str, dict[str, Any]]) -> list[str]:
+def kept_table(tables: dict[str, dict[str, Any]], trained: Sequence[str] = TRAINED) -> list[str]:
     """The share of each agent's own-skill gain that each merge keeps, defaults and tuned."""
-    header = ["merge", *(f"{k} gain kept %" for k in TRAINED), "mean %"]
+    header = ["merge", *(f"{k} gain kept %" for k in trained), "mean %"]
     rows = []
     for kind in ("defaults", "tuned"):
         for method, row in sorted(tables[kind].items(), key=lambda kv: -kv[1]["trained_avg"]["mean"]):
             if kind == "tuned" and not has_scale(method):
                 continue  # its defaults row, listed above
-            cells = [pct(row.get(f"{k}_kept"), 0) for k in TRAINED]
+            cells = [pct(row.get(f"{k}_kept"), 0) for k in trained]
             rows.append([row_name(method, kind), *cells, pct(row.get("gain_kept"), 0)])
     return table(header, rows)
 
@@ -115,7 +127,7 @@ def kept_table(tables: dict[str, dict[str, Any]]) -> list[str]:
 def kept_note(seeds: Sequence[dict[str, Any]]) -> str:
     """Which seeds each skill's gain-kept column is over: those whose agent beat the base on that skill's test."""
     parts = []
-    for skill in TRAINED:
+    for skill in lineup(seeds):
         beat = [
             str(s["seed"])
             for s in seeds
@@ -151,8 +163,9 @@ def plot_curves(seeds: Sequence[dict[str, Any]], path: Path) -> Path | None:
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    fig, axes = plt.subplots(1, len(TRAINED), figsize=(4 * len(TRAINED), 3), squeeze=False)
-    for ax, skill in zip(axes[0], TRAINED, strict=True):
+    trained = lineup(seeds)
+    fig, axes = plt.subplots(1, len(trained), figsize=(4 * len(trained), 3), squeeze=False)
+    for ax, skill in zip(axes[0], trained, strict=True):
         for s in seeds:
             rewards = [float(r["reward"]) for r in s["curves"][skill]]
             windows = [rewards[max(0, i - 4) : i + 1] for i in range(len(rewards))]
@@ -175,9 +188,14 @@ def _verdict(conv: dict[str, Any]) -> str:
     return f"{word} ({100 * conv['gain_1.5']:+.1f} vs 2 SE {100 * conv['two_se']:.1f})"
 
 
-def method_table(rows: dict[str, dict[str, Any]], n_seeds: int, tuning: dict[str, Any] | None = None) -> list[str]:
+def method_table(
+    rows: dict[str, dict[str, Any]],
+    n_seeds: int,
+    tuning: dict[str, Any] | None = None,
+    trained: Sequence[str] = TRAINED,
+) -> list[str]:
     """One row per method, best trained-skill mean first; a method benched in fewer seeds says how many."""
-    header = ["method", *TRAINED, "mean", "gain kept", *(f"{h} Δ" for h in HELD_OUT)]
+    header = ["method", *trained, "mean", "gain kept", *(f"{h} Δ" for h in HELD_OUT)]
     header += ["chosen scale"] if tuning is not None else []
     order = sorted(rows, key=lambda m: -rows[m]["trained_avg"]["mean"])
     out = []
@@ -185,7 +203,7 @@ def method_table(rows: dict[str, dict[str, Any]], n_seeds: int, tuning: dict[str
         row = rows[method]
         seeds = int(row["trained_avg"]["seeds"])
         name = method if seeds == n_seeds else f"{method} ({seeds} of {n_seeds} seeds)"
-        cells = [name, *(pct(row.get(s)) for s in TRAINED), pct(row["trained_avg"]), pct(row.get("gain_kept"), 0)]
+        cells = [name, *(pct(row.get(s)) for s in trained), pct(row["trained_avg"]), pct(row.get("gain_kept"), 0)]
         cells += [pct(row.get(f"{h}_delta")) for h in HELD_OUT]
         if tuning is not None:
             cells.append(tuning.get(method, "-"))
@@ -205,10 +223,12 @@ KEPT_NOTE = (
 )
 
 
-def weight_kept_table(kept: dict[str, dict[str, Any]], order: Sequence[str]) -> list[str]:
+def weight_kept_table(
+    kept: dict[str, dict[str, Any]], order: Sequence[str], trained: Sequence[str] = TRAINED
+) -> list[str]:
     """Per default merge (in ``order``, the defaults table's): what it kept of each agent's update, overall and
     per overlap region, and the share of its delta outside every agent's updates."""
-    header = ["merge", *(f"{s}: kept (w.0 / w.1 / w.2)" for s in TRAINED), "|Δ|² outside %"]
+    header = ["merge", *(f"{s}: kept (w.0 / w.1 / w.2)" for s in trained), "|Δ|² outside %"]
     rows = []
     for method in [m for m in order if m in kept]:
         row = kept[method]
@@ -237,43 +257,68 @@ def _chosen(seeds: Sequence[dict[str, Any]], methods: Sequence[str]) -> dict[str
 
 
 def render(seeds: Sequence[dict[str, Any]], agg: dict[str, Any], command: str) -> str:
+    trained = lineup(seeds)
     lines = ["# The real zoo: SmolLM2-135M-Instruct agents merged with every method", ""]
     lines += [f"Seeds {agg['seeds']}, made by `{command}` (see [README.md](README.md) for the setup and budget).", ""]
+    lines += [] if trained == TRAINED else [f"Lineup: {', '.join(trained)} (one agent each), capitals held out.", ""]
     lines += ["## Agents", "", *agents_table(seeds), ""]
     lines += ["Reward curves: [curves.png](curves.png).", ""]
     lines += ["## Probe against the paper's Figure 2", "", *probe_table(seeds), ""]
-    lines += ["## Defaults (strict % on test)", "", *method_table(agg["tables"]["defaults"], len(seeds)), ""]
-    lines += ["## Tuned (output scale chosen on validation)", "", TUNED_NOTE, ""]
-    lines += [*method_table(agg["tables"]["tuned"], len(seeds), _chosen(seeds, list(agg["tables"]["tuned"]))), ""]
+    lines += ["## Defaults (strict % on test)", "", *method_table(agg["tables"]["defaults"], len(seeds), None, trained)]
+    lines += ["", "## Tuned (output scale chosen on validation)", "", TUNED_NOTE, ""]
+    tuning = _chosen(seeds, list(agg["tables"]["tuned"]))
+    lines += [*method_table(agg["tables"]["tuned"], len(seeds), tuning, trained), ""]
     lines += ["## Paired differences (trained-skill mean, points)", "", *differences(agg), ""]
-    lines += ["## Share of each agent's gain that the merge keeps", "", *kept_table(agg["tables"]), ""]
+    lines += bfcl_section(seeds, agg) if "bfcl" in trained else []
+    lines += ["## Share of each agent's gain that the merge keeps", "", *kept_table(agg["tables"], trained), ""]
     lines += [kept_note(seeds), ""]
     order = sorted(agg["tables"]["defaults"], key=lambda m: -agg["tables"]["defaults"][m]["trained_avg"]["mean"])
     lines += ["## What each default merge kept of each agent's update (weight space)", "", KEPT_NOTE, ""]
-    lines += [*weight_kept_table(agg.get("kept", {}), order), ""]
+    lines += [*weight_kept_table(agg.get("kept", {}), order, trained), ""]
     lines += ["## Failed", "", *failures(seeds), ""] if failures(seeds) else []
-    lines += [
-        "## Pairs",
-        "",
-        *_simple(agg["pairs"]),
-        "",
-        "## Dilution (own skill)",
-        "",
-        *_simple(agg["dilution"]),
-        "",
-    ]
+    lines += ["## Pairs", "", *_simple(agg["pairs"], trained), ""]
+    lines += ["## Dilution (own skill)", "", *_simple(agg["dilution"], trained), ""]
     return "\n".join(lines)
 
 
-def _simple(rows: dict[str, Any]) -> list[str]:
-    skills = [*TRAINED, *HELD_OUT]
+BFCL_NOTE = (
+    "Strict % on BFCL v4 non-live (AST), per category (n = {per} each) and overall, next to the other skills' "
+    "test prompts: base and agents from the convergence check, merges from the bench (docs/real/bfcl.md)."
+)
+
+
+def bfcl_section(seeds: Sequence[dict[str, Any]], agg: dict[str, Any]) -> list[str]:
+    """The "BFCL per category" section of a lineup with the BFCL agent (``report_bfcl``'s numbers)."""
+    header, body = bfcl_table(seeds, agg)
+    rows = [[name, *(pct(c) for c in cells)] for name, cells in body]
+    per = len(seeds[0]["check"]["base"]["bfcl"]["values"]) // len(TEST_CATEGORIES)
+    lines = ["## BFCL per category (strict % on test)", "", BFCL_NOTE.format(per=per), ""]
+    lines += [*table(["row", *header], rows), ""]
+    lines += ["Paired differences on BFCL alone (points; one seed: over its prompts, else over seeds):", ""]
+    diffs = [
+        f"- {k}: {n} on BFCL = {100 * d['mean']:+.1f} ± {100 * d['se']:.1f}" for k, n, d in bfcl_differences(seeds, agg)
+    ]
+    return [*lines, *(diffs or ["(none)"]), ""]
+
+
+def _simple(rows: dict[str, Any], trained: Sequence[str]) -> list[str]:
+    skills = [*trained, *HELD_OUT]
     body = [[name, *(pct(r.get(s)) if r else "-" for s in skills)] for name, r in rows.items()]
     return table(["merge", *skills], body) if body else ["(none)"]
 
 
-def write_results(work: Path, seeds: Sequence[int], docs: Path, command: str) -> tuple[Path, Path]:
-    """Aggregate the finished seeds' results into ``docs/results.{json,md}``."""
+def write_results(
+    work: Path, seeds: Sequence[int], docs: Path, command: str, expect: Sequence[str] | None = None
+) -> tuple[Path, Path]:
+    """Aggregate the finished seeds' results into ``docs/results.{json,md}``; with ``expect``, the seeds' lineup
+    must be that one (``--lineup``: a report of the wrong zoo's work folder is refused before anything is written)."""
+    from agentmerge.errors import ConfigError
+
     results = [json.loads((work / f"seed{s}" / "result.json").read_text()) for s in seeds]
+    if expect is not None and (found := lineup(results)) != tuple(expect):
+        raise ConfigError(
+            f"{work}: the seeds' agents are {', '.join(found)}, not {', '.join(expect)}: pass the matching --lineup"
+        )
     agg = aggregate(results)
     docs.mkdir(parents=True, exist_ok=True)
     payload = {"command": command, "aggregate": agg, "seeds": [_slim(r) for r in results]}

@@ -1,6 +1,7 @@
 """One seed of the real zoo, stage by stage, each stage skipped when its output exists (so a rerun resumes).
 
-``WORK/seedS/``: ``agent_{tool,code,memory}/`` (``train``), ``check.json`` (the base and the agents on test, the
+``WORK/seedS/``: ``agent_SKILL/`` for each skill of the lineup (``train``; ``agent_{tool,code,memory}``
+by default), ``check.json`` (the base and the agents on test, the
 convergence check on validation, the probe and the drift), ``fisher/`` (each agent's diagonal Fisher),
 ``val/`` and ``test/`` (the bench's sweeps), ``result.json`` (everything the report reads). The evaluation cache
 ``WORK/evals`` is shared by every seed and stage.
@@ -16,7 +17,7 @@ from typing import Any
 
 from agentmerge.io import jsontext
 from agentmerge_zoo.real.config import RealConfig
-from agentmerge_zoo.real.suite import HELD_OUT, TRAINED
+from agentmerge_zoo.real.suite import HELD_OUT, lineup_of
 
 Log = Callable[[str], None]
 
@@ -25,8 +26,9 @@ def seed_dir(work: Path, seed: int) -> Path:
     return work / f"seed{seed}"
 
 
-def agent_paths(work: Path, seed: int) -> dict[str, Path]:
-    return {skill: seed_dir(work, seed) / f"agent_{skill}" for skill in TRAINED}
+def agent_paths(cfg: RealConfig, work: Path, seed: int) -> dict[str, Path]:
+    """Each agent's folder, in the lineup's order (``cfg.trained``)."""
+    return {skill: seed_dir(work, seed) / f"agent_{skill}" for skill in cfg.trained}
 
 
 def stage_agents(cfg: RealConfig, base: Path, work: Path, seed: int, log: Log) -> dict[str, Any]:
@@ -36,7 +38,8 @@ def stage_agents(cfg: RealConfig, base: Path, work: Path, seed: int, log: Log) -
     from agentmerge_zoo.real.train import finished, train_agent
 
     jobs = {
-        s: (base, out, cfg.recipe(s), seed, cfg.checkpoint_every, log) for s, out in agent_paths(work, seed).items()
+        s: (base, out, cfg.recipe(s), seed, cfg.checkpoint_every, log)
+        for s, out in agent_paths(cfg, work, seed).items()
     }
     todo = [s for s, job in jobs.items() if finished(job[1], job[2], seed) is None]
     workers = min(cfg.bench.concurrent, len(todo))
@@ -78,14 +81,15 @@ def drift(base: Path, agent: Path) -> float:
 
 
 def _probe(base: Path, agents: dict[str, Path]) -> dict[str, Any]:
+    """The probe of the agents (in the lineup's order, ``agents``'), with each one's drift."""
     from agentmerge import probe
 
-    result = probe(str(base), [str(agents[s]) for s in TRAINED], labels=list(TRAINED), quiet=True)
+    result = probe(str(base), [str(p) for p in agents.values()], labels=list(agents), quiet=True)
     rows = {
         a.name: {"density": a.density, "overlap": a.overlap, "independent": indep, "rho": a.rho, "lambda": a.lam}
         for a, indep in zip(result.agents, result.independent, strict=True)
     }
-    for skill in TRAINED:
+    for skill in agents:
         rows[skill]["drift"] = drift(base, agents[skill])
     return rows
 
@@ -97,19 +101,19 @@ def stage_check(cfg: RealConfig, base: Path, work: Path, seed: int, cache: Path,
     from agentmerge_zoo.real.evaluate import evaluate_cached
 
     path = seed_dir(work, seed) / "check.json"
-    agents = agent_paths(work, seed)
-    digests = {s: file_digest(agents[s]) for s in TRAINED}
+    agents = agent_paths(cfg, work, seed)
+    digests = {s: file_digest(p) for s, p in agents.items()}
     if path.is_file():
         done: dict[str, Any] = json.loads(path.read_text())
         if done.get("digests") == digests:  # the same agents (a retrained agent checks again)
             return done
-    skills = [*TRAINED, *HELD_OUT]
+    skills = [*cfg.trained, *HELD_OUT]
     n = cfg.bench.n_test  # the merges' test prompts: gains and held-out changes compare on the same prompts
     out: dict[str, Any] = {"base": evaluate_cached(base, skills, "test", n, cache)}
-    out["agents"] = {s: evaluate_cached(agents[s], skills, "test", n, cache) for s in TRAINED}
+    out["agents"] = {s: evaluate_cached(p, skills, "test", n, cache) for s, p in agents.items()}
     log(f"seed {seed}: base and agents scored on test")
     scratch = seed_dir(work, seed) / "check"
-    out["convergence"] = {s: check_agent(base, agents[s], s, scratch, cfg.n_check, cache, log=log) for s in TRAINED}
+    out["convergence"] = {s: check_agent(base, p, s, scratch, cfg.n_check, cache, log=log) for s, p in agents.items()}
     out["probe"] = _probe(base, agents)
     out["digests"] = digests
     path.write_text(jsontext.dumps(out) + "\n")
@@ -126,7 +130,7 @@ def stage_fisher(cfg: RealConfig, work: Path, seed: int) -> dict[str, Path]:
     from agentmerge_zoo.real.tasks import train_stream
 
     out = {}
-    for name, agent in agent_paths(work, seed).items():
+    for name, agent in agent_paths(cfg, work, seed).items():
         folder = seed_dir(work, seed) / "fisher" / f"{name}-{file_digest(agent)}"
         if not (folder / "fisher.json").is_file():
             import torch
@@ -158,10 +162,10 @@ def seed_inputs(cfg: RealConfig, base: Path, work: Path, seed: int, cache: Path)
     from agentmerge_zoo.evaluate import file_digest
     from agentmerge_zoo.real.bench import SeedInputs, needs_fisher
 
-    agents = agent_paths(work, seed)
+    agents = agent_paths(cfg, work, seed)
     wants_fisher = any(needs_fisher(m) for m in (cfg.bench.methods or ("fisher",)))
     fisher = stage_fisher(cfg, work, seed) if wants_fisher else {}
-    digests = "-".join(file_digest(agents[s]) for s in TRAINED)
+    digests = "-".join(file_digest(p) for p in agents.values())
     return SeedInputs(base, agents, fisher, cache, f"{cfg.fingerprint()}-{digests}")
 
 
@@ -174,6 +178,7 @@ def run_stages(
 ) -> None:
     """The stages of one seed up to ``until``; after the bench, ``result.json`` (everything the report reads)."""
     cache = work / "evals"
+    check_lineup(cfg, work, seed)
     metas = stage_agents(cfg, base, work, seed, log)
     if until == "agents":
         return
@@ -184,3 +189,14 @@ def run_stages(
     curves = {s: [{k: r[k] for k in CURVE_KEYS} for r in m["curve"]] for s, m in metas.items()}
     result = {"seed": seed, "config": cfg.to_dict(), "check": check, "bench": bench, "curves": curves}
     (seed_dir(work, seed) / "result.json").write_text(jsontext.dumps(result) + "\n")
+
+
+def check_lineup(cfg: RealConfig, work: Path, seed: int) -> None:
+    """Refuse a seed folder whose ``result.json`` is another lineup's (its check and sweeps would be overwritten)."""
+    from agentmerge.errors import ConfigError
+
+    done = seed_dir(work, seed) / "result.json"
+    if done.is_file() and (theirs := lineup_of(json.loads(done.read_text()))) != cfg.trained:
+        raise ConfigError(
+            f"{done} is the lineup {', '.join(theirs)}'s, not {', '.join(cfg.trained)}'s: pass another --work"
+        )

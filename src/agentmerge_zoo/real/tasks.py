@@ -68,6 +68,9 @@ def eval_set(skill: Skill, split: str, n: int) -> list[Example]:
     """The first ``n`` distinct examples of ``split`` (val or test) from the skill's fixed stream."""
     if split not in ("val", "test"):
         raise ValueError(f"split must be val or test, not {split!r}")
+    fixed = getattr(skill, "fixed_set", None)  # a skill tested on a fixed benchmark (bfcl: BFCL non-live)
+    if fixed is not None and (examples := fixed(split, n)) is not None:
+        return list(examples)
     rng = random.Random(f"agentmerge-real/{split}/{skill.name}")
     seen: set[str] = set()
     out: list[Example] = []

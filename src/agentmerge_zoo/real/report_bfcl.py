@@ -1,0 +1,85 @@
+"""The numbers of the BFCL lineup's report section: BFCL non-live per category and overall, beside the other
+skills, for the base, the agents and every merge; and the paired differences on BFCL alone (``report`` renders).
+
+The bfcl skill's test set is ``n / 4`` items of each category in ``TEST_CATEGORIES`` order (``BfclSkill.fixed_set``),
+so a report's per-prompt ``values`` split into four consecutive blocks of equal length, one per category. A cell
+of category c is, as every cell of the report (``aggregate.cell``), the mean over seeds of the per-seed accuracy
+on c's items ± the SE over seeds, or with one seed that seed's accuracy ± its SE over c's prompts,
+sqrt(p (1 - p) / (m - 1)) for m items (``mean_se``).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+from agentmerge_zoo.real.aggregate import cell, lineup, paired, row_name
+from agentmerge_zoo.real.evaluate import mean_se
+from agentmerge_zoo.real.skill_bfcl import TEST_CATEGORIES
+from agentmerge_zoo.real.suite import HELD_OUT
+
+Cell = dict[str, float] | None
+
+
+def by_category(values: Sequence[float]) -> list[list[float]]:
+    """The bfcl test's per-prompt values as one list per category (``TEST_CATEGORIES``' order)."""
+    k = len(TEST_CATEGORIES)
+    per, left = divmod(len(values), k)
+    if left or not per:
+        raise ValueError(f"a bfcl test report of {len(values)} prompts: expected {k} categories of equal size")
+    return [list(values[i * per : (i + 1) * per]) for i in range(k)]
+
+
+def category_cells(reports: Sequence[dict[str, Any]]) -> list[dict[str, float]]:
+    """Per category: its accuracy over the seeds' reports of one row (each report's ``bfcl`` values)."""
+    split = [by_category(r["bfcl"]["values"]) for r in reports]
+    out = []
+    for c in range(len(TEST_CATEGORIES)):
+        per_seed = [mean_se(s[c])[0] for s in split]
+        out.append(cell(per_seed, mean_se(split[0][c])[1]))
+    return out
+
+
+def _row(reports: Sequence[dict[str, Any]], others: Sequence[str]) -> list[Cell]:
+    """One row's cells: each category, BFCL overall, then ``others`` (None where a report lacks the skill)."""
+    overall = cell([float(r["bfcl"]["strict"]) for r in reports], float(reports[0]["bfcl"]["strict_se"]))
+    rest: list[Cell] = [
+        cell([float(r[s]["strict"]) for r in reports], float(reports[0][s]["strict_se"]))
+        if all(s in r for r in reports)
+        else None
+        for s in others
+    ]
+    return [*category_cells(reports), overall, *rest]
+
+
+def rows_of(seeds: Sequence[dict[str, Any]], agg: dict[str, Any]) -> list[tuple[str, list[dict[str, Any]]]]:
+    """The rows (name, the seeds' reports): base, agents, each default merge (best first), each tuned one."""
+    rows = [("base", [s["check"]["base"] for s in seeds])]
+    rows += [(f"{k} agent", [s["check"]["agents"][k] for s in seeds]) for k in lineup(seeds)]
+    for kind in ("defaults", "tuned"):
+        found = agg["tables"][kind]
+        for method in sorted(found, key=lambda m: -found[m]["trained_avg"]["mean"]):
+            name = row_name(method, kind)
+            if kind == "defaults" or name != method:
+                have = [s["bench"]["reports"][name] for s in seeds if name in s["bench"]["reports"]]
+                rows += [(name, have)] if have and all("bfcl" in r for r in have) else []
+    return rows
+
+
+def bfcl_differences(seeds: Sequence[dict[str, Any]], agg: dict[str, Any]) -> list[tuple[str, str, dict[str, float]]]:
+    """The report's paired differences (RAM, RAM+ and the best method against their baselines) on BFCL alone:
+    (view, "A-B", difference)."""
+    out = []
+    for kind, diffs in agg["differences"].items():
+        for name in (n for n, d in diffs.items() if isinstance(d, dict)):
+            a, b = name.split("-", 1)
+            d = paired(seeds, row_name(a, kind), row_name(b, kind), ("bfcl",))
+            out += [(kind, name, d)] if d is not None else []
+    return out
+
+
+def bfcl_table(seeds: Sequence[dict[str, Any]], agg: dict[str, Any]) -> tuple[list[str], list[tuple[str, list[Cell]]]]:
+    """The columns (categories, BFCL overall, the other skills) and the rows (name, cells) of the section."""
+    others = [s for s in (*lineup(seeds), *HELD_OUT) if s != "bfcl"]
+    body = [(name, _row(reports, others)) for name, reports in rows_of(seeds, agg)]
+    return [*TEST_CATEGORIES, "BFCL overall", *others], body
