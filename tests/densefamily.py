@@ -1,4 +1,4 @@
-"""Tiny dense Llama / Qwen2 families (float32, character tokenizer) for the MoE and LoRA-extraction tests.
+"""Tiny dense Llama / Qwen2 / Qwen3 families (float32, character tokenizer) for the MoE and LoRA-extraction tests.
 
 Each agent has its own token group (agent 0 digits, agent 1 lower-case letters, agent 2 upper-case letters), and
 the base's embedding rows of a group share a strong direction of their own, as if pretraining had taught the
@@ -38,6 +38,8 @@ def config(arch: str, tok: Any, intermediate: int = 48) -> Any:
     }
     if arch == "llama":
         return transformers.LlamaConfig(**common, tie_word_embeddings=False)
+    if arch == "qwen3":  # q/k norms, a head_dim other than hidden / heads
+        return transformers.Qwen3Config(**common, head_dim=16, tie_word_embeddings=True)
     return transformers.Qwen2Config(**common, tie_word_embeddings=True)
 
 

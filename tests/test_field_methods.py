@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -153,6 +154,41 @@ def test_sce_of_one_model_or_identical_models_is_that_model() -> None:
     assert torch.equal(METHODS["sce"].kernel(chunk(tau, "sce")), tau[0])
     same = tau.expand(3, -1).clone()
     torch.testing.assert_close(METHODS["sce"].kernel(chunk(same, "sce")), tau[0], rtol=1e-6, atol=0)
+
+
+@pytest.mark.parametrize("topk", [0.9, 0.5, 0.01])
+def test_sce_selection_without_variance_keeps_the_consensus(topk: float) -> None:
+    """Issue 42: one agent, or identical agents, have no variance to select by; mergekit's k = int(0 * topk) kept
+    nothing and returned the base silently. The select step is skipped: the agents' consensus, as at topk 1."""
+    tau = torch.randn(1, 300, generator=torch.Generator().manual_seed(4))
+    assert torch.equal(METHODS["sce"].kernel(chunk(tau, "sce", {"select_topk": topk})), tau[0])
+    same = tau.expand(3, -1).clone()
+    got = METHODS["sce"].kernel(chunk(same, "sce", {"select_topk": topk}))
+    torch.testing.assert_close(got, tau[0], rtol=1e-6, atol=0)
+    varied = torch.cat([same, tau + 0.1])  # with variance the selection runs as before
+    assert bool((METHODS["sce"].kernel(chunk(varied, "sce", {"select_topk": topk})) == 0).any())
+
+
+def test_sce_streamed_selection_without_variance_keeps_the_consensus() -> None:
+    """The multi-chunk statistics pass (``sce_prepare``) decides the same: no threshold without variance."""
+    from agentmerge.methods.elementwise import sce_prepare
+    from agentmerge.methods.spec import TensorSource
+
+    tau = torch.randn(1, 8192, generator=torch.Generator().manual_seed(5)).expand(2, -1).clone()
+    params = {**METHODS["sce"].defaults(), "select_topk": 0.5}
+
+    def source(t: torch.Tensor) -> TensorSource:
+        def read():  # type: ignore[no-untyped-def]
+            for start in (0, 4096):
+                part = t[:, start : start + 4096]
+                yield replace(chunk(part, "sce", {"select_topk": 0.5}), start=start, stop=start + 4096, shape=(8192,))
+
+        return TensorSource("model.layers.0.mlp.up_proj.weight", (8192,), 2, params, ({}, {}), read)
+
+    assert sce_prepare(source(tau)).threshold is None
+    varied = tau.clone()
+    varied[1, ::3] += 0.5
+    assert sce_prepare(source(varied)).threshold == pytest.approx(0.0625)
 
 
 def test_sce_erases_the_minority_sign_and_selects_by_variance() -> None:

@@ -24,7 +24,7 @@ from agentmerge.engine.moe.spec import moe_config_from_dict
 transformers = pytest.importorskip("transformers")
 import densefamily as df  # noqa: E402
 
-ARCHS = {"llama": "MixtralForCausalLM", "qwen2": "Qwen2MoeForCausalLM"}
+ARCHS = {"llama": "MixtralForCausalLM", "qwen2": "Qwen2MoeForCausalLM", "qwen3": "Qwen3MoeForCausalLM"}
 
 
 @pytest.fixture(scope="module", params=list(ARCHS))
@@ -245,3 +245,16 @@ def test_sharded_bf16_output_loads(tmp_path: Path) -> None:
     moe, tok = load(tmp_path / "moe")
     assert all(p.dtype == torch.bfloat16 for p in moe.parameters())
     assert moe.generate(**tok("0123", return_tensors="pt"), max_new_tokens=3, do_sample=False).shape[1] == 7
+
+
+def test_qwen3_refusals(tmp_path: Path) -> None:
+    """A Qwen3 that slides its window on some layers only, and a shared expert for Qwen3-MoE: one line each."""
+    from agentmerge.engine.moe.arch import MoeNames, moe_family
+    from agentmerge.engine.moe.plan import make_plan
+    from agentmerge.errors import CheckpointError, ConfigError
+
+    assert moe_family({"model_type": "qwen3"}, tmp_path) == "qwen3_moe"
+    with pytest.raises(CheckpointError, match="slides its attention window from layer max_window_layers on"):
+        moe_family({"model_type": "qwen3", "use_sliding_window": True}, tmp_path)
+    with pytest.raises(ConfigError, match="Qwen3MoeForCausalLM has no shared expert"):
+        make_plan({}, MoeNames("qwen3_moe"), 2, "base", 0.5, None)

@@ -139,3 +139,83 @@ def test_same_folder_as_tokenizer_source_named_as_the_agent(family: dict[str, Pa
     assert record(tmp_path / "o")["tokenizer"]["from"] == "tokenizer_source"  # type: ignore[index]
     merge(config(family, ["b"], tokenizer_source=str(family["b"])), tmp_path / "o2", quiet=True)
     assert record(tmp_path / "o2")["tokenizer"]["from"] == "b"  # type: ignore[index]
+
+
+def test_tokenizer_source_base_is_a_choice(family: dict[str, Path], tmp_path: Path) -> None:
+    """``tokenizer_source: base`` names the base: EOS ids that differ are then a warning, not a refusal, and the
+    recipe keeps the word (not a path)."""
+    merge(config(family, ["a", "b"], tokenizer_source="base"), tmp_path / "o", quiet=True)
+    rec = record(tmp_path / "o")
+    assert rec["tokenizer"] == {"from": "base", "folder": str(family["base"]), "why": "tokenizer_source"}
+    assert rec["warnings"] == ["EOS token ids differ (base, a: [1]; b: [5]); the output uses base's [1]"]
+    assert json.loads((tmp_path / "o" / "merge.json").read_text())["config"]["tokenizer_source"] == "base"
+
+
+def test_tokenizer_source_index_takes_that_agents_template(
+    family: dict[str, Path], tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """An agent's index (0: the first model; a number in YAML, digits on the command line) chooses its tokenizer
+    and chat template: the output loads in transformers with it, and the warning names where each template is."""
+    transformers = pytest.importorskip("transformers")
+    argv = ["merge", "--method", "task_arithmetic", "--base", str(family["base"]), "-o", str(tmp_path / "o")]
+    assert main([*argv, "--model", str(family["a"]), "--model", str(family["c"]), "--tokenizer-source", "1"]) == 0
+    err = capsys.readouterr().err
+    assert f"c: template {template_id(OTHER_TEMPLATE)} in chat_template.jinja" in err
+    assert "the output uses c's" in err
+    tok = transformers.AutoTokenizer.from_pretrained(tmp_path / "o")
+    text = tok.apply_chat_template([{"role": "user", "content": "hi"}], tokenize=False)
+    assert text == "[user] hi"  # c's template, not the base's
+    merge(config(family, ["c", "a"], tokenizer_source=0), tmp_path / "o2", quiet=True)  # type: ignore[arg-type]
+    assert record(tmp_path / "o2")["tokenizer"]["from"] == "c"  # type: ignore[index]
+    assert (tmp_path / "o2" / "chat_template.jinja").read_text() == OTHER_TEMPLATE
+
+
+def test_tokenizer_source_index_out_of_range_is_one_line(family: dict[str, Path]) -> None:
+    with pytest.raises(ValueError, match=r"tokenizer_source 2: an agent's index counts from 0, and there are 2"):
+        config(family, ["a", "c"], tokenizer_source="2")
+
+
+def test_differing_tokenizer_files_and_template_fields_named(family: dict[str, Path], tmp_path: Path) -> None:
+    """An agent whose tokenizer_config.json differs (a field, and its template kept in the ``chat_template``
+    field instead of chat_template.jinja): the warnings name the file, the field and where each template is."""
+    d = tmp_path / "d"
+    shutil.copytree(family["a"], d)
+    (d / "chat_template.jinja").unlink()
+    data = json.loads((d / "tokenizer_config.json").read_text())
+    data.update(model_max_length=77, chat_template=OTHER_TEMPLATE)
+    (d / "tokenizer_config.json").write_text(json.dumps(data))
+    (d / "tokenizer.json").unlink()
+    merge(config({**family, "d": d}, ["a", "d"]), tmp_path / "o", quiet=True)
+    warnings = record(tmp_path / "o")["warnings"]
+    assert warnings == [  # the output keeps the base's tokenizer and template
+        f"chat templates differ (base, a: template {template_id(chat_template(family['base']))} in "
+        f"chat_template.jinja; d: template {template_id(OTHER_TEMPLATE)} in tokenizer_config.json chat_template); "
+        f"the output uses base's ({template_id(chat_template(family['base']))})",
+        "tokenizers differ from base's, which the output uses (d: tokenizer.json (missing), "
+        "tokenizer_config.json (model_max_length))",
+    ]
+
+
+def test_mergekit_export_writes_the_chosen_tokenizer(family: dict[str, Path]) -> None:
+    """mergekit knows ``base``; an agent's index is written as that agent's folder."""
+    from agentmerge.config.mergekit_export import to_mergekit
+
+    assert to_mergekit(config(family, ["a", "c"], tokenizer_source="base")).config["tokenizer_source"] == "base"
+    assert to_mergekit(config(family, ["a", "c"], tokenizer_source="1")).config["tokenizer_source"] == str(family["c"])
+
+
+def test_tokenizer_differences_per_file_and_field(tmp_path: Path) -> None:
+    """JSON fields one level deep, missing and extra files, load-only fields ignored; an input without any
+    tokenizer file (an adapter saved alone) is not compared."""
+    folders = {n: tmp_path / n for n in ("base", "x", "adapter")}
+    for f in folders.values():
+        f.mkdir()
+    (folders["base"] / "tokenizer.json").write_text(json.dumps({"model": {"vocab": {"a": 0}, "type": "BPE"}}))
+    (folders["base"] / "tokenizer_config.json").write_text(json.dumps({"eos_token": "<e>", "is_local": True}))
+    (folders["x"] / "tokenizer.json").write_text(json.dumps({"model": {"vocab": {"a": 1}, "type": "BPE"}}))
+    (folders["x"] / "tokenizer_config.json").write_text(json.dumps({"eos_token": "<e>", "is_local": False}))
+    (folders["x"] / "merges.txt").write_text("a b\n")
+    base, x, adapter = (Input(n, f) for n, f in folders.items())
+    assert choose_sources(base, [x, adapter], None, VocabPlan()).warnings == (
+        "tokenizers differ from base's, which the output uses (x: tokenizer.json (model.vocab), merges.txt (extra))",
+    )

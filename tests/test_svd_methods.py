@@ -608,3 +608,20 @@ def test_an_svd_that_fails_to_converge_is_retried_in_float64(monkeypatch: pytest
         u, s, vh = spectral.svd(m)
         assert u.dtype == s.dtype == vh.dtype == torch.float32
         assert torch.allclose((u * s) @ vh, m, atol=1e-6)
+
+
+@pytest.mark.parametrize("size", [3e19, 1e20, 1e30])
+def test_svc_of_huge_task_vectors_matches_the_float64_reference(size: float) -> None:
+    """Issue 42: u^T tau was squared in float32, so task vectors above ~1e19 overflowed every response's square
+    (s_r^i -> 0, gamma -> 1 / alpha): the calibration must stay the float64 reference's, scale for scale."""
+    from agentmerge.methods.calibration import svc
+
+    taus = random_taus(3, (30, 20), seed=11)
+    taus = taus * (size / float(taus.abs().max()))
+    for alpha in (0.1, 0.5):
+        delta = taus.sum(0) * 0.3
+        c = chunk(NAMES["attn"], taus, "task_arithmetic", {"svc_alpha": alpha})
+        got = svc(c, delta.float().reshape(-1)).view(30, 20).double()
+        want = ref.svc(list(taus), delta, alpha)
+        assert torch.isfinite(got).all()
+        assert (got - want).abs().max() <= 1e-4 * want.abs().max()

@@ -566,3 +566,17 @@ def test_kept_adds_each_models_share_to_the_record_and_the_page(
     assert "kept of each model's update" in page and f"{record['kept'][0]:.2f} / {record['kept'][1]:.2f}" in page
     with pytest.raises(ConfigError, match="kept: true measures each merge against the base"):
         sweep_from_dict({"models": ["a1", "a2"], "methods": {"linear": {}}, "evaluate": "zoo", "kept": True})
+
+
+@pytest.mark.parametrize(
+    ("resources", "says"), [({"cpus": 3}, "3 CPUs and 0 GPUs"), ({"gpus": 64}, "1 CPUs and 64 GPUs")]
+)
+def test_a_request_no_node_can_hold_is_refused_before_any_trial(
+    ray_runtime: None, tiny_family: tuple[Path, list[Path]], tmp_path: Path, resources: dict[str, int], says: str
+) -> None:
+    """Ray would keep such a trial pending forever (issue 42): the runtime here has 2 CPUs and no 64 GPUs."""
+    path = write_sweep(tmp_path, tiny_family, methods={"task_arithmetic": {"lambda": [0.5]}}, resources=resources)
+    with pytest.raises(ConfigError, match=f"a trial asks for {says}, but no node of the Ray runtime") as caught:
+        run_sweep(load_sweep(path), tmp_path / "out", source=path, quiet=True)
+    assert "the largest: 2 CPUs" in str(caught.value)
+    assert not (tmp_path / "out" / "results.jsonl").exists()

@@ -15,3 +15,9 @@ class ConfigError(AgentMergeError):
 
 class MergeError(AgentMergeError):
     """The inputs cannot be merged together (different tensor sets, shapes, NaN values...)."""
+
+
+def one_line(e: BaseException) -> str:
+    """``TypeName: first line of its message`` (just ``TypeName`` for an empty one): a foreign error, in a line."""
+    said = str(e).strip().splitlines()
+    return f"{type(e).__name__}: {said[0]}" if said else type(e).__name__

@@ -11,13 +11,13 @@ away is no update at all, as in real RL post-training.
 
 from __future__ import annotations
 
-import json
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
 import torch
 
+from agentmerge.io import jsontext
 from agentmerge.io.shards import PlannedTensor, plan_shards
 from agentmerge.io.writer import ShardWriter
 from agentmerge.methods.deltas import RNG_BLOCK, seeded_uniform
@@ -128,8 +128,8 @@ def write_model(
                 writer.write(t.name, start, w.to(dtype))
     finally:
         writer.close()
-    (folder / "config.json").write_text(json.dumps(arch.config(dtype), indent=2) + "\n")
-    (folder / "generation_config.json").write_text(json.dumps({"bos_token_id": 0, "eos_token_id": 1}) + "\n")
+    (folder / "config.json").write_text(jsontext.dumps(arch.config(dtype), indent=2) + "\n")
+    (folder / "generation_config.json").write_text(jsontext.dumps({"bos_token_id": 0, "eos_token_id": 1}) + "\n")
     return folder
 
 

@@ -16,6 +16,7 @@ from typing import Any
 
 
 def check_parser(sub: Any) -> None:
+    from agentmerge.io.pathargs import input_arg, output_arg
     from agentmerge_zoo.checksizes import CHECK_N, GROWTH
     from agentmerge_zoo.cli_common import DEFAULT_WORK, DEFAULT_ZOO, common_options, steps_option
 
@@ -24,7 +25,7 @@ def check_parser(sub: Any) -> None:
         help="the convergence check of a regime's agents (own domain at base + s*tau); --rounds gives failing "
         "agents more steps until they pass",
     )
-    p.add_argument("--zoo", default=DEFAULT_ZOO, help=f"zoo folder (default {DEFAULT_ZOO})")
+    input_arg(p, "--zoo", default=DEFAULT_ZOO, help=f"zoo folder (default {DEFAULT_ZOO})")
     p.add_argument("--work", default=DEFAULT_WORK, help=f"evaluation cache and scratch (default {DEFAULT_WORK})")
     p.add_argument("--regime", default="bf16", help="precision regime of the agents (default bf16)")
     p.add_argument(
@@ -39,7 +40,7 @@ def check_parser(sub: Any) -> None:
     p.add_argument(
         "--growth", type=float, default=GROWTH, help=f"an extension adds growth x the steps (default {GROWTH:g})"
     )
-    p.add_argument("--out", default=None, help="the rounds as JSON (default WORK/{regime}/convergence.json)")
+    output_arg(p, "--out", default=None, help="the rounds as JSON (default WORK/{regime}/convergence.json)")
     steps_option(p)
     common_options(p)
     p.set_defaults(func=cmd_check)

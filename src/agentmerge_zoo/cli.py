@@ -16,6 +16,7 @@ from dataclasses import replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from agentmerge.io.pathargs import input_arg, output_arg
 from agentmerge_zoo.cli_common import (
     DEFAULT_WORK,
     DEFAULT_ZOO,
@@ -49,7 +50,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:  # type: ignore[ty
 
 def _build_parser(sub: Any) -> None:
     p = sub.add_parser("build", help="pretrain the base and RL-train one agent per domain (cached, resumable)")
-    p.add_argument("--out", default=DEFAULT_ZOO, help=f"zoo folder (default {DEFAULT_ZOO})")
+    output_arg(p, "--out", kind="into", default=DEFAULT_ZOO, help=f"zoo folder (default {DEFAULT_ZOO})")
     p.add_argument("--seed", type=int, default=0, help="pipeline seed (default 0)")
     p.add_argument("--regime", default="bf16", help="precision regime of the agents (default bf16; see docs/zoo.md)")
     p.add_argument(
@@ -65,9 +66,9 @@ def _build_parser(sub: Any) -> None:
 
 def _bench_parser(sub: Any) -> None:
     p = sub.add_parser("bench", help="merge the zoo agents with every method and write docs/results.{md,json}")
-    p.add_argument("--zoo", default=DEFAULT_ZOO, help=f"zoo folder (default {DEFAULT_ZOO})")
+    input_arg(p, "--zoo", default=DEFAULT_ZOO, help=f"zoo folder (default {DEFAULT_ZOO})")
     p.add_argument("--work", default=DEFAULT_WORK, help=f"merges and evaluation cache (default {DEFAULT_WORK})")
-    p.add_argument("--docs", default="docs", help="where results.md and results.json go (default docs)")
+    output_arg(p, "--docs", kind="into", default="docs", help="where results.md and results.json go (default docs)")
     p.add_argument("--seeds", default="0,1,2", help="comma-separated pipeline seeds (default 0,1,2)")
     p.add_argument(
         "--regimes",
@@ -113,12 +114,16 @@ def _many_parser(sub: Any) -> None:
     p = sub.add_parser(
         "many", help="the many-agent study: merges of 2, 3, 4 and 6 agents of the six-domain zoo (docs/many)"
     )
-    p.add_argument(
-        "--zoo", default=DEFAULT_ZOO, help=f"zoo folder; the six-domain zoo lives in ZOO/six (default {DEFAULT_ZOO})"
+    input_arg(
+        p, "--zoo", default=DEFAULT_ZOO, help=f"zoo folder; the six-domain zoo lives in ZOO/six (default {DEFAULT_ZOO})"
     )
     p.add_argument("--work", default=DEFAULT_WORK, help=f"merges and evaluation cache (default {DEFAULT_WORK})")
-    p.add_argument(
-        "--docs", default="docs/many", help="where results.{md,json} and many-agents.png go (default docs/many)"
+    output_arg(
+        p,
+        "--docs",
+        kind="into",
+        default="docs/many",
+        help="where results.{md,json} and many-agents.png go (default docs/many)",
     )
     p.add_argument("--seeds", default="0,1,2", help="comma-separated pipeline seeds (default 0,1,2)")
     p.add_argument("--regime", default="fp32_bf16", help="precision regime of the agents (default fp32_bf16)")
@@ -185,7 +190,9 @@ def _regimes(args: argparse.Namespace) -> list[str]:
     names = [r.strip() for r in (args.regimes or default).split(",") if r.strip()]
     unknown = [r for r in names if r not in REGIMES]
     if unknown:
-        raise SystemExit(f"unknown regime(s) {', '.join(unknown)}; use {', '.join(REGIMES)}")
+        from agentmerge.errors import ConfigError
+
+        raise ConfigError(f"--regimes: unknown regime(s) {', '.join(unknown)}; use {', '.join(REGIMES)}")
     return names
 
 

@@ -9,12 +9,12 @@ All randomness derives from the pipeline seed.
 from __future__ import annotations
 
 import hashlib
-import json
 from collections.abc import Mapping
 from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
+from agentmerge.io import jsontext
 from agentmerge_zoo.grpo import Recipe
 from agentmerge_zoo.modeling import ModelShape
 from agentmerge_zoo.pretrain import PretrainConfig
@@ -88,7 +88,7 @@ class ZooConfig:
 
     @staticmethod
     def _hash(data: dict[str, Any]) -> str:
-        blob = json.dumps(data, sort_keys=True).encode()
+        blob = jsontext.dumps(data, sort_keys=True).encode()
         return hashlib.sha256(blob).hexdigest()[:16]
 
 

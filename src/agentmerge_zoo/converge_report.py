@@ -5,12 +5,12 @@ rounds of the convergence loop (``zoo check --rounds``: which agents got more st
 
 from __future__ import annotations
 
-import json
 import math
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+from agentmerge.io import jsontext
 from agentmerge_zoo.evaluate import mean_and_se
 
 
@@ -105,7 +105,7 @@ def write_rounds(path: Path, regime: str, history: Sequence[dict[str, Any]], ste
     """``path`` (JSON: the regime's rounds and final steps) and its Markdown next to it."""
     path.parent.mkdir(parents=True, exist_ok=True)
     data = {"regime": regime, "command": command, "steps": steps, "rounds": list(history)}
-    path.write_text(json.dumps(data, indent=1) + "\n")
+    path.write_text(jsontext.dumps(data, indent=1) + "\n")
     md = path.with_suffix(".md")
     head = ["# Convergence loop", "", f"Command: `{command}`", ""]
     md.write_text("\n".join([*head, *rounds_lines(regime, history), f"`--steps {steps}`", ""]))

@@ -11,6 +11,7 @@ agentmerge convert-config --to mergekit CONFIG.yaml [-o FILE]   (the reverse, fo
 agentmerge convert SRC DST [--dtype keep|bf16|fp16|fp32]  (verl, DCP, LoRA, .bin -> a safetensors folder)
 agentmerge lm-eval OUTDIR --tasks T1,T2 [--limit N] [--include-path DIR]
 agentmerge sweep SWEEP.yaml --out DIR [--address ADDR] [--max-concurrent K] [--no-resume]
+agentmerge search SEARCH.yaml --out DIR [same flags]   (a space searched on validation, test once: sweep/space.py)
 agentmerge moe BASE --model A1 --prompts P1 --model A2 --prompts P2 -o OUT   (cli/moe_lora.py)
 agentmerge extract-lora MODEL --base BASE -o OUT (--rank R | --energy E)
 """
@@ -30,12 +31,14 @@ from agentmerge.cli.evaluating import _eval_parser, _fisher_parser, _lm_eval_par
 from agentmerge.cli.merging import (
     _convert_parser,
     _convert_weights_parser,
+    _export_gguf_parser,
     _merge_parser,
     _methods_parser,
     _probe_parser,
 )
 from agentmerge.cli.moe_lora import register as register_moe_lora
 from agentmerge.errors import AgentMergeError
+from agentmerge.io.pathargs import check_paths
 from agentmerge.io.safety import Terminated, interrupted_message, terminate_as_exception
 
 __all__ = ["build_parser", "heavy_imports", "main", "parse_value"]
@@ -55,6 +58,7 @@ def build_parser(argv: Sequence[str] | None = None) -> argparse.ArgumentParser:
     _fisher_parser(sub)
     _convert_parser(sub)
     _convert_weights_parser(sub)
+    _export_gguf_parser(sub)
     _lm_eval_parser(sub)
     _eval_parser(sub)
     _sweep_parser(sub)
@@ -80,10 +84,18 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser = build_parser(argv)
     args = parser.parse_args(argv)
     try:
+        check_paths(args)  # no command writes over an input (io/pathargs.py)
         with terminate_as_exception():
             return int(args.func(args))
     except AgentMergeError as e:
         print(f"agentmerge: error: {e}", file=sys.stderr)
+        return 2
+    except SystemExit as e:  # code the command ran (an evaluator, a plug-in) exited: never a silent success
+        print(
+            f"agentmerge: error: {args.command}: code it ran (an evaluator, a plug-in) called sys.exit({e.code!r}) "
+            "before the command finished; its results are missing or incomplete",
+            file=sys.stderr,
+        )
         return 2
     except OSError as e:  # a name no file system holds, wherever it was asked about: one line, not a traceback
         if e.errno != errno.ENAMETOOLONG:

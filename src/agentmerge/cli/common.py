@@ -6,12 +6,8 @@ import argparse
 import contextlib
 import gc
 from collections.abc import Iterator, Sequence
-from pathlib import Path
 
 from agentmerge.errors import ConfigError
-from agentmerge.io.safety import (
-    refuse_overlap,
-)
 from agentmerge.methods.spec import ParamValue
 
 
@@ -48,6 +44,12 @@ def parse_value(text: str) -> ParamValue:
     return text
 
 
+def check_threads(threads: int | None) -> None:
+    """``--threads`` is absent or at least 1 (checked before anything runs)."""
+    if threads is not None and threads < 1:
+        raise ConfigError(f"--threads must be at least 1 (got {threads}); leave it out to use every core")
+
+
 def parse_weights(text: str) -> list[float]:
     """``"1,0.5"`` -> [1.0, 0.5]; anything that is not a number is one clear error."""
     out = []
@@ -62,12 +64,11 @@ def parse_weights(text: str) -> list[float]:
 
 
 def check_fisher_args(args: argparse.Namespace) -> None:
-    """fisher's counts must be positive, and its output must not lie in (or be) an input folder."""
+    """fisher's counts must be positive (its output folder is checked against its inputs by ``io.pathargs``)."""
     if args.samples is not None and args.samples < 1:
         raise ConfigError(f"--samples must be at least 1 (got {args.samples})")
     if args.max_tokens < 1:
         raise ConfigError(f"--max-tokens must be at least 1 (got {args.max_tokens}); 0 tokens give an all-zero Fisher")
-    refuse_overlap(Path(args.out), [args.model, args.tokenizer], "fisher output folder")
 
 
 def parse_params(items: Sequence[str]) -> dict[str, ParamValue]:

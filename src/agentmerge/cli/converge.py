@@ -9,8 +9,10 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
-from agentmerge.cli.common import heavy_imports
+from agentmerge.cli.common import check_threads, heavy_imports
 from agentmerge.errors import ConfigError
+from agentmerge.io import jsontext
+from agentmerge.io.pathargs import check_paths, input_arg, output_arg
 from agentmerge.io.safety import check_report_path, write_report
 
 
@@ -19,8 +21,8 @@ def _converge_parser(sub: Any) -> None:
         "converge",
         help="is each agent converged? its own metric at base + s * task vector, s = 0.5, 1, 1.5, 2 (validation)",
     )
-    p.add_argument("base", help="the base model folder the agents were trained from")
-    p.add_argument("agents", nargs="+", help="agent model folders")
+    input_arg(p, "base", help="the base model folder the agents were trained from")
+    input_arg(p, "agents", nargs="+", help="agent model folders")
     p.add_argument(
         "--evaluate",
         required=True,
@@ -40,7 +42,7 @@ def _converge_parser(sub: Any) -> None:
     )
     p.add_argument("--scales", default="0.5,1,1.5,2", help="comma-separated scales s (must include 1 and 1.5)")
     p.add_argument("--work", help="folder for the scaled copies, one at a time (default: a temporary folder)")
-    p.add_argument("--json", dest="json_out", metavar="PATH", help="write the checks as JSON here ('-': stdout)")
+    output_arg(p, "--json", dest="json_out", metavar="PATH", help="write the checks as JSON here ('-': stdout)")
     p.add_argument("--threads", type=int, default=None, help="threads of each merge and of torch in the evaluation")
     p.add_argument("--quiet", action="store_true", help="no progress on stderr")
     p.set_defaults(func=cmd_converge)
@@ -89,10 +91,14 @@ def cmd_converge(args: argparse.Namespace) -> int:
     from agentmerge.evaluation.kinds import parse
 
     scales = check_scales(_parse_scales(args.scales))
+    check_threads(args.threads)
+    if args.work is not None and not Path(args.work).is_dir():
+        raise ConfigError(f"converge: --work {args.work}: not an existing folder; create it, or leave --work out")
     if args.json_out and args.json_out != "-":
         check_report_path(Path(args.json_out).expanduser(), "--json")  # before the long part
     options = _options(args.options)
     cls, arg = parse(args.evaluate)
+    check_paths(args, files=[arg, arg.rpartition(":")[0]])  # --json must not overwrite the evaluator's own file
     cls.check_options(options)
     cls.check_inputs(arg, (str(Path.cwd()),))
     metrics = agent_metrics(args.agents, args.metric, cls.objective)
@@ -104,7 +110,7 @@ def cmd_converge(args: argparse.Namespace) -> int:
             check_agent(Path(args.base), Path(a), metrics[a], evaluator, Path(tmp), scales, args.threads, log)
             for a in args.agents
         ]
-    text = json.dumps([c.as_dict() for c in checks], indent=2) + "\n"
+    text = jsontext.dumps([c.as_dict() for c in checks], indent=2) + "\n"
     if args.json_out == "-":
         print(text, end="")
         return 0

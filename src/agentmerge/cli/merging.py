@@ -1,4 +1,4 @@
-"""The merge commands: merge, probe, methods, convert-config, convert."""
+"""The merge commands: merge, probe, methods, convert-config, convert, export-gguf."""
 
 from __future__ import annotations
 
@@ -8,12 +8,13 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from agentmerge.cli.common import heavy_imports, parse_params, parse_weights
+from agentmerge.cli.common import check_threads, heavy_imports, parse_params, parse_weights
 from agentmerge.errors import CheckpointError, ConfigError
+from agentmerge.io import jsontext
 from agentmerge.io.digests import HASH_MODES
+from agentmerge.io.pathargs import check_paths, input_arg, output_arg
 from agentmerge.io.safety import (
     check_report_path,
-    refuse_report_inside_inputs,
     write_report,
     write_report_with,
 )
@@ -26,23 +27,28 @@ from agentmerge.methods.spec import EPSILON_DEFAULT, ParamValue, check_mask
 
 def _merge_parser(sub: Any) -> None:
     p = sub.add_parser("merge", help="merge models (from a YAML config and/or flags)")
-    p.add_argument("config", nargs="?", help="YAML config file")
-    p.add_argument("out", nargs="?", help="output folder (or -o)")
-    p.add_argument("-o", "--output", dest="output", help="output folder")
+    input_arg(p, "config", kind="file", nargs="?", help="YAML config file")
+    output_arg(p, "out", kind="folder", nargs="?", help="output folder (or -o)")
+    output_arg(p, "-o", "--output", kind="folder", dest="output", help="output folder")
     p.add_argument("--method", help="merge method (see `agentmerge methods`)")
-    p.add_argument("--base", help="base model folder or hub id (org/name, org/name@revision)")
-    p.add_argument(
-        "--model", action="append", default=[], help="a model to merge: folder or org/name[@revision] (repeat)"
+    input_arg(p, "--base", help="base model folder or hub id (org/name, org/name@revision)")
+    input_arg(
+        p, "--model", action="append", default=[], help="a model to merge: folder or org/name[@revision] (repeat)"
     )
     p.add_argument("--weights", help="comma-separated weights, one per --model")
-    p.add_argument("--fisher", action="append", default=[], help="Fisher of each --model, in order (fisher methods)")
+    input_arg(p, "--fisher", action="append", default=[], help="Fisher of each --model, in order (fisher methods)")
     p.add_argument("--param", action="append", default=[], metavar="NAME=VALUE", help="method parameter (repeat)")
     p.add_argument("--dtype", help="output dtype for floating tensors (default: the base's)")
     p.add_argument("--max-shard-size", help="largest output file, e.g. 2GB (default 5GB)")
     p.add_argument("--seed", type=int, help="seed for random methods (default 0)")
     p.add_argument("--include", action="append", help="merge only tensors matching this glob (repeat)")
     p.add_argument("--exclude", action="append", help="copy tensors matching this glob from the base (repeat)")
-    p.add_argument("--tokenizer-source", help="folder whose tokenizer files are copied (default: the base)")
+    input_arg(
+        p,
+        "--tokenizer-source",
+        help="whose tokenizer and chat template the output takes: base, an agent's index (0: the first --model) "
+        "or a model folder (default: the base, or the agent that added tokens)",
+    )
     p.add_argument("--threads", type=int, help="worker threads (default: all cores)")
     p.add_argument("--max-memory", help="memory budget for chunks in flight, e.g. 1GB (default)")
     p.add_argument("--chunk-size", type=int, help="elements per chunk (default: from --max-memory)")
@@ -64,6 +70,9 @@ def _merge_parser(sub: Any) -> None:
     p.add_argument("--quiet", action="store_true", help="no progress bars")
     p.add_argument("--json", action="store_true", help="print the result as JSON")
     p.add_argument("--dry-run", action="store_true", help="check inputs and print the plan; write nothing")
+    p.add_argument(
+        "--gguf", metavar="TYPE", help="also write model-TYPE.gguf (F16, BF16, Q8_0, Q6_K, ...) in the output"
+    )
     p.set_defaults(func=cmd_merge)
 
 
@@ -125,6 +134,10 @@ def cmd_merge(args: argparse.Namespace) -> int:
     from agentmerge.io.localpath import missing_local_inputs
 
     data, out = merge_config_data(args)
+    if args.gguf is not None:
+        from agentmerge.io.gguf_write import check_out_type
+
+        check_out_type(args.gguf, "--gguf")
     cfg = config_from_dict(data, args.config or "flags")
     missing = missing_local_inputs(input_refs(cfg))
     if missing:  # before the engine (torch) is imported
@@ -137,11 +150,15 @@ def cmd_merge(args: argparse.Namespace) -> int:
             cfg.spec.compiled_at.get()  # its compiled kernels (numba), loaded with the collector paused too
     if args.dry_run:
         plan = plan_merge(cfg, out, force=args.force, force_any=args.force_any)
-        print(json.dumps(plan.to_dict(), indent=2) if args.json else plan.text())
+        print(jsontext.dumps(plan.to_dict(), indent=2) if args.json else plan.text())
+        if args.gguf and not args.json:
+            print(f"gguf: also model-{args.gguf.upper()}.gguf, written from the merged folder (streamed)")
         return 0
-    result = merge(cfg, out, force=args.force, quiet=args.quiet, force_any=args.force_any, hashing=args.hash)
+    result = merge(
+        cfg, out, force=args.force, quiet=args.quiet, force_any=args.force_any, hashing=args.hash, gguf=args.gguf
+    )
     if args.json:
-        print(json.dumps(result.to_dict(), indent=2))
+        print(jsontext.dumps(result.to_dict(), indent=2))
     elif not args.quiet:
         from agentmerge.engine.provenance import input_warnings
         from agentmerge.engine.report import merge_summary
@@ -156,8 +173,8 @@ def cmd_merge(args: argparse.Namespace) -> int:
 
 def _probe_parser(sub: Any) -> None:
     p = sub.add_parser("probe", help="density and overlap of task vectors")
-    p.add_argument("models", nargs="+", help="fine-tuned model folders")
-    p.add_argument("--base", required=True, help="base model folder")
+    input_arg(p, "models", nargs="+", help="fine-tuned model folders")
+    input_arg(p, "--base", required=True, help="base model folder")
     p.add_argument(
         "--epsilon", type=float, default=EPSILON_DEFAULT, help=f"update threshold (default {EPSILON_DEFAULT:g})"
     )
@@ -174,16 +191,17 @@ def _probe_parser(sub: Any) -> None:
     p.add_argument("--seed", type=int, default=0, help="valley rule: seed of the subsample of large tensors")
     p.add_argument("--r", type=float, default=0.1, help="RAM+ r for the reported lambda (default 0.1)")
     p.add_argument("--alpha", type=float, default=2.0, help="RAM+ alpha for the reported lambda (default 2)")
-    p.add_argument(
+    input_arg(
+        p,
         "--merged",
         action="append",
         default=[],
         metavar="DIR",
         help="a model merged from these agents (repeatable): how much of each agent's update it kept",
     )
-    p.add_argument("--json", dest="json_out", help="write the full result as JSON here")
-    p.add_argument("--markdown", help="write the markdown report here")
-    p.add_argument("--plot", help="write the figure (PNG) here; needs matplotlib")
+    output_arg(p, "--json", dest="json_out", help="write the full result as JSON here")
+    output_arg(p, "--markdown", help="write the markdown report here")
+    output_arg(p, "--plot", help="write the figure (PNG) here; needs matplotlib")
     p.add_argument("--threads", type=int)
     p.add_argument("--quiet", action="store_true")
     p.set_defaults(func=cmd_probe)
@@ -225,12 +243,14 @@ def cmd_probe(args: argparse.Namespace) -> int:
     )
     print(probe_rule_text(result))
     print(agents_table(result.agents, result.independent))
+    for line in result.notes:
+        print(f"note: {line}")
     if kept:
         print("\nWhat each merge kept of each agent (<Δ, τ_i> / <τ_i, τ_i>; w.k: with exactly k others):")
         print(retention_table(kept))
     if args.json_out:
         data = result.to_dict() | ({"retention": [k.to_dict() for k in kept]} if kept else {})
-        write_report(args.json_out, json.dumps(data, indent=2) + "\n", "--json")
+        write_report(args.json_out, jsontext.dumps(data, indent=2) + "\n", "--json")
     if args.markdown:
         write_report(args.markdown, probe_markdown(result, kept), "--markdown")
     if args.plot:
@@ -256,11 +276,9 @@ def check_probe_args(args: argparse.Namespace) -> dict[str, ParamValue]:
         check_mask(mask)
     except ValueError as e:
         raise ConfigError(f"probe: {e}") from None
-    if args.threads is not None and args.threads < 1:
-        raise ConfigError(f"--threads must be at least 1 (got {args.threads})")
+    check_threads(args.threads)
     for flag, path in (("--json", args.json_out), ("--markdown", args.markdown), ("--plot", args.plot)):
         if path:
-            refuse_report_inside_inputs(Path(path), [args.base, *args.models, *args.merged], flag)
             check_report_path(Path(path), flag)
     return {k: mask[k] for k in ("mask_dtype", "mask_ulps", "epsilon_rule", "epsilon_q")}
 
@@ -284,7 +302,7 @@ def cmd_methods(args: argparse.Namespace) -> int:
             }
             for m in METHODS.values()
         }
-        print(json.dumps(table, indent=2))
+        print(jsontext.dumps(table, indent=2))
         return 0
     for m in sorted(METHODS.values(), key=lambda m: m.name):
         notes = [] if m.needs_base else ["base optional"]
@@ -313,34 +331,36 @@ def _convert_parser(sub: Any) -> None:
     p = sub.add_parser(
         "convert-config", help="translate a mergekit config into the native YAML, or (--to mergekit) the reverse"
     )
-    p.add_argument("config", help="mergekit YAML file (with merge_method); with --to mergekit, a native config")
+    input_arg(
+        p, "config", kind="file", help="mergekit YAML file (with merge_method); with --to mergekit, a native config"
+    )
     p.add_argument(
         "--to", choices=("native", "mergekit"), default="native", help="the format to write (default: native)"
     )
-    p.add_argument("-o", "--output", help="write the YAML to this file instead of stdout")
+    output_arg(p, "-o", "--output", help="write the YAML to this file instead of stdout")
     p.set_defaults(func=cmd_convert)
 
 
 def cmd_convert(args: argparse.Namespace) -> int:
     from agentmerge.config.mergekit import load_mergekit
-    from agentmerge.config.schema import config_from_dict, read_config
+    from agentmerge.config.schema import config_from_dict, input_refs, read_config
 
     if args.to == "mergekit":
         from agentmerge.config.mergekit_export import to_mergekit
 
         data, notes = read_config(args.config)  # a mergekit file is read too: its import notes come first
-        exported = to_mergekit(config_from_dict(data, args.config), args.config)
+        cfg = config_from_dict(data, args.config)
+        exported = to_mergekit(cfg, args.config)
         exported.notes[:0] = notes
         text, notes = exported.to_yaml(), exported.notes
     else:
         conv = load_mergekit(args.config)
-        config_from_dict(conv.config, args.config)  # refuse what would not merge
+        cfg = config_from_dict(conv.config, args.config)  # refuse what would not merge
         text, notes = conv.to_yaml(), conv.notes
     if not args.output:
         print(text, end="")
         return 0
-    if Path(args.output).expanduser().resolve() == Path(args.config).expanduser().resolve():
-        raise ConfigError(f"{args.output}: -o names the config being converted; give another file name")
+    check_paths(args, models=input_refs(cfg))  # -o must not overwrite a file of a model the config names
     write_report(args.output, text, "-o")
     for note in notes:
         print(f"agentmerge: note: {note}", file=sys.stderr)
@@ -354,11 +374,11 @@ def _convert_weights_parser(sub: Any) -> None:
     p = sub.add_parser(
         "convert", help="write any readable input (verl, DCP, MODEL+ADAPTER, .bin) as a safetensors model folder"
     )
-    p.add_argument("src", help="verl actor folder (or the step folder holding actor/), DCP folder, model folder")
-    p.add_argument("dst", help="new output folder")
+    input_arg(p, "src", help="verl actor folder (or the step folder holding actor/), DCP folder, model folder")
+    output_arg(p, "dst", kind="folder", help="new output folder")
     p.add_argument("--dtype", default="keep", choices=("keep", "bf16", "fp16", "fp32"), help="floating tensors' dtype")
     p.add_argument("--max-shard-size", default="5GB", help="largest output file (default 5GB)")
-    p.add_argument("--model-files", help="folder with config.json and the tokenizer (default: found beside SRC)")
+    input_arg(p, "--model-files", help="folder with config.json and the tokenizer (default: found beside SRC)")
     p.set_defaults(func=cmd_convert_weights)
 
 
@@ -375,4 +395,31 @@ def cmd_convert_weights(args: argparse.Namespace) -> int:
     shard = args.max_shard_size
     out = convert(args.src, args.dst, dtype=args.dtype, max_shard_size=shard, model_files=args.model_files)
     print(f"wrote {args.src} as a safetensors model folder: {out}", file=sys.stderr)
+    return 0
+
+
+def _export_gguf_parser(sub: Any) -> None:
+    p = sub.add_parser("export-gguf", help="write a model (any readable input) as one GGUF file for llama.cpp")
+    input_arg(p, "src", help="model folder (e.g. a merge output), trainer checkpoint or GGUF file")
+    output_arg(p, "-o", "--output", required=True, help="the .gguf file to write")
+    p.add_argument("--type", default="F16", help="F32, F16 (default), BF16, Q8_0, Q6_K, Q5_1, Q5_0, Q4_1, Q4_0")
+    input_arg(p, "--tokenizer-gguf", kind="file", help="copy the tokenizer metadata from this GGUF (e.g. the base's)")
+    p.set_defaults(func=cmd_export_gguf)
+
+
+def cmd_export_gguf(args: argparse.Namespace) -> int:
+    from agentmerge.io.gguf_write import check_out_type
+
+    qtype = check_out_type(args.type)
+    out = Path(args.output).expanduser()
+    check_report_path(out, "-o")
+    with heavy_imports():
+        from agentmerge.io.gguf_write import export_with
+        from agentmerge.io.trainer import open_weights
+
+    tok = Path(args.tokenizer_gguf).expanduser() if args.tokenizer_gguf else None
+    if tok is not None and not tok.is_file():
+        raise CheckpointError(f"{tok}: --tokenizer-gguf names no file")
+    n = export_with(open_weights, args.src, out, qtype, tokenizer_gguf=tok)
+    print(f"wrote {args.src} as GGUF {qtype} ({n} tensors): {out}", file=sys.stderr)
     return 0

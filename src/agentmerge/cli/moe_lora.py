@@ -10,13 +10,14 @@ Arguments and configs are checked before torch is imported, so mistakes answer a
 from __future__ import annotations
 
 import argparse
-import json
 import sys
 from pathlib import Path
 from typing import Any
 
 from agentmerge.errors import CheckpointError, ConfigError
-from agentmerge.io.safety import check_report_path, refuse_report_inside_inputs, write_report
+from agentmerge.io import jsontext
+from agentmerge.io.pathargs import input_arg, output_arg
+from agentmerge.io.safety import check_report_path, write_report
 
 
 def register(sub: Any) -> None:
@@ -29,14 +30,18 @@ def register(sub: Any) -> None:
 
 
 def _moe_parser(sub: Any) -> None:
-    p = sub.add_parser("moe", help="one mixture-of-experts model whose experts are the agents (Mixtral / Qwen2-MoE)")
-    p.add_argument("source", help="base model folder, or a moe YAML config (docs/moe-lora.md)")
-    p.add_argument("-o", "--output", required=True, help="output folder")
-    p.add_argument("--model", action="append", default=[], help="an agent: its MLP becomes an expert (repeat)")
-    p.add_argument("--prompts", action="append", default=[], help="prompts file of each --model, in order (repeat)")
+    p = sub.add_parser(
+        "moe", help="one mixture-of-experts model whose experts are the agents (Mixtral / Qwen2-MoE / Qwen3-MoE)"
+    )
+    input_arg(p, "source", help="base model folder, or a moe YAML config (docs/moe-lora.md)")
+    output_arg(p, "-o", "--output", kind="folder", required=True, help="output folder")
+    input_arg(p, "--model", action="append", default=[], help="an agent: its MLP becomes an expert (repeat)")
+    input_arg(
+        p, "--prompts", kind="file", action="append", default=[], help="prompts file of each --model, in order (repeat)"
+    )
     p.add_argument("--method", help="static merge of attention, embeddings, norms (default ram)")
     p.add_argument("--param", action="append", default=[], metavar="NAME=VALUE", help="static merge parameter")
-    p.add_argument("--static", help="use this existing merge of the base instead of merging")
+    input_arg(p, "--static", help="use this existing merge of the base instead of merging")
     p.add_argument("--experts-per-token", type=int, help="1 or 2 (default 2)")
     p.add_argument("--shared-expert", help="none (default), base or merged: a shared expert (Qwen2-MoE only)")
     p.add_argument("--shared-weight", type=float, help="the shared expert's share of the MLP output (default 0.5)")
@@ -69,9 +74,9 @@ def moe_data(args: argparse.Namespace) -> tuple[dict[str, Any], str]:
     """The moe config dict (file, then flags on top) and where it came from."""
     source = args.source
     is_file = source.endswith((".yaml", ".yml")) or Path(source).is_file()
-    if is_file:
-        from agentmerge.engine.moe.spec import read_moe_file
+    from agentmerge.engine.moe.spec import merge_section, read_moe_file
 
+    if is_file:
         data = read_moe_file(source)
     else:
         data = {"base": source}
@@ -87,11 +92,11 @@ def moe_data(args: argparse.Namespace) -> tuple[dict[str, Any], str]:
         data["experts"] = [{"path": m, "prompts_file": p} for m, p in zip(args.model, args.prompts, strict=True)]
     elif args.prompts:
         raise ConfigError("--prompts without --model: give them in pairs, --model A1 --prompts P1.txt")
-    merge = dict(data.get("merge") or {})
+    merge = merge_section(data, source)
     if args.method:
         merge["method"] = args.method
     if args.param:
-        merge["params"] = {**merge.get("params", {}), **_params(args.param)}
+        merge["params"] = {**(merge.get("params") or {}), **_params(args.param)}
     if merge:
         data["merge"] = merge
     return data, source if is_file else "moe"
@@ -126,13 +131,13 @@ def cmd_moe(args: argparse.Namespace) -> int:
         from agentmerge.engine.moe.dryrun import dry_run_text, plan_moe
 
         plan = plan_moe(cfg, args.output, force=args.force)
-        print(json.dumps(plan, indent=2) if args.json else dry_run_text(plan))
+        print(jsontext.dumps(plan, indent=2) if args.json else dry_run_text(plan))
         return 0
     from agentmerge.engine.moe.build import build_moe
 
     result = build_moe(cfg, args.output, force=args.force, quiet=args.quiet)
     if args.json:
-        print(json.dumps(result.to_dict(), indent=2))
+        print(jsontext.dumps(result.to_dict(), indent=2))
     elif not args.quiet:
         print(result.summary(), file=sys.stderr)
     return 0
@@ -143,9 +148,9 @@ def cmd_moe(args: argparse.Namespace) -> int:
 
 def _extract_parser(sub: Any) -> None:
     p = sub.add_parser("extract-lora", help="a model against its base as a PEFT LoRA adapter (truncated SVD)")
-    p.add_argument("model", help="the model: an agent, a merge (any folder merge reads as a model)")
-    p.add_argument("--base", required=True, help="its base model")
-    p.add_argument("-o", "--output", required=True, help="the adapter folder (new)")
+    input_arg(p, "model", help="the model: an agent, a merge (any folder merge reads as a model)")
+    input_arg(p, "--base", required=True, help="its base model")
+    output_arg(p, "-o", "--output", kind="folder", required=True, help="the adapter folder (new)")
     size = p.add_mutually_exclusive_group(required=True)
     size.add_argument("--rank", type=int, help="rank of every module (capped at its smaller dimension)")
     size.add_argument("--energy", type=float, help="per module, the smallest rank keeping this share of sum s^2")
@@ -156,7 +161,7 @@ def _extract_parser(sub: Any) -> None:
         help="changed embeddings, norms, biases: saved whole (modules_to_save; default) or left out",
     )
     p.add_argument("--dtype", default="float32", help="dtype of the LoRA factors (default float32)")
-    p.add_argument("--json", dest="json_out", metavar="FILE", help="write every module's rank and error here")
+    output_arg(p, "--json", dest="json_out", metavar="FILE", help="write every module's rank and error here")
     p.add_argument("--quiet", action="store_true", help="no progress bar or summary")
     p.set_defaults(func=cmd_extract_lora)
 
@@ -167,7 +172,6 @@ def cmd_extract_lora(args: argparse.Namespace) -> int:
     if args.energy is not None and not 0.0 < args.energy <= 1.0:
         raise ConfigError(f"--energy must lie in (0, 1] (got {args.energy}); 1.0 keeps every singular value")
     if args.json_out:
-        refuse_report_inside_inputs(Path(args.json_out), [args.model, args.base], "--json")
         check_report_path(Path(args.json_out), "--json")
     from agentmerge.engine.extract_lora import extract_lora
 
@@ -182,7 +186,7 @@ def cmd_extract_lora(args: argparse.Namespace) -> int:
         quiet=args.quiet,
     )
     if args.json_out:
-        write_report(args.json_out, json.dumps(result.to_dict(), indent=2) + "\n", "--json")
+        write_report(args.json_out, jsontext.dumps(result.to_dict(), indent=2) + "\n", "--json")
     if not args.quiet:
         print(result.summary(), file=sys.stderr)
     return 0

@@ -62,8 +62,8 @@ def to_mergekit(cfg: MergeConfig, source: str = "config") -> Converted:
     if params:
         out["parameters"] = params
     out.update(_dtype(cfg.dtype, source, notes))
-    if cfg.tokenizer_source is not None:
-        out["tokenizer_source"] = cfg.tokenizer_source
+    if cfg.tokenizer_source is not None:  # mergekit knows ``base``; an agent's index becomes its path
+        out["tokenizer_source"] = "base" if cfg.tokenizer_source == "base" else cfg.tokenizer_ref
     notes += _left_out(cfg)
     return Converted(out, notes)
 
@@ -107,6 +107,11 @@ def _check_expressible(cfg: MergeConfig, name: str, mmap: MethodMap, source: str
         if getattr(cfg, key):
             raise ConfigError(f"{source}: {key!r} cannot be written for mergekit (it merges every tensor); remove it")
     for i, o in enumerate(cfg.overrides):
+        if o.weights is not None:
+            raise ConfigError(
+                f"{source}: overrides[{i}].weights (per-model weights of some tensors) are not written for "
+                "mergekit yet; merge this config with agentmerge merge"
+            )
         if _substring(o.pattern) is None:
             raise ConfigError(
                 f"{source}: overrides[{i}].pattern {o.pattern!r} cannot be written for mergekit, whose filters "

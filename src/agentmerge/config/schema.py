@@ -11,6 +11,8 @@ params: {r: 0.1, alpha: 2.0}
 overrides:               # per-tensor-pattern parameters (fnmatch globs on tensor names)
   - pattern: "*mlp*"
     params: {epsilon: 1e-6}
+  - pattern: "*.layers.0.*"
+    weights: [1.2, 0.8]    # per-model weights of these tensors (methods that weight models; the last match wins)
 dtype: bfloat16          # default: each tensor keeps the base's dtype
 max_shard_size: 5GB
 include: []              # globs; empty means every tensor
@@ -92,10 +94,17 @@ def join_lists(params: Any) -> Any:
 
 
 class Override(_Frozen):
-    """Parameters for the tensors whose names match ``pattern`` (fnmatch glob)."""
+    """Parameters for the tensors whose names match ``pattern`` (fnmatch glob), and optionally their model
+    weights (one per model, for methods that weight models: the per-layer-group weights of ``agentmerge search``)."""
 
     pattern: str
-    params: dict[str, ParamValue]
+    params: dict[str, ParamValue] = Field(default_factory=dict)
+    weights: list[float] | None = None
+
+    @field_validator("weights")
+    @classmethod
+    def _sane_weights(cls, v: list[float] | None) -> list[float] | None:
+        return None if v is None else [check_weight(w) for w in v]
 
     _lists = field_validator("params", mode="before")(classmethod(lambda cls, v: join_lists(v)))
 
@@ -125,6 +134,12 @@ class MergeConfig(_Frozen):
             raise ValueError(f"unknown method {v!r}{did_you_mean(v, tuple(METHODS))}; see `agentmerge methods`")
         return v
 
+    @field_validator("tokenizer_source", mode="before")
+    @classmethod
+    def _tokenizer_source(cls, v: object) -> object:
+        """An agent's index may be given as a number (``tokenizer_source: 1``); it is kept as text."""
+        return str(v) if isinstance(v, int) and not isinstance(v, bool) and v >= 0 else v
+
     @field_validator("dtype")
     @classmethod
     def _known_dtype(cls, v: str | None) -> str | None:
@@ -150,10 +165,21 @@ class MergeConfig(_Frozen):
         if n < m.min_models or (m.max_models is not None and n > m.max_models):
             most = "any number of" if m.max_models is None else f"at most {m.max_models}"
             raise ValueError(f"method {m.name!r} takes at least {m.min_models} and {most} models, got {n}")
-        self._check_weights(m)
+        self._check_weights(m, [s.weight for s in self.models], "model weights")
+        index = agent_index(self.tokenizer_source)
+        if index is not None and index >= n:
+            raise ValueError(
+                f"tokenizer_source {self.tokenizer_source}: an agent's index counts from 0, and there are {n} models "
+                f"(0..{n - 1}); give base, an index, or a model folder (./{self.tokenizer_source} for a folder of "
+                "that name)"
+            )
         resolve_params(m, self.params, n)
-        for o in self.overrides:
+        for i, o in enumerate(self.overrides):
             resolve_params(m, {**self.params, **o.params}, n)
+            if o.weights is not None:
+                if len(o.weights) != n:
+                    raise ValueError(f"overrides[{i}].weights: give one weight per model ({n}), got {len(o.weights)}")
+                self._check_weights(m, o.weights, f"overrides[{i}].weights")
         for i, spec in enumerate(self.models):
             _check_model_spec(m, spec, i)
             resolve_params(m, {**self.params, **spec.params}, n)
@@ -165,21 +191,31 @@ class MergeConfig(_Frozen):
         check_base(m.name, [self.params, *(o.params for o in self.overrides)], self.base is not None)
         return self
 
-    def _check_weights(self, m: Method) -> None:
-        weights = [s.weight for s in self.models]
+    def _check_weights(self, m: Method, weights: list[float], what: str) -> None:
         if not m.uses_weights and any(w != 1.0 for w in weights):
-            raise ValueError(f"method {m.name!r} does not use model weights; remove 'weight' from models")
+            where = "models" if what == "model weights" else what.removesuffix(".weights")
+            raise ValueError(f"method {m.name!r} does not use model weights; remove 'weight' from {where}")
         if m.uses_weights and sum(weights) == 0:
-            raise ValueError("model weights sum to zero")
+            raise ValueError(f"{what} sum to zero")
         if m.uses_weights and abs(sum(weights)) < NEAR_ZERO_SUM * sum(abs(w) for w in weights):
             raise ValueError(
-                f"model weights sum to {sum(weights):.3g}, nearly zero next to their sizes; dividing by it "
+                f"{what} sum to {sum(weights):.3g}, nearly zero next to their sizes; dividing by it "
                 "would blow the merge up; choose weights that do not cancel out"
             )
 
     @property
     def spec(self) -> Method:
         return METHODS[self.method]
+
+    @property
+    def tokenizer_ref(self) -> str | None:
+        """The folder or Hub id ``tokenizer_source`` names: ``base`` is the base (the first model when there is none),
+        a number the model at that index (0: the first), anything else a path or Hub id; None when not given."""
+        src = self.tokenizer_source
+        if src == "base":
+            return self.base if self.base is not None else self.models[0].path
+        index = agent_index(src)
+        return self.models[index].path if index is not None else src
 
     @property
     def shard_bytes(self) -> int:
@@ -196,6 +232,14 @@ class MergeConfig(_Frozen):
             if fnmatch.fnmatchcase(tensor, o.pattern):
                 merged.update(o.params)
         return resolve_params(self.spec, merged, len(self.models))
+
+    def tensor_weights(self, tensor: str) -> tuple[float, ...] | None:
+        """The model weights of ``tensor``: the last matching override's ``weights``; None: the models' own."""
+        found = None
+        for o in self.overrides:
+            if o.weights is not None and fnmatch.fnmatchcase(tensor, o.pattern):
+                found = tuple(o.weights)
+        return found
 
     def model_params(self, tensor: str) -> tuple[dict[str, ParamValue], ...]:
         """Per-model parameters for ``tensor``: its params, then the model's own on top; () when no model sets any."""
@@ -216,6 +260,12 @@ class MergeConfig(_Frozen):
     @functools.cached_property
     def _exclude(self) -> PatternSet:
         return PatternSet(self.exclude)
+
+
+def agent_index(tokenizer_source: str | None) -> int | None:
+    """The agent's index a ``tokenizer_source`` of 1 to 6 ASCII digits gives (``"1"``: the second model), else None."""
+    src = tokenizer_source
+    return int(src) if src is not None and 0 < len(src) <= 6 and src.isascii() and src.isdigit() else None
 
 
 def resolve_params(method: Method, given: Mapping[str, Any], n_models: int) -> dict[str, ParamValue]:
@@ -319,6 +369,6 @@ def input_refs(cfg: MergeConfig) -> list[str]:
     refs = [cfg.base] if cfg.base else []
     refs += [m.path for m in cfg.models]
     refs += [m.fisher for m in cfg.models if m.fisher]
-    if cfg.tokenizer_source:
-        refs.append(cfg.tokenizer_source)
+    if cfg.tokenizer_ref:
+        refs.append(cfg.tokenizer_ref)
     return refs

@@ -15,7 +15,8 @@ from pathlib import Path
 
 import torch
 
-from agentmerge.engine.inputs import all_finite, open_model
+from agentmerge.engine.coverage import check_written
+from agentmerge.engine.inputs import open_model
 from agentmerge.errors import CheckpointError
 from agentmerge.io.atomic import atomic_output_dir
 from agentmerge.io.checkpoint import Readable
@@ -24,6 +25,7 @@ from agentmerge.io.safety import check_output_target
 from agentmerge.io.shards import PlannedTensor, plan_shards
 from agentmerge.io.tensorfile import dtype_from_name
 from agentmerge.io.units import TOKENIZER_FILES, parse_size
+from agentmerge.io.validate import check_finite
 from agentmerge.io.writer import ShardWriter, finish_model_files
 
 CHUNK = 1 << 20
@@ -61,6 +63,7 @@ def convert(
                     _copy(reader, t, writer)
             finally:
                 writer.close()
+            check_written(tmp, planned)  # every tensor of the input, as planned
             finish_model_files(tmp, source, _tokenizer_folder(source, reader.path), _dtype_record(planned, target))
     finally:
         reader.close()
@@ -87,9 +90,9 @@ def _copy(reader: Readable, t: PlannedTensor, writer: ShardWriter) -> None:
     """Copy tensor ``t`` chunk by chunk, cast once; a non-finite value stops the conversion, naming the tensor."""
     numel = reader.tensors[t.name].numel
     for start in range(0, numel, CHUNK):
-        values = reader.read(t.name, start, min(start + CHUNK, numel))
-        if values.dtype.is_floating_point and not all_finite(values.float()):
-            raise CheckpointError(f"{reader.path}: tensor {t.name!r} contains NaN or Inf values; it is not converted")
+        values = check_finite(
+            f"{reader.path}: tensor {t.name!r}", reader.read(t.name, start, min(start + CHUNK, numel)), start
+        )
         writer.write(t.name, start, values.to(t.dtype))
 
 

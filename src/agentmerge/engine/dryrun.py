@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import Any
 
 from agentmerge.config.schema import MergeConfig, input_refs
+from agentmerge.engine.coverage import check_planned
 from agentmerge.engine.inputs import Inputs
 from agentmerge.engine.lines_pass import needs_pass
 from agentmerge.engine.plan import MergePlan, make_plan, planned_tensors
@@ -93,14 +94,15 @@ def plan_merge(
     out = Path(out_dir)
     check_output_target(out, input_refs(cfg), force=force, force_any=force_any)
     check_writable_parent(out)
-    if cfg.tokenizer_source:
-        check_tokenizer_source(cfg.tokenizer_source)
+    if cfg.tokenizer_ref:
+        check_tokenizer_source(cfg.tokenizer_ref)
     inputs = Inputs.for_merge(cfg)
     try:
         n = len(inputs.models)
         sources = output_sources(cfg, inputs.reference, inputs.models, inputs.vocab)  # refusals as in a merge
         notes = input_lines(inputs.vocab.record([m.label for m in cfg.models]), sources.record())
         plan = make_plan(cfg, inputs.reference, n, cfg.threads or os.cpu_count() or 1, inputs.vocab)
+        check_planned(inputs.checkpoints, (j.name for j in plan.jobs))
         shards = plan_shards(planned_tensors(plan.jobs), cfg.shard_bytes)
         sizes = {name: info.nbytes for name, info in inputs.reference.tensors.items()}
         passes = plan.reads() + (1 if needs_pass(plan) else 0)  # LiNeS's alpha from the whole merged vector

@@ -32,6 +32,7 @@ from agentmerge._version import __version__
 from agentmerge.engine.inputs import check_compatible, open_model
 from agentmerge.engine.provenance import input_ref
 from agentmerge.errors import CheckpointError, ConfigError, MergeError
+from agentmerge.io import jsontext
 from agentmerge.io.atomic import atomic_output_dir
 from agentmerge.io.checkpoint import Readable
 from agentmerge.io.peft_layout import (
@@ -48,6 +49,7 @@ from agentmerge.io.peft_layout import (
 from agentmerge.io.safety import check_output_target
 from agentmerge.io.shards import PlannedTensor, plan_shards
 from agentmerge.io.tensorfile import dtype_from_name
+from agentmerge.io.validate import check_finite, check_output_chunk
 from agentmerge.io.writer import ShardWriter
 from agentmerge.methods.lowrank import factorize, relative_error
 
@@ -191,18 +193,21 @@ def _scan(
                 result.zero.append(name)
             continue
         shape = base.tensors[name].shape
-        delta_w = model.read(name).float().view(shape) - base.read(name).float().view(shape)
+        delta_w = (_read(model, name).float() - _read(base, name).float()).view(shape)
+        check_finite(f"{model.path}: tensor {name!r} minus the base's (overflows float32)", delta_w)
         if not bool(delta_w.any()):
             result.zero.append(name)
             continue
         f = factorize(delta_w, rank, energy)
         a, b = f.a.to(dtype), f.b.to(dtype)
+        check_output_chunk(f"{name} (LoRA factor A)", 0, a)  # factors overflowing --dtype are not written
+        check_output_chunk(f"{name} (LoRA factor B)", 0, b)
         error_stored = relative_error(delta_w, a, b)
         key_a, key_b = lora_keys(role.module)
         scratch.put(key_a, a)
         scratch.put(key_b, b)
         result.modules.append(
-            ModuleRecord(role.module, tuple(shape), f.rank, f.max_rank, f.energy, f.error, error_stored)
+            ModuleRecord(role.module, tuple(delta_w.shape), f.rank, f.max_rank, f.energy, f.error, error_stored)
         )
     if not result.modules:
         raise MergeError(
@@ -222,15 +227,20 @@ def _extra(role: Role, delta: float, result: Extraction) -> None:
 
 
 def _delta_norms(base: Readable, model: Readable, name: str) -> tuple[float, float]:
-    """``(||model - base||, ||base||)`` of one tensor, chunk by chunk."""
+    """``(||model - base||, ||base||)`` of one tensor, chunk by chunk, in float64 (no overflow of the squares)."""
     numel = base.tensors[name].numel
     delta = norm = 0.0
     for start in range(0, numel, CHUNK):
         stop = min(start + CHUNK, numel)
-        b = base.read(name, start, stop).float()
-        delta += float((model.read(name, start, stop).float() - b).square().sum())
+        b = _read(base, name, start, stop).double()
+        delta += float((_read(model, name, start, stop).double() - b).square().sum())
         norm += float(b.square().sum())
     return math.sqrt(delta), math.sqrt(norm)
+
+
+def _read(reader: Readable, name: str, start: int = 0, stop: int | None = None) -> torch.Tensor:
+    """Elements of a tensor of the model or the base, under the finiteness rule ``merge`` reads them with."""
+    return check_finite(f"{reader.path}: tensor {name!r}", reader.read(name, start, stop), start)
 
 
 def _same_exactly(base: Readable, model: Readable, name: str) -> None:
@@ -254,7 +264,9 @@ class Scratch:
         self.where: dict[str, tuple[int, torch.dtype, tuple[int, ...]]] = {}
 
     def put(self, key: str, t: torch.Tensor) -> None:
-        data = t.contiguous().view(torch.uint8).reshape(-1).numpy().tobytes()
+        # flattened first: a [out, 1] factor is "contiguous" with any stride on its size-1 dimension, and a
+        # dtype view needs the last stride to be 1
+        data = t.reshape(-1).contiguous().view(torch.uint8).numpy().tobytes()
         written = 0
         while written < len(data):
             written += os.pwrite(self.fd, data[written:], self.end + written)
@@ -323,9 +335,7 @@ def _copy(model: Readable, name: str, key: str, writer: ShardWriter) -> None:
 
 
 def _json(data: dict[str, Any]) -> str:
-    import json
-
-    return json.dumps(data, indent=2) + "\n"
+    return jsontext.dumps(data, indent=2) + "\n"
 
 
 def summary_text(r: Extraction) -> str:

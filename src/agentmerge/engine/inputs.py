@@ -8,7 +8,6 @@ checked finite (``read``), or as stored into reused per-thread buffers (``read_s
 
 from __future__ import annotations
 
-import math
 import threading
 from collections.abc import Collection, Mapping, Sequence
 from pathlib import Path
@@ -23,7 +22,7 @@ from agentmerge.io.localpath import is_adapter
 from agentmerge.io.lora import LoraModel, split_model_plus_adapter
 from agentmerge.io.tensorfile import TensorInfo
 from agentmerge.io.trainer import open_weights
-from agentmerge.io.validate import check_derived_values, check_fisher_role
+from agentmerge.io.validate import all_finite, check_derived_values, check_finite, check_fisher_role
 from agentmerge.io.vocab import VocabPlan, plan_vocab
 
 
@@ -112,7 +111,7 @@ class Inputs:
         for i, m in enumerate(self.models):
             models[i] = m.read(name, start, stop)
         if not (all_finite(ref) and all_finite(models)):
-            raise MergeError(_non_finite(name, ref, models, self))
+            _check_finite(name, start, ref, models, self)
         return ref, models
 
     def read_added(self, name: str, adders: Sequence[int], start: int, stop: int) -> torch.Tensor:
@@ -183,15 +182,9 @@ def open_model(ref: str, base: Readable | None) -> Readable:
     return open_weights(ref)
 
 
-def all_finite(x: torch.Tensor) -> bool:
-    """Whether every value of a float tensor is finite (one reduction; the exact test only if the sum is not)."""
-    return math.isfinite(float(x.sum())) or bool(torch.isfinite(x).all())
-
-
-def _non_finite(name: str, ref: torch.Tensor, models: torch.Tensor, inputs: Inputs) -> str:
-    values = [ref, *models]
-    bad = next(c for c, v in zip(inputs.checkpoints, values, strict=True) if not bool(torch.isfinite(v).all()))
-    return f"{bad.path}: tensor {name!r} contains NaN or Inf values; this checkpoint is broken, re-export it"
+def _check_finite(name: str, start: int, ref: torch.Tensor, models: torch.Tensor, inputs: Inputs) -> None:
+    for ckpt, values in zip(inputs.checkpoints, [ref, *models], strict=True):
+        check_finite(f"{ckpt.path}: tensor {name!r}", values, start, MergeError)
 
 
 def check_compatible(

@@ -25,16 +25,21 @@ import torch
 from tqdm import tqdm
 
 from agentmerge.config.schema import MergeConfig, input_refs
+from agentmerge.engine.coverage import check_planned, check_written
 from agentmerge.engine.inputs import Inputs, Scratch
 from agentmerge.engine.lines_pass import depth_scaling
 from agentmerge.engine.parallel import run_parallel, torch_threads
 from agentmerge.engine.passes import Collected, model_stats, statistics_pass
 from agentmerge.engine.plan import MergePlan, TensorJob, make_plan, planned_tensors
 from agentmerge.engine.provenance import MergeResult, record_text, reproducibility_record
+from agentmerge.engine.quantnote import measure, note
 from agentmerge.engine.report import model_card
 from agentmerge.engine.sources import OutputSources, output_sources
 from agentmerge.io.atomic import atomic_output_dir
+from agentmerge.io.checkpoint import Checkpoint
 from agentmerge.io.digests import InputDigests, hash_mode
+from agentmerge.io.gguf_read import GgufCheckpoint
+from agentmerge.io.gguf_write import check_out_type, export_gguf
 from agentmerge.io.safety import check_output_target
 from agentmerge.io.shards import plan_shards
 from agentmerge.io.validate import check_output_chunk, check_tokenizer_source
@@ -56,8 +61,12 @@ def merge(
     quiet: bool = False,
     force_any: bool = False,
     hashing: str | None = None,
+    gguf: str | None = None,
 ) -> MergeResult:
     """Merge ``cfg.models`` into ``out_dir`` (written atomically). Returns what was done.
+
+    ``gguf`` (a type of ``gguf_write.OUT_TYPES``): the output folder also holds ``model-TYPE.gguf``, written
+    from the merged folder before it is published.
 
     ``force`` replaces an earlier agentmerge output at ``out_dir``; ``force_any`` any other folder (see ``safety``).
     ``hashing`` (``fast``, ``sha256``, ``none``; default ``$AGENTMERGE_HASH``, else ``fast``) is how merge.json
@@ -67,21 +76,27 @@ def merge(
     mode = hash_mode(hashing)
     out = Path(out_dir)
     check_output_target(out, input_refs(cfg), force=force, force_any=force_any)
-    if cfg.tokenizer_source:
-        check_tokenizer_source(cfg.tokenizer_source)
+    if cfg.tokenizer_ref:
+        check_tokenizer_source(cfg.tokenizer_ref)
     inputs = Inputs.for_merge(cfg)
     try:
         sources = output_sources(cfg, inputs.reference, inputs.models, inputs.vocab)
         plan = make_plan(cfg, inputs.reference, len(inputs.models), cfg.threads or os.cpu_count() or 1, inputs.vocab)
+        check_planned(inputs.checkpoints, (j.name for j in plan.jobs))
         inputs.check_extras([j.name for j in plan.merged])
         hashes = InputDigests.start([f for c in inputs.checkpoints for f in c.weight_files], mode)  # for merge.json
         try:
             with torch_threads(1), atomic_output_dir(out, force=force or force_any) as tmp:
                 collected = statistics_pass(plan, inputs, quiet)
                 write_pass(plan, inputs, collected, tmp, quiet)
+                check_written(tmp, planned_tensors(plan.jobs))
                 result = _result(cfg, plan, collected, tmp, time.perf_counter() - t0)
                 result = replace(result, vocab=inputs.vocab.record(result.model_labels), sources=sources.record())
+                quantized = measure(inputs.reference, inputs.models, result.model_labels)
+                result = replace(result, notes=[note(quantized)] if quantized else [])
                 _finish_folder(cfg, inputs, result, hashes, sources)
+                if gguf is not None:
+                    merged_gguf(tmp, gguf, inputs, sources)
         except BaseException:
             hashes.cancel()
             raise
@@ -282,6 +297,19 @@ def _scales(plan: MergePlan, collected: Collected, labels: list[str]) -> list[di
     """The method's per-agent scales, as merge.json and the summary report them (its ``Scales`` hook)."""
     hook = plan.method.scales
     return hook.rows(model_stats(plan, collected), labels) if hook is not None and plan.merged else []
+
+
+def merged_gguf(folder: Path, qtype: str, inputs: Inputs, sources: OutputSources) -> Path:
+    """``folder/model-TYPE.gguf`` from the merged ``folder``; the tokenizer fields are copied from the GGUF the
+    tokenizer came from, when it came from one."""
+    origin = next(
+        (c.path for c in inputs.checkpoints if isinstance(c, GgufCheckpoint) and c.folder == sources.source.folder),
+        None,
+    )
+    out = folder / f"model-{check_out_type(qtype, '--gguf')}.gguf"
+    with Checkpoint(folder) as merged:
+        export_gguf(merged, out, qtype, tokenizer_gguf=origin)
+    return out
 
 
 def _finish_folder(

@@ -54,6 +54,7 @@ class TensorJob:
     steps: tuple[str, ...] = ()  # the post-steps that run on it after the kernel (``poststeps.POST_STEPS``)
     copies: float = 0.0  # whole: float32 copies of the tensor its kernel and steps hold beyond the N + 1 inputs
     svds: tuple[tuple[int, int], ...] = ()  # whole: the (rows, cols) of every SVD its kernel and steps run
+    weights: tuple[float, ...] | None = None  # this tensor's model weights (an override's); None: the plan's
 
     @property
     def out_shape(self) -> tuple[int, ...]:
@@ -150,7 +151,7 @@ class MergePlan:
             start=start,
             stop=stop,
             params=job.params,
-            weights=self.weights,
+            weights=self.weights if job.weights is None else torch.tensor(job.weights, dtype=torch.float32),
             stats=stats or TensorStats(),
             seed=self.seed,
             shape=job.shape,
@@ -224,8 +225,20 @@ def plan_jobs(cfg: MergeConfig, ref: Readable, chunk: int, vocab: VocabPlan | No
         model_params = tuple(record.of(resolve_mask(p, info.dtype)) for p in cfg.model_params(name)) if merged else ()
         rule = mask_rule(params, cfg.seed) if merged else MaskRule()
         resized = vocab.tensors.get(name) if vocab is not None else None
+        weights = cfg.tensor_weights(name) if merged else None
         job = TensorJob(
-            name, dtype, info.shape, info.numel, merged, ranges, params, model_params, resized, rule, *whole.fields()
+            name,
+            dtype,
+            info.shape,
+            info.numel,
+            merged,
+            ranges,
+            params,
+            model_params,
+            resized,
+            rule,
+            *whole.fields(),
+            weights=weights,
         )
         jobs.append(job)
     return jobs

@@ -32,6 +32,7 @@ from agentmerge.engine.counting import mask_levels, overlap_stats
 from agentmerge.engine.inputs import Inputs
 from agentmerge.engine.parallel import torch_threads
 from agentmerge.engine.plan import resolve_mask
+from agentmerge.engine.quantnote import measure, note
 from agentmerge.io.checkpoint import Readable
 from agentmerge.methods.deltas import rho_from_histogram
 from agentmerge.methods.groups import layer_of, module_type
@@ -73,6 +74,7 @@ class ProbeResult:
     storage: dict[str, str] = field(default_factory=dict)  # base and each agent: the dtypes it stores
     thresholds: dict[str, list[float]] = field(default_factory=dict)  # adaptive rules: per tensor, per agent
     fallback: dict[str, list[bool]] = field(default_factory=dict)  # valley: agents that had no valley there
+    notes: list[str] = field(default_factory=list)  # e.g. the quantization note (quantnote) for GGUF inputs
 
     def threshold_summary(self) -> list[dict[str, Any]]:
         """Per agent over the tensors: min, median, max of the adaptive thresholds and the fallbacks (else [])."""
@@ -99,6 +101,7 @@ class ProbeResult:
             "per_module": {k: rows(v) for k, v in self.per_module.items()},
             "per_tensor": {k: rows(v) for k, v in self.per_tensor.items()},
             "added_rows": self.added_rows,
+            **({"notes": self.notes} if self.notes else {}),
         }
 
 
@@ -196,12 +199,14 @@ def probe(
             levels = mask_levels(inputs, rules, n_threads, chunk_size, quiet)
             hists = overlap_stats(inputs, rules, n_threads, chunk_size, quiet, levels)
         vocab = inputs.vocab
+        quantized = measure(inputs.reference, inputs.models, labels)
     finally:
         inputs.close()
     result = probe_from_histograms(hists, numels, base, list(models), labels, epsilon, r, alpha)
     result.added_rows = {
         labels[i]: {name: t.out_rows - t.base_rows for name, t in vocab.tensors.items()} for i in vocab.adders
     }
+    result.notes = [note(quantized)] if quantized else []
     return _with_rule(result, rules, levels, storage)
 
 

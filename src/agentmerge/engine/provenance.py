@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 import platform
 import time
 from collections.abc import Sequence
@@ -15,6 +14,7 @@ import torch
 from agentmerge._version import __version__
 from agentmerge.config.schema import MergeConfig
 from agentmerge.engine.probe import AgentStats, agent_stats
+from agentmerge.io import jsontext
 from agentmerge.io.checkpoint import Readable
 from agentmerge.io.digests import ALGORITHMS, InputDigests, hash_mode
 from agentmerge.io.hubref import hub_repo_id, is_hub_ref, parse_hub_ref, snapshot_commit
@@ -42,6 +42,7 @@ class MergeResult:
     thresholds: dict[str, Any] | None = None  # adaptive mask rules only (masks.levels_record), else None
     lines: dict[str, Any] | None = None  # LiNeS depth scaling: its layer count and alpha (lines_pass), else None
     warnings: list[str] = field(default_factory=list)  # what the kernels warned about (e.g. Iso-C on a low-rank sum)
+    notes: list[str] = field(default_factory=list)  # e.g. the quantization note (quantnote) for GGUF inputs
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -60,6 +61,7 @@ class MergeResult:
             **({"thresholds": self.thresholds} if self.thresholds else {}),
             **({"lines": self.lines} if self.lines else {}),
             **({"warnings": self.warnings} if self.warnings else {}),
+            **({"notes": self.notes} if self.notes else {}),
         }
 
     def agents(self) -> list[AgentStats] | None:
@@ -103,6 +105,7 @@ def reproducibility_record(
         **({"thresholds": result.thresholds} if result.thresholds else {}),
         **({"lines": result.lines} if result.lines else {}),
         **({"warnings": result.warnings} if result.warnings else {}),
+        **({"notes": result.notes} if result.notes else {}),
         "seconds": round(result.seconds, 3),
     }
 
@@ -111,16 +114,16 @@ ONE_LINE_ROWS = ("tensors", "fallback")  # merge.json's thresholds entries writt
 
 
 def record_text(record: dict[str, Any]) -> str:
-    """merge.json's text: ``json.dumps(record, indent=2)``, except that the per-tensor lists of the adaptive
+    """merge.json's text: ``jsontext.dumps(record, indent=2)``, except that the per-tensor lists of the adaptive
     thresholds (``thresholds.tensors`` and ``.fallback``, a few hundred short lists) take one line per tensor."""
     thresholds = record.get("thresholds")
     if not thresholds:
-        return json.dumps(record, indent=2) + "\n"
+        return jsontext.dumps(record, indent=2) + "\n"
     holes = {key: f"\x00{key}\x00" for key in ONE_LINE_ROWS}  # strings no record holds (JSON escapes them)
-    text = json.dumps({**record, "thresholds": {**thresholds, **holes}}, indent=2)
+    text = jsontext.dumps({**record, "thresholds": {**thresholds, **holes}}, indent=2)
     for key, hole in holes.items():
-        rows = ",\n".join(f"      {json.dumps(name)}: {json.dumps(v)}" for name, v in thresholds[key].items())
-        text = text.replace(json.dumps(hole), "{\n" + rows + "\n    }" if rows else "{}", 1)
+        rows = ",\n".join(f"      {jsontext.dumps(name)}: {jsontext.dumps(v)}" for name, v in thresholds[key].items())
+        text = text.replace(jsontext.dumps(hole), "{\n" + rows + "\n    }" if rows else "{}", 1)
     return text + "\n"
 
 
@@ -146,8 +149,8 @@ def recorded_config(cfg: MergeConfig, *, recipe: bool = False) -> dict[str, Any]
     """
     data = cfg.model_dump(mode="json", exclude_defaults=recipe)
     for key in ("base", "tokenizer_source"):
-        if data.get(key):
-            data[key] = input_ref(data[key])
+        if data.get(key) and not (key == "tokenizer_source" and cfg.tokenizer_ref != cfg.tokenizer_source):
+            data[key] = input_ref(data[key])  # a path; ``base`` and an agent's index stay as written
     for model in data["models"]:
         model["path"] = input_ref(model["path"])
         if model.get("fisher"):

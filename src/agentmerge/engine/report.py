@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 from typing import Any
 
@@ -13,6 +12,7 @@ from agentmerge.config.schema import MergeConfig
 from agentmerge.engine.probe import AgentStats, ProbeResult
 from agentmerge.engine.provenance import MergeResult, hub_ids, input_ref, recorded_config
 from agentmerge.engine.retention import Retention
+from agentmerge.io import jsontext
 from agentmerge.methods.deltas import kept_by_count
 from agentmerge.methods.hooks import AgentOverlap, ScaleSummary
 from agentmerge.methods.scales import rho_text
@@ -196,8 +196,8 @@ def card_front_matter(cfg: MergeConfig) -> list[str]:
     hub = hub_ids(cfg)
     front = ["---"]
     if hub:  # the Hub reads base_model as repository ids only
-        front += [f"base_model: {json.dumps(hub[0])}"] if len(hub) == 1 else ["base_model:"]
-        front += [f"- {json.dumps(h)}" for h in hub] if len(hub) > 1 else []
+        front += [f"base_model: {jsontext.dumps(hub[0])}"] if len(hub) == 1 else ["base_model:"]
+        front += [f"- {jsontext.dumps(h)}" for h in hub] if len(hub) > 1 else []
         front.append("base_model_relation: merge")
     tags = ["merge", "agentmerge", cfg.method] + ([f"arxiv:{cfg.spec.paper}"] if cfg.spec.paper else [])
     return [*front, "library_name: transformers", "tags:", *[f"- {t}" for t in tags], "---", ""]
@@ -221,6 +221,7 @@ def merge_summary(cfg: MergeConfig, result: MergeResult, warnings: list[str]) ->
     if agents and cfg.spec.advice is not None:
         overlaps = [AgentOverlap(a.name, tuple(a.overlap)) for a in agents]
         lines += [f"note: {n}" for n in cfg.spec.advice(result.params, overlaps)]
+    lines += [f"note: {n}" for n in result.notes]
     return "\n".join(lines)
 
 

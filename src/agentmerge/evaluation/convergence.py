@@ -28,7 +28,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from agentmerge.errors import ConfigError
+from agentmerge.errors import AgentMergeError, ConfigError, one_line
 from agentmerge.evaluation.evaluator import Evaluator, Score
 
 SCALES = (0.5, 1.0, 1.5, 2.0)
@@ -106,16 +106,16 @@ def scaled_model(base: Path, agent: Path, scale: float, out: Path, threads: int 
     """``theta0 + scale * (agent - theta0)`` written to ``out`` in the base's dtype (``agent`` itself at scale 1)."""
     if scale == REFERENCE:
         return agent
-    from agentmerge.config.schema import MergeConfig, ModelSpec
+    from agentmerge.config.schema import config_from_dict
     from agentmerge.engine.merge import merge
 
-    cfg = MergeConfig(
-        method="task_arithmetic",
-        base=str(base),
-        models=[ModelSpec(path=str(agent))],
-        params={"lambda": scale},
-        threads=threads,
-    )
+    data = {
+        "method": "task_arithmetic",
+        "base": str(base),
+        "models": [{"path": str(agent)}],
+        "params": {"lambda": scale},
+    }
+    cfg = config_from_dict({**data, "threads": threads}, "converge")  # a bad value is one ConfigError line
     merge(cfg, out, force=True, quiet=True)
     return out
 
@@ -143,7 +143,9 @@ def check_agent(
     for scale in check_scales(scales):
         folder = scaled_model(base, agent, scale, work / f"{agent.name}.s{scale:g}", threads)
         try:
-            point = metric_point(evaluator.score(folder), metric, scale, evaluator.name)
+            point = metric_point(
+                _score(evaluator, folder, f"{agent.name} at s = {scale:g}"), metric, scale, evaluator.name
+            )
         finally:
             if folder != agent:
                 shutil.rmtree(folder, ignore_errors=True)
@@ -151,6 +153,18 @@ def check_agent(
         log(f"{agent.name} s={scale:g}: {metric} = {point.value:.4g}{se}")
         points.append(point)
     return AgentCheck(str(agent), metric, tuple(points))
+
+
+def _score(evaluator: Evaluator, folder: Path, what: str) -> Score:
+    """The evaluator's score of ``folder``; whatever it raises is one ``ConfigError`` line naming it and ``what``."""
+    try:
+        return evaluator.score(folder)
+    except AgentMergeError:
+        raise
+    except Exception as e:
+        raise ConfigError(
+            f"converge: the evaluator {evaluator.name} failed on {what} ({one_line(e)}); fix it and rerun"
+        ) from None
 
 
 def markdown(checks: Sequence[AgentCheck]) -> str:

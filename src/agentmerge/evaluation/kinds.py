@@ -9,13 +9,20 @@ from __future__ import annotations
 
 from agentmerge import plugins
 from agentmerge.errors import ConfigError
+from agentmerge.evaluation.bfcl.evaluator import BfclEvaluator
 from agentmerge.evaluation.evaluator import Evaluator
 from agentmerge.evaluation.humaneval import HumanEvalEvaluator
 from agentmerge.evaluation.lmeval import LmEvalEvaluator
 from agentmerge.evaluation.pyfunction import PythonEvaluator
 from agentmerge.evaluation.scoring import TaskFileEvaluator
 
-BUILT_IN: tuple[type[Evaluator], ...] = (LmEvalEvaluator, PythonEvaluator, TaskFileEvaluator, HumanEvalEvaluator)
+BUILT_IN: tuple[type[Evaluator], ...] = (
+    LmEvalEvaluator,
+    PythonEvaluator,
+    TaskFileEvaluator,
+    BfclEvaluator,
+    HumanEvalEvaluator,
+)
 
 
 def plugin_kinds() -> dict[str, str]:

@@ -25,6 +25,7 @@ from typing import Any
 from agentmerge.config.userinput import did_you_mean
 from agentmerge.errors import CheckpointError, ConfigError
 from agentmerge.evaluation.evaluator import Context, Evaluator, Score
+from agentmerge.io import jsontext
 
 BACKENDS = ("hf", "vllm")
 INSTALL_HINT = "lm-eval is not installed: pip install 'agentmerge[eval]' (or pip install 'lm-eval[hf]>=0.4.3,<0.5')"
@@ -91,7 +92,7 @@ def run_lm_eval(
     if out is None:  # lm-eval returns None on non-zero ranks only
         raise ConfigError("lm-eval returned no results")
     kept: dict[str, Any] = json.loads(
-        json.dumps({k: out[k] for k in ("results", "versions", "n-shot", "config") if k in out}, default=str)
+        jsontext.dumps({k: out[k] for k in ("results", "versions", "n-shot", "config") if k in out}, default=str)
     )
     if opts.log_samples is not None:
         kept["samples_files"] = write_samples(out.get("samples") or {}, Path(opts.log_samples))
@@ -182,7 +183,7 @@ def write_samples(samples: dict[str, Any], folder: Path) -> list[str]:
     written = []
     for task, rows in sorted(samples.items()):
         path = folder / f"samples_{task}.jsonl"
-        path.write_text("".join(json.dumps(r, default=str, ensure_ascii=False) + "\n" for r in rows))
+        path.write_text("".join(jsontext.dumps(r, default=str, ensure_ascii=False) + "\n" for r in rows))
         written.append(str(path))
     return written
 

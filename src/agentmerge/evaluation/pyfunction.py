@@ -14,7 +14,7 @@ from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from agentmerge.errors import ConfigError
+from agentmerge.errors import ConfigError, one_line
 from agentmerge.evaluation.evaluator import Context, Evaluator, Reads, Score, checked_metrics
 
 
@@ -54,6 +54,12 @@ class PythonEvaluator(Evaluator):
             module = import_from(module_name, context.search_path)
         except ImportError as e:
             raise ConfigError(f"evaluate: cannot import {module_name!r} ({e})") from None
+        except SyntaxError as e:  # the user's module: where, not a traceback
+            raise ConfigError(
+                f"evaluate: {e.filename}:{e.lineno}: {type(e).__name__} ({e.msg}) in module {module_name!r}; fix it"
+            ) from None
+        except Exception as e:  # the module raised while it was imported
+            raise ConfigError(f"evaluate: importing {module_name!r} raised {one_line(e)}; fix the module") from None
         fn = getattr(module, function, None)
         if not callable(fn):
             raise ConfigError(f"evaluate: {module_name!r} has no function {function!r}")

@@ -2,10 +2,10 @@
 
 from __future__ import annotations
 
-import json
 from typing import Any
 
 from agentmerge.evaluation.scoring import EvalRun
+from agentmerge.io import jsontext
 
 
 def md_cell(text: object) -> str:
@@ -64,8 +64,8 @@ def _samples_markdown(run: EvalRun) -> list[str]:
             lines += [
                 "",
                 f"**{c.label} / {s.task}** ({mark})",
-                f"- prompt: {json.dumps(s.prompt, ensure_ascii=False)}",
-                f"- output: {json.dumps(s.output, ensure_ascii=False)}",
-                f"- reference: {json.dumps(s.reference, ensure_ascii=False)}",
+                f"- prompt: {jsontext.dumps(s.prompt, ensure_ascii=False)}",
+                f"- output: {jsontext.dumps(s.output, ensure_ascii=False)}",
+                f"- reference: {jsontext.dumps(s.reference, ensure_ascii=False)}",
             ]
     return lines

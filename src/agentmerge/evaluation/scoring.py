@@ -334,9 +334,12 @@ class Generator:
 
         quiet_transformers()
         auto_model: Any = transformers.AutoModelForCausalLM
+        source, extra = gguf_source(path)
         try:
-            tokenizer = transformers.AutoTokenizer.from_pretrained(path)
-            model = auto_model.from_pretrained(path, dtype="auto" if dtype == "auto" else getattr(torch, dtype))
+            tokenizer = transformers.AutoTokenizer.from_pretrained(source, **extra)
+            model = auto_model.from_pretrained(
+                source, dtype="auto" if dtype == "auto" else getattr(torch, dtype), **extra
+            )
         except (OSError, ValueError, TypeError, KeyError) as e:  # what transformers raises on a damaged folder
             why = " ".join(str(e).split())[:300]  # one line, however many transformers wrote
             raise CheckpointError(f"{path}: transformers cannot load this checkpoint ({why})") from None
@@ -367,7 +370,14 @@ class Generator:
         messages = ([{"role": "system", "content": ex.system}] if ex.system else []) + [
             {"role": "user", "content": ex.prompt}
         ]
-        return str(self.tokenizer.apply_chat_template(messages, tokenize=False, add_generation_prompt=True))
+        return self.chat_text(messages)
+
+    def chat_text(self, messages: Sequence[Mapping[str, str]]) -> str:
+        """A conversation as the model reads it: its chat template (ready for the assistant's turn), or without
+        one the messages' contents one after another, a blank line apart."""
+        if not self.chat:
+            return "\n\n".join(m["content"] for m in messages) + "\n"
+        return str(self.tokenizer.apply_chat_template(list(messages), tokenize=False, add_generation_prompt=True))
 
     def complete(self, examples: Sequence[Example], batch_size: int, desc: str, quiet: bool) -> list[str]:
         """Greedy completions in input order; batches of one max_new_tokens, sorted by prompt length."""
@@ -446,3 +456,14 @@ def quiet_transformers() -> None:
     logs: Any = hf_logging  # untyped module
     logs.set_verbosity_error()
     logs.disable_progress_bar()
+
+
+def gguf_source(path: str) -> tuple[str, dict[str, str]]:
+    """``(folder, {"gguf_file": name})`` for a GGUF file (or a folder holding one), which transformers
+    dequantizes itself; ``(path, {})`` otherwise."""
+    from agentmerge.io.gguf_read import gguf_file, is_gguf
+
+    if not is_gguf(Path(path)):
+        return path, {}
+    f = gguf_file(Path(path))
+    return str(f.parent), {"gguf_file": f.name}

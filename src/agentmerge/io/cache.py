@@ -30,7 +30,6 @@ decide the values, in order (a LoRA adapter's ``adapter_config.json`` among them
 from __future__ import annotations
 
 import hashlib
-import json
 import os
 import threading
 from collections.abc import Iterable, Mapping, Sequence
@@ -38,6 +37,7 @@ from pathlib import Path
 from typing import Any
 
 from agentmerge.errors import AgentMergeError
+from agentmerge.io import jsontext
 from agentmerge.io.bounded import read_bounded
 from agentmerge.io.headers import loads_strict
 
@@ -76,7 +76,7 @@ def load_store(path: Path) -> dict[str, Any]:
 
 
 def _check(key: str, value: Any) -> str:
-    text = json.dumps([key, value], sort_keys=True, separators=(",", ":"))
+    text = jsontext.dumps([key, value], sort_keys=True, separators=(",", ":"))
     return hashlib.blake2b(text.encode(), digest_size=16).hexdigest()
 
 
@@ -101,7 +101,7 @@ def save_store(path: Path, entries: dict[str, Any]) -> None:
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
         tmp = path.with_name(f".{path.name}.{os.getpid()}.{threading.get_ident()}")
-        tmp.write_text(json.dumps(entries))
+        tmp.write_text(jsontext.dumps(entries))
         os.replace(tmp, path)
     except OSError:
         pass

@@ -67,6 +67,22 @@ def loads_strict(text: str | bytes, where: str, error: type[AgentMergeError] = C
     return value
 
 
+def strict_bool(
+    value: object, where: str, default: bool = False, error: type[AgentMergeError] = CheckpointError
+) -> bool:
+    """A true/false setting read from JSON or YAML: a real boolean, or ``default`` when absent (None).
+
+    Anything else is refused in one line: ``bool("false")`` is True, so a quoted ``'false'`` would silently
+    switch the setting on.
+    """
+    if value is None:
+        return default
+    if isinstance(value, bool):
+        return value
+    hint = " (a quoted string: write it without quotes)" if isinstance(value, str) else ""
+    raise error(f"{where} must be true or false (got {str(value)[:40]!r}){hint}")
+
+
 def parse_header_json(path: Path, raw: bytes) -> dict[str, Any]:
     """The header object of a safetensors file, as strict as the safetensors library."""
     header = loads_strict(raw, f"{path}: safetensors header")

@@ -15,7 +15,6 @@ checkpoint stores no ``lm_head.weight``) is written next to a saved input embedd
 
 from __future__ import annotations
 
-import json
 import re
 from collections import Counter
 from collections.abc import Sequence
@@ -24,6 +23,7 @@ from pathlib import Path
 from typing import Any
 
 from agentmerge.errors import CheckpointError
+from agentmerge.io import jsontext
 
 PREFIX = "base_model.model."
 ADAPTER_FILE = "adapter_model.safetensors"
@@ -145,4 +145,4 @@ def adapter_config(
 
 
 def write_adapter_config(folder: Path, cfg: dict[str, Any]) -> None:
-    (folder / "adapter_config.json").write_text(json.dumps(cfg, indent=2) + "\n")
+    (folder / "adapter_config.json").write_text(jsontext.dumps(cfg, indent=2) + "\n")

@@ -9,6 +9,11 @@ Rules (``check_output_target``):
   earlier agentmerge merge (it has ``merge.json``) holding nothing but the files a merge writes.
   ``force_any`` (``--force-any``) replaces any other folder or file at that path.
 
+Files a command writes (reports, configs, plots; ``refuse_write_over``) are never an input (by path, symlink or
+hard link), never inside a model input's folder, never inside the command's own output folder, and never the
+file another of its output flags names. ``agentmerge.io.pathargs`` applies these rules to every command's declared
+output arguments before it runs.
+
 Two runs writing the same output name take turns: ``output_lock`` holds an exclusive ``flock`` on a hidden
 ``.NAME.lock`` sibling for the whole run, so the second one fails at once instead of silently replacing
 the first one's result.
@@ -36,7 +41,7 @@ MERGE_RECORD = "merge.json"
 _MERGE_OUTPUT_FILES = frozenset(
     {MERGE_RECORD, "README.md", "model.safetensors", "model.safetensors.index.json", *MODEL_FILES, *TOKENIZER_FILES}
 )
-_SHARD = re.compile(r"model-\d{5}-of-\d{5}\.safetensors")
+_SHARD = re.compile(r"model-\d{5}-of-\d{5}\.safetensors|model-[A-Z0-9_]+\.gguf")  # shards; merge --gguf's file
 _TMP_SIBLING = re.compile(r"\..+\.(?:tmp|old)-(\d+)-[0-9a-f]{8}")
 
 
@@ -73,13 +78,74 @@ def refuse_overlap(out: Path, refs: Iterable[str | Path | None], what: str = "ou
             raise MergeError(f"{out}: the {what} must not be, contain or lie inside input {ref}")
 
 
-def refuse_report_inside_inputs(report: Path, refs: Iterable[str | Path | None], flag: str) -> None:
-    """A report file (``probe --json`` ...) must not lie inside an input folder (it could overwrite an input)."""
-    target = report.expanduser().resolve()
-    for ref in refs:
-        folder = None if ref is None else _folder_of(ref)
-        if folder is not None and (folder in target.parents or target == folder):
-            raise CheckpointError(f"{report}: {flag} must not write inside input folder {ref}; write it elsewhere")
+def _input_folder(ref: str | Path) -> Path | None:
+    """The folder a model input protects: the folder itself, or the folder of a model given as one file."""
+    found = _input_path(ref)
+    return None if found is None else (found[0] if found[1] else found[0].parent)
+
+
+def _same(a: Path, b: Path) -> bool:
+    """Whether two resolved paths name one file (symlinks resolved already; hard links by inode)."""
+    if a == b:
+        return True
+    try:
+        return a.exists() and b.exists() and os.path.samefile(a, b)
+    except OSError:
+        return False
+
+
+def refuse_write_over(
+    target: Path,
+    flag: str,
+    *,
+    models: Iterable[str | Path] = (),
+    files: Iterable[str | Path] = (),
+    folders: Iterable[str | Path] = (),
+    written: Iterable[tuple[str, str | Path]] = (),
+) -> None:
+    """``CheckpointError`` when a file a command writes (``flag``'s value ``target``) would lose data.
+
+    Refused: ``target`` is an input file or folder (``files``, ``models``; by path, symlink or hard link), lies
+    inside a model input's folder (a model given as one file protects its whole folder), lies inside or is one
+    of the command's own output folders (``folders``), or is the file another output flag writes (``written``:
+    ``(flag, path)`` pairs). Nothing is touched.
+    """
+    t = target.expanduser().resolve()
+    _refuse_inputs(t, f"{target}: {flag}", models, files, "write it elsewhere")
+    for ref in folders:
+        out = Path(ref).expanduser().resolve()
+        if t == out or out in t.parents:
+            raise CheckpointError(f"{target}: {flag} must not write inside the output folder {ref}; write it elsewhere")
+    for other, path in written:
+        if _same(t, Path(path).expanduser().resolve()):
+            raise CheckpointError(f"{target}: {flag} and {other} name the same file; give each its own")
+
+
+def refuse_into_input(out: Path, flag: str, models: Iterable[str | Path], files: Iterable[str | Path]) -> None:
+    """A folder a command writes files into must not be an input, nor lie inside a model input's folder."""
+    _refuse_inputs(out.expanduser().resolve(), f"{out}: {flag}", models, files, "write into another folder")
+
+
+def _refuse_inputs(t: Path, shown: str, models: Iterable[str | Path], files: Iterable[str | Path], fix: str) -> None:
+    models = list(models)
+    for ref in [*models, *files]:
+        found = _input_path(ref)
+        if found is not None and _same(t, found[0]):
+            raise CheckpointError(f"{shown} names input {ref}, which it would overwrite; {fix}")
+    for ref in models:
+        folder = _input_folder(ref)
+        if folder is not None and (folder in t.parents or _linked_into(t, folder)):
+            raise CheckpointError(f"{shown} must not write inside input folder {ref}; {fix}")
+
+
+def _linked_into(t: Path, folder: Path) -> bool:
+    """Whether file ``t`` is a hard link to a file directly in ``folder`` (only looked for when it has links)."""
+    try:
+        if not t.is_file() or t.stat().st_nlink < 2:
+            return False
+        return any(_same(t, p.resolve()) for p in folder.iterdir() if p.is_file())
+    except OSError:
+        return False
 
 
 def check_output_target(

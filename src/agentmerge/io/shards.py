@@ -6,7 +6,6 @@ with its final header and size and put chunks at their offsets in any order.
 
 from __future__ import annotations
 
-import json
 import math
 import struct
 from collections.abc import Sequence
@@ -14,6 +13,7 @@ from dataclasses import dataclass
 
 import torch
 
+from agentmerge.io import jsontext
 from agentmerge.io.tensorfile import DTYPE_NAMES, SINGLE_FILE
 
 
@@ -68,7 +68,7 @@ def _layout(file_name: str, group: list[PlannedTensor], metadata: dict[str, str]
     for t in ordered:
         entries[t.name] = {"dtype": DTYPE_NAMES[t.dtype], "shape": list(t.shape), "data_offsets": [pos, pos + t.nbytes]}
         pos += t.nbytes
-    header = json.dumps(entries, separators=(",", ":")).encode()
+    header = jsontext.dumps(entries, separators=(",", ":")).encode()
     header += b" " * (-len(header) % 8)
     data_start = 8 + len(header)
     offsets, pos = {}, 0

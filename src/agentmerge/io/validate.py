@@ -1,5 +1,10 @@
 """Checks that keep a broken model from being written with exit status 0.
 
+- ``check_finite`` (with ``all_finite``): the one finiteness rule for what a command reads. Every floating
+  value of every input (``merge``'s models and base, ``moe``'s static merge and agents' experts, ``extract-lora``'s
+  model and base, ``convert``'s source) must be finite; the first NaN or Inf stops the command naming the file,
+  tensor and element, before anything is written (one sum over the values, the exact test only when it is not
+  finite).
 - ``check_tokenizer_source``: a ``tokenizer_source`` must be a model folder that holds tokenizer files.
 - ``check_output_chunk``: every output chunk is finite in the output dtype before it is written (one sum over
   values already in hand, the exact ``torch.isfinite`` test only when that sum is not finite), else the merge
@@ -21,7 +26,7 @@ from typing import TYPE_CHECKING
 
 import torch
 
-from agentmerge.errors import CheckpointError, ConfigError, MergeError
+from agentmerge.errors import AgentMergeError, CheckpointError, ConfigError, MergeError
 
 if TYPE_CHECKING:
     from agentmerge.io.checkpoint import Checkpoint
@@ -44,6 +49,25 @@ def check_tokenizer_source(ref: str) -> Path:
             "the output would have no tokenizer; give a model folder that has one"
         )
     return folder
+
+
+def all_finite(x: torch.Tensor) -> bool:
+    """Whether every value of a float tensor is finite (one reduction; the exact test only if the sum is not)."""
+    return math.isfinite(float(x.sum())) or bool(torch.isfinite(x).all())
+
+
+def check_finite(
+    where: str, values: torch.Tensor, start: int = 0, error: type[AgentMergeError] = CheckpointError
+) -> torch.Tensor:
+    """``values`` unchanged, or ``error`` when a floating one is NaN or Inf; ``where`` names file and tensor."""
+    if not values.dtype.is_floating_point or values.numel() == 0 or all_finite(values):
+        return values
+    flat = values.reshape(-1)
+    first = int(torch.nonzero(~torch.isfinite(flat))[0, 0])
+    raise error(
+        f"{where}: element {start + first} is {float(flat[first])} (NaN or Inf); this input is broken, "
+        "re-export it; nothing was written"
+    )
 
 
 def check_output_chunk(name: str, start: int, values: torch.Tensor) -> None:

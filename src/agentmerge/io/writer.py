@@ -6,7 +6,6 @@ at their planned offsets with ``pwrite``, in any order and from any thread.
 
 from __future__ import annotations
 
-import json
 import os
 import shutil
 import threading
@@ -16,6 +15,7 @@ from pathlib import Path
 import torch
 
 from agentmerge.errors import CheckpointError
+from agentmerge.io import jsontext
 from agentmerge.io.atomic import NO_SPACE_ERRNOS
 from agentmerge.io.checkpoint import link_ok
 from agentmerge.io.headers import read_json_object
@@ -68,7 +68,7 @@ class ShardWriter:
                 for name, off in plan.offsets.items():
                     self._where[name] = (fd, off)
             if len(plans) > 1:
-                (folder / INDEX_FILE).write_text(json.dumps(index_json(plans, tensors), indent=2) + "\n")
+                (folder / INDEX_FILE).write_text(jsontext.dumps(index_json(plans, tensors), indent=2) + "\n")
         except BaseException:  # a full disk at reservation: close what was opened before re-raising
             for fd in self._fds:
                 os.close(fd)
@@ -146,7 +146,7 @@ def set_config_dtype(folder: Path, dtype: torch.dtype) -> None:
     keys = [k for k in ("torch_dtype", "dtype") if k in cfg] or ["torch_dtype"]
     for k in keys:
         cfg[k] = torch_dtype_name(dtype)
-    cfg_path.write_text(json.dumps(cfg, indent=2, sort_keys=True) + "\n")
+    cfg_path.write_text(jsontext.dumps(cfg, indent=2, sort_keys=True) + "\n")
 
 
 def update_config(folder: Path, values: Mapping[str, object], vocab_size: int | None = None) -> None:
@@ -162,7 +162,7 @@ def update_config(folder: Path, values: Mapping[str, object], vocab_size: int | 
         text["vocab_size"] = vocab_size  # type: ignore[index]
     if vocab_size is not None and ("vocab_size" in cfg or not nested):
         cfg["vocab_size"] = vocab_size
-    cfg_path.write_text(json.dumps(cfg, indent=2, sort_keys=True) + "\n")
+    cfg_path.write_text(jsontext.dumps(cfg, indent=2, sort_keys=True) + "\n")
 
 
 def finish_model_files(

@@ -13,7 +13,9 @@ A direction where the merge holds what each task holds (``s_r^i = 1``) keeps its
 N times what each task holds is scaled back by 1/N: N identical task vectors summed at scale 1 (``s_r^i = N``)
 come back to one of them. Other tensors keep the method's delta.
 
-The SVD runs in float32 (like every SVD here), the projections in float32 and their sums in float64.
+The SVD runs in float32 (like every SVD here), the projections ``u_r^T tau_i`` in float32, and their products
+and sums in float64: squaring a response in float32 overflows once task vectors pass ~1e19 (``|a|^2`` beyond
+3.4e38), which made every ``s_r^i`` zero and ``gamma = 1 / alpha``.
 After Iso-C or Iso-CTS every singular value of ``D`` is the same, so ``U`` is any orthonormal basis and the
 calibration is not unique (in the reference too): the merge warns (``warn_flat``).
 """
@@ -38,10 +40,11 @@ def svc(c: Chunk, delta: torch.Tensor) -> torch.Tensor:
     u, s, vh = svd(delta.view(c.shape))
     warn_flat(c, s)
     coef = torch.empty(s.numel(), n_models, dtype=torch.float64)
+    vh64 = vh.double()
     for i in range(n_models):
-        response = u.T @ taus[i]  # [k, n]: a_r^i
-        num = (vh * response).sum(1, dtype=torch.float64) * s.double()
-        den = (response * response).sum(1, dtype=torch.float64).clamp_min(1e-12)
+        response = (u.T @ taus[i]).double()  # [k, n]: a_r^i; its squares in float64 (module docstring)
+        num = (vh64 * response).sum(1) * s.double()
+        den = response.square().sum(1).clamp_min(1e-12)
         coef[:, i] = num / den
         del response
     coef = torch.nan_to_num(coef, nan=alpha, neginf=alpha)  # as fusion_bench's accelerated version

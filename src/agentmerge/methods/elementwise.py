@@ -21,7 +21,9 @@ SCE (FuseChat, arXiv 2408.07990; mergekit ``sce``): with ``d`` elements in the t
     select (only when select_topk < 1): var[p] = population variance of tau_1..N[p]; keep the positions
         whose var is at least the k-th largest, k = int(nnz(var) * select_topk) (no position when k = 0;
         all positions tied at the k-th value are kept, where torch.topk would pick among them); the same
-        positions for every agent: tau_i <- tau_i * sel
+        positions for every agent: tau_i <- tau_i * sel. A tensor with no variance anywhere (one agent, or agents
+        that agree on it exactly) has nothing to select by: the step is skipped and the agents' consensus kept,
+        where mergekit keeps nothing (k = 0) and silently returns the base (docs/methods.md)
     calculate: w_i = mean_p tau_i[p]^2 / sum_j mean_p tau_j[p]^2 over the whole tensor (1/N each when the sum
         is below 1e-6)
     erase: e_i[p] = [sign(tau_i[p]) == s[p]],  s[p] = +1 if sum_i tau_i[p] >= 0 else -1 (zeros always erased)
@@ -105,10 +107,15 @@ class SceStats:
 
 
 def sce_variance(tau: torch.Tensor) -> torch.Tensor:
-    """``[N, E]`` -> ``[E]`` float32 population variance over the agents: ``sum_i (tau_i - mean)^2 / N``."""
+    """``[N, E]`` -> ``[E]`` float32 population variance over the agents: ``sum_i (tau_i - mean)^2 / N``.
+
+    Taken of ``tau_i - tau_1`` (the same variance): exactly 0 where the agents agree, which ``mean`` in float32
+    (``(a + a + a) / 3`` need not be ``a``) would turn into rounding noise that the selection then ranks.
+    """
     n = tau.shape[0]
-    mean = sum_agents(tau).div_(n)
-    return sum_agents((tau - mean).square_()).div_(n)
+    shifted = tau - tau[0]
+    mean = sum_agents(shifted).div_(n)
+    return sum_agents(shifted.sub_(mean).square_()).div_(n)
 
 
 def _select_rank(nonzero: int, topk: float) -> int:
@@ -120,8 +127,10 @@ def _var_threshold_whole(var: torch.Tensor, topk: float) -> float | None:
     """The selection threshold from a whole tensor's variance (``None`` when nothing is selected away)."""
     if topk >= 1.0:
         return None
-    d = var.numel()
-    k = _select_rank(int(torch.count_nonzero(var)), topk) if topk > 0 else 0
+    d, nonzero = var.numel(), int(torch.count_nonzero(var))
+    if nonzero == 0 and topk > 0:
+        return None  # no variance to select by: keep the agents' consensus (module docstring)
+    k = _select_rank(nonzero, topk) if topk > 0 else 0
     if k == 0:
         return math.inf
     return float(kth_direct(var[None, :], torch.tensor([[d - k + 1]]))[0, 0])
@@ -146,7 +155,8 @@ def _var_threshold_streamed(source: TensorSource, topk: float) -> float | None:
         k = _select_rank(nonzero[0], topk)
         return torch.tensor([[d - k + 1 if k > 0 else d + 1]])
 
-    return float(kth_streamed(batches, ranks)[0, 0])
+    threshold = float(kth_streamed(batches, ranks)[0, 0])
+    return None if nonzero[0] == 0 else threshold  # no variance to select by: the consensus (module docstring)
 
 
 def sce_selected(tau: torch.Tensor, threshold: float | None) -> torch.Tensor:

@@ -66,8 +66,13 @@ def factorize(delta: torch.Tensor, rank: int | None = None, energy: float | None
 
 
 def relative_error(delta: torch.Tensor, a: torch.Tensor, b: torch.Tensor) -> float:
-    """``||delta - b @ a||_F / ||delta||_F`` in float32, for factors as stored (after any rounding to their dtype)."""
-    norm = float(torch.linalg.vector_norm(delta))
-    if norm == 0.0:
-        return 0.0
-    return float(torch.linalg.vector_norm(delta - b.float() @ a.float())) / norm
+    """``||delta - b @ a||_F / ||delta||_F`` in float32, for factors as stored (after any rounding to their dtype).
+
+    Both norms are taken of the values divided by ``max |delta|`` (the ratio does not change), so their squares
+    cannot overflow float32 whatever the weights' size (1e30 weights gave inf / inf = NaN).
+    """
+    peak = float(delta.abs().max()) if delta.numel() else 0.0
+    if peak == 0.0 or not math.isfinite(peak):
+        return 0.0 if peak == 0.0 else math.nan
+    norm = float(torch.linalg.vector_norm(delta / peak))
+    return float(torch.linalg.vector_norm(delta / peak - (b.float() @ a.float()) / peak)) / norm

@@ -13,7 +13,9 @@ Karcher (mergekit ``karcher``; on the raw weights x_i = theta_i, equal weights a
   sum_i a'_i x_i/n_i (the first unit vector when that sum is below tol); up to max_iter times:
   theta_i = arccos(clamp(<u, x_i/n_i>)), T = sum_{theta_i >= tol} a'_i theta_i/sin(theta_i) (x_i/n_i - cos(theta_i) u),
   stop when |T| < tol, else u <- cos|T| u + sin|T| T/|T|, renormalised (when its norm exceeds tol).
-  Result: (sum_i a_i n_i) u. One model: that model.
+  Result: (sum_i a_i n_i) u. One model: that model. Each "< tol" also holds at exactly 0, so ``tol: 0`` (in its
+  range) divides by no zero: an input at theta_i = 0 adds nothing to T (theta/sin(theta) -> 1 times a zero
+  vector), |T| = 0 is converged, a zero mean starts from the first unit vector.
 
 Multi-SLERP (mergekit ``multislerp``; x_i = tau_i with a base, theta_i without; model weights w_i, divided
 by their sum when normalize_weights):
@@ -126,7 +128,7 @@ def karcher_coefficients(g: torch.Tensor, max_iter: int, tol: float) -> torch.Te
     for _ in range(max_iter):
         step = _karcher_tangent(g, units, valid, a, u, tol)
         size = _norm(g, step)
-        if size < tol:
+        if _below(size, tol):
             break
         u = math.cos(size) * u + math.sin(size) * (step / size)
         length = _norm(g, u)
@@ -139,7 +141,7 @@ def _karcher_start(g: torch.Tensor, units: torch.Tensor, valid: Sequence[int], a
     """The normalised weighted mean of the unit vectors (the first unit vector when it is nearly zero)."""
     u = sum((a * units[i] for i in valid), torch.zeros(g.shape[0], dtype=torch.float64))
     length = _norm(g, u)
-    return units[valid[0]].clone() if length < tol else u / length
+    return units[valid[0]].clone() if _below(length, tol) else u / length
 
 
 def _karcher_tangent(
@@ -150,10 +152,15 @@ def _karcher_tangent(
     for i in valid:
         dot = min(1.0, max(-1.0, _quad(g, u, units[i])))
         theta = math.acos(dot)
-        if theta < tol:
+        if _below(theta, tol):
             continue
         step += a * (theta / math.sin(theta)) * (units[i] - dot * u)
     return step
+
+
+def _below(x: float, tol: float) -> bool:
+    """mergekit's ``x < tol``, also true at ``x == 0`` (``tol: 0`` must not divide by that zero)."""
+    return x < tol or x == 0.0
 
 
 def karcher(c: Chunk) -> torch.Tensor:

@@ -15,17 +15,26 @@ not checked (its trials record their errors as any failing trial does).
 
 :func:`where` is called by each trial's task: the record in ``results.jsonl`` carries the ``node`` id and
 ``node_ip`` it ran on.
+
+Before any of that, :func:`check_address` bounds how long joining a cluster may take (Ray itself retries a
+closed or silent address for minutes): ``--address HOST:PORT`` (or ``ray://HOST:PORT``) must be well formed,
+accept a TCP connection within ``CONNECT_SECONDS`` and answer the HTTP/2 preface every gRPC server answers
+(Ray's GCS and client server are gRPC servers) with a SETTINGS frame within ``CONNECT_SECONDS`` more; the
+preface is skipped when ``RAY_USE_TLS`` is on. :func:`check_resources` refuses a trial request no alive node
+can hold (more CPUs or GPUs than any node has), which Ray would keep pending forever.
 """
 
 from __future__ import annotations
 
 import importlib.util
+import os
 import secrets
+import socket
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from agentmerge.errors import CheckpointError
+from agentmerge.errors import CheckpointError, ConfigError
 from agentmerge.sweep import evaluators
 
 if TYPE_CHECKING:
@@ -34,6 +43,10 @@ if TYPE_CHECKING:
 CHECK_SECONDS = 120.0  # how long the input check waits for a node (a busy node starts its worker slowly)
 MARKER = ".nodes-check"  # written in OUT by the driver: a node that reads it back shares OUT
 _RAY_RESOURCES = {"CPU", "GPU", "memory", "object_store_memory"}
+CONNECT_SECONDS = 10.0  # how long --address may take to accept a connection, then to answer as gRPC does
+# the HTTP/2 client preface and an empty SETTINGS frame; a gRPC server answers with its own SETTINGS frame
+_PREFACE = b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n" + bytes([0, 0, 0, 4, 0, 0, 0, 0, 0])
+_SETTINGS = 4
 
 
 @dataclass(frozen=True)
@@ -62,6 +75,70 @@ def slots(resources: Resources) -> int:
     if resources.gpus:
         n = min(n, int(total.get("GPU", 0) // resources.gpus))
     return max(1, n)
+
+
+# --------------------------------------------------------------------------- joining the cluster
+
+
+def check_address(address: str, seconds: float = CONNECT_SECONDS) -> None:
+    """``ConfigError`` unless ``address`` names a reachable gRPC server, within ``2 * seconds`` (module docstring).
+
+    ``auto`` and ``local`` are left to Ray (it answers them at once); a ``ray://`` address needs ``ray[client]``.
+    """
+    text = address.strip()
+    if text in ("auto", "local"):
+        return
+    where = f"--address {address!r}"
+    if text.startswith("ray://") and importlib.util.find_spec("grpc") is None:
+        raise ConfigError(f"{where}: a ray:// address needs Ray's client: pip install 'ray[client]'")
+    host, sep, port = text.removeprefix("ray://").rpartition(":")
+    if not sep or not host or not port.isdigit() or not 0 < int(port) < 65536 or "/" in host:
+        raise ConfigError(
+            f"{where}: write HOST:PORT of the cluster's head (the address `ray start --head` prints), ray://HOST:PORT "
+            "for Ray's client, or leave --address out for a runtime on this machine"
+        )
+    try:
+        with socket.create_connection((host.strip("[]"), int(port)), timeout=seconds) as conn:
+            if os.environ.get("RAY_USE_TLS", "0").lower() in ("0", "false", ""):
+                _answers_grpc(conn, where, seconds)
+    except OSError as e:
+        reason = "timed out" if isinstance(e, TimeoutError) else (e.strerror or type(e).__name__).lower()
+        raise ConfigError(
+            f"{where}: no Ray cluster answers there ({reason} within {seconds:g} s); start it (ray start --head) "
+            "or fix the address"
+        ) from None
+
+
+def _answers_grpc(conn: socket.socket, where: str, seconds: float) -> None:
+    """Send the HTTP/2 preface; a gRPC server's first 9 bytes back are a SETTINGS frame header."""
+    conn.settimeout(seconds)
+    conn.sendall(_PREFACE)
+    head = b""
+    while len(head) < 9:
+        part = conn.recv(9 - len(head))
+        if not part:
+            break
+        head += part
+    if len(head) < 9 or head[3] != _SETTINGS:
+        raise ConfigError(
+            f"{where}: something listens there but it is no Ray cluster (no gRPC answer); give the head's address"
+        )
+
+
+def check_resources(wanted: Resources) -> None:
+    """``ConfigError`` when no alive node of the connected Ray runtime can hold one trial's ``resources``."""
+    import ray
+
+    nodes = [n.get("Resources", {}) for n in ray.nodes() if n.get("Alive")]  # type: ignore[no-untyped-call]
+    if any(_can_host(n, wanted) for n in nodes):
+        return
+    cpus = max((n.get("CPU", 0) for n in nodes), default=0)
+    gpus = max((n.get("GPU", 0) for n in nodes), default=0)
+    raise ConfigError(
+        f"resources: a trial asks for {wanted.cpus} CPUs and {wanted.gpus:g} GPUs, but no node of the Ray runtime "
+        f"has that many (the largest: {cpus:g} CPUs, {gpus:g} GPUs), so Ray would keep every trial waiting; lower "
+        "resources.cpus / resources.gpus, or join a cluster with such a node (--address)"
+    )
 
 
 # --------------------------------------------------------------------------- what a trial needs

@@ -16,16 +16,17 @@ module imported) is made in each trial, after its merge.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from agentmerge.evaluation.evaluator import Context, checked_metrics
+from agentmerge.evaluation.evaluator import Context, Score, checked_metrics
 from agentmerge.evaluation.kinds import parse
 
 Scorer = Callable[[Path], dict[str, float]]
 
-__all__ = ["Scorer", "check_before_trials", "check_options", "default_objective", "parse", "resolve"]
+__all__ = ["Scorer", "check_before_trials", "check_options", "default_objective", "parse", "resolve", "resolve_score"]
 
 
 def default_objective(spec: str) -> str | None:
@@ -42,9 +43,23 @@ def resolve(
     spec: str, search_path: Sequence[str] = (), threads: int = 1, options: Mapping[str, Any] | None = None
 ) -> Scorer:
     """The evaluator ``spec`` names with its ``options`` (checked by :func:`check_options`): folder -> metrics."""
+    score = resolve_score(spec, search_path, threads, options)
+    return lambda folder: score(folder).metrics
+
+
+def resolve_score(
+    spec: str, search_path: Sequence[str] = (), threads: int = 1, options: Mapping[str, Any] | None = None
+) -> Callable[[Path], Score]:
+    """As :func:`resolve`, but the whole ``Score`` (metrics checked, and their errors and counts where known)."""
     cls, arg = parse(spec)
     evaluator = cls.from_spec(arg, dict(options or {}), Context(tuple(search_path), threads))
-    return lambda folder: checked_metrics(evaluator.score(folder).metrics, f"evaluate: {evaluator.name}")
+
+    def score(folder: Path) -> Score:
+        s = evaluator.score(folder)
+        stderr = {k: float(v) for k, v in s.stderr.items() if isinstance(v, int | float) and math.isfinite(v)}
+        return Score(checked_metrics(s.metrics, f"evaluate: {evaluator.name}"), stderr, s.count)
+
+    return score
 
 
 def check_before_trials(spec: str, search_path: Sequence[str] = (), cluster: bool = False) -> None:

@@ -5,7 +5,8 @@ it writes them: ``trial`` a 16-digit hex id (``spec.trial_of``), ``name`` (when 
 of the sweep file (``spec.TRIAL_NAME``), ``method`` a string, ``params`` a mapping of names to plain values,
 ``models`` a list of strings, ``seed`` a whole number, ``status`` ``ok`` or ``failed``, ``error`` a string,
 ``metrics`` a mapping of names to finite numbers, ``seconds`` and ``merge_seconds`` finite numbers >= 0, ``kept``
-(when present) a list of finite numbers or nulls. A record that breaks any of these stops the sweep with one line
+(when present) a list of finite numbers or nulls, ``point`` and ``stderr`` (a search's, when present) mappings of names
+to finite numbers. A record that breaks any of these stops the sweep with one line
 naming the file, the line and the field (fix or remove that line, or start over with ``--no-resume``). A line that
 is not JSON at all is a write torn by a kill and is skipped (the trial runs again); the next record then starts on
 a line of its own. The file must be a regular file of at most ``MAX_RESULTS_BYTES``.
@@ -25,6 +26,7 @@ from pathlib import Path
 from typing import Any
 
 from agentmerge.errors import ConfigError
+from agentmerge.io import jsontext
 from agentmerge.io.bounded import text_lines
 from agentmerge.io.headers import MAX_JSON_DEPTH, json_depth
 from agentmerge.sweep.spec import TRIAL_ID, TRIAL_NAME
@@ -66,6 +68,8 @@ FIELDS: dict[str, tuple[bool, str, Callable[[Any], bool]]] = {  # field: (requir
     "seconds": (False, "a number >= 0", lambda v: _number(v) and v >= 0),
     "merge_seconds": (False, "a number >= 0", lambda v: _number(v) and v >= 0),
     "kept": (False, "a list of numbers or nulls", lambda v: isinstance(v, list) and all(_kept(x) for x in v)),
+    "stderr": (False, "a mapping of metric names to finite numbers", _mapping_of(_number)),
+    "point": (False, "a mapping of coordinate names to finite numbers", _mapping_of(_number)),
 }
 
 
@@ -83,7 +87,7 @@ def check_record(where: str, rec: object) -> dict[str, Any]:
                 raise ConfigError(f"{where}: field {field!r} is missing; {_fix()}")
             continue
         if not ok(rec[field]):
-            shown = json.dumps(rec[field])[:60]
+            shown = jsontext.dumps(rec[field])[:60]
             raise ConfigError(f"{where}: field {field!r} must be {what} (got {shown}); {_fix()}")
     return rec
 
@@ -115,7 +119,7 @@ def read_records(path: Path) -> list[dict[str, Any]]:
 
 def append_record(path: Path, record: dict[str, Any]) -> None:
     """Append one record as a whole line, synced; after a torn last line, on a line of its own."""
-    line = json.dumps(record, sort_keys=True) + "\n"
+    line = jsontext.dumps(record, sort_keys=True) + "\n"
     fd = os.open(path, os.O_RDWR | os.O_APPEND | os.O_CREAT, 0o644)
     try:
         size = os.fstat(fd).st_size

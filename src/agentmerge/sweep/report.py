@@ -8,7 +8,6 @@ map of the objective for every method swept over exactly two parameters.
 
 from __future__ import annotations
 
-import json
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -16,6 +15,7 @@ from pathlib import Path
 from typing import Any
 
 from agentmerge.evaluation.report import md_cell
+from agentmerge.io import jsontext
 from agentmerge.methods.registry import METHODS
 from agentmerge.sweep import evaluators
 from agentmerge.sweep.spec import SweepConfig
@@ -74,7 +74,7 @@ def rows(cfg: SweepConfig, records: Sequence[dict[str, Any]]) -> list[Row]:
     groups: dict[str, list[dict[str, Any]]] = {}
     for r in records:
         if r.get("status") == "ok" and objective in r.get("metrics", {}):
-            key = json.dumps([r["method"], r["params"], r["models"], r.get("name")], sort_keys=True)
+            key = jsontext.dumps([r["method"], r["params"], r["models"], r.get("name")], sort_keys=True)
             groups.setdefault(key, []).append(r)
     out = []
     for group in groups.values():

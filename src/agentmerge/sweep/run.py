@@ -12,7 +12,6 @@ record per trial, always. On a cluster, every node is checked first (``cluster.c
 from __future__ import annotations
 
 import contextlib
-import json
 import logging
 import math
 import os
@@ -26,11 +25,12 @@ from typing import Any
 
 from tqdm import tqdm
 
-from agentmerge.errors import AgentMergeError, ConfigError
+from agentmerge.errors import AgentMergeError, ConfigError, one_line
+from agentmerge.io import jsontext
 from agentmerge.methods.registry import METHODS
 from agentmerge.methods.spec import MASK_PARAMS
 from agentmerge.sweep import evaluators
-from agentmerge.sweep.cluster import check_nodes, slots, where
+from agentmerge.sweep.cluster import check_address, check_nodes, check_resources, slots, where
 from agentmerge.sweep.records import append_record, check_out_folder, read_records, remove_trial_folder
 from agentmerge.sweep.spec import SweepConfig, Trial, choose, merge_config, trials
 
@@ -75,8 +75,11 @@ def run_trial(cfg_data: dict[str, Any], trial: Trial, folder: str, search_path: 
     try:
         merge(merge_config(cfg, trial), out, force=True, quiet=True)
         record["merge_seconds"] = round(time.perf_counter() - t0, 3)
-        evaluate = evaluators.resolve(cfg.evaluate, search_path, cfg.resources.cpus, cfg.options_of(s))
-        record["metrics"] = evaluate(out)
+        evaluate = evaluators.resolve_score(cfg.evaluate, search_path, cfg.resources.cpus, cfg.options_of(s))
+        score = evaluate(out)
+        record["metrics"] = score.metrics
+        if s.point is not None and score.stderr:  # a search's noise check reads the objective's error
+            record["stderr"] = score.stderr
         if cfg.kept:
             record["kept"] = kept_shares(cfg, trial, out)
         record["status"] = "ok"
@@ -109,6 +112,7 @@ def trial_record(cfg: SweepConfig, trial: Trial) -> dict[str, Any]:
         "params": dict(s.params),
         "models": [cfg.models[i] for i in s.models],
         "seed": trial.seed,
+        **({"point": dict(s.point)} if s.point is not None else {}),
         "metrics": {},
     }
 
@@ -172,6 +176,8 @@ def run_sweep(
     search_path.append(os.getcwd())
     cluster = (session.address if session is not None else address) is not None
     evaluators.check_before_trials(cfg.evaluate, search_path, cluster)
+    if session is None and address is not None:
+        check_address(address)  # before the statistics are counted: a wrong address answers at once
     objective = objective_of(cfg, results.records())
     runner = _Runner(cfg, root, results, search_path, objective, quiet)
     _count_overlaps_once(cfg, done, quiet)
@@ -182,11 +188,19 @@ def run_sweep(
         ran, notes = 0, []
         if expected:  # nothing to run: Ray is not started
             session.start()
+            check_resources(cfg.resources)  # a request no node holds would wait forever
             if session.address is not None:  # a cluster: every node that can take a trial must read the inputs
                 notes = _say(check_nodes(cfg, root, search_path), quiet)
             ran = runner.run(_pending(cfg, done, runner), max_concurrent or slots(cfg.resources), expected)
     records = results.records()
-    write_report(cfg, records, root)
+    if cfg.space is not None:
+        from agentmerge.sweep.finish import finish_search
+        from agentmerge.sweep.search_report import write_search_report
+
+        notes += _say(finish_search(cfg, root, records, search_path, quiet), quiet)
+        write_search_report(cfg, records, root)
+    else:
+        write_report(cfg, records, root)
     failed = sum(r.get("status") != "ok" for r in records if r["trial"] in runner.ran)
     best = best_record(cfg, records)
     seconds = time.perf_counter() - t0
@@ -201,7 +215,7 @@ def _say(notes: list[str], quiet: bool) -> list[str]:
 
 def _pending(cfg: SweepConfig, done: set[str], runner: _Runner) -> Iterator[Trial]:
     """The trials still to run: the grid or random sample in order, or optuna's suggestions as results come."""
-    if cfg.search.kind == "optuna":
+    if cfg.search.kind == "optuna" or cfg.space is not None:
         from agentmerge.sweep.tune import optuna_trials
 
         yield from optuna_trials(cfg, done, runner.results.records(), runner.finished)
@@ -221,7 +235,7 @@ def _count_overlaps_once(cfg: SweepConfig, done: set[str], quiet: bool) -> None:
     """
     from agentmerge.engine.merge import count_overlaps
 
-    if cfg.search.kind == "optuna":
+    if cfg.search.kind == "optuna" or cfg.space is not None:
         return
     seen: set[str] = set()
     for trial in trials(cfg, choose(cfg)):
@@ -235,7 +249,7 @@ def _count_overlaps_once(cfg: SweepConfig, done: set[str], quiet: bool) -> None:
         rule = {k: v for k, v in merge_cfg.params.items() if k == "epsilon" or k in {p.name for p in MASK_PARAMS}}
         overrides = [o.model_dump() for o in merge_cfg.overrides]
         inputs = [merge_cfg.base, [m.path for m in merge_cfg.models]]
-        key = json.dumps([*inputs, rule, overrides, merge_cfg.seed, hists], sort_keys=True)
+        key = jsontext.dumps([*inputs, rule, overrides, merge_cfg.seed, hists], sort_keys=True)
         if key not in seen:
             seen.add(key)
             with contextlib.suppress(AgentMergeError, OSError):
@@ -244,6 +258,8 @@ def _count_overlaps_once(cfg: SweepConfig, done: set[str], quiet: bool) -> None:
 
 def _expected(cfg: SweepConfig, done: set[str]) -> int:
     """How many trials this run will start (for optuna: at most that many)."""
+    if cfg.space is not None:
+        return max(0, (cfg.search.n_trials or 0) - len(done) // len(cfg.seeds)) * len(cfg.seeds)
     if cfg.search.kind == "optuna":
         return (cfg.search.n_trials or len(choose(cfg))) * len(cfg.seeds)
     return sum(t.id not in done for t in trials(cfg, choose(cfg)))
@@ -272,7 +288,15 @@ class RaySession:
             kwargs: dict[str, Any] = {"include_dashboard": False, "log_to_driver": False, "logging_level": level}
             if self.address is None:
                 kwargs["num_cpus"] = self.num_cpus or os.cpu_count() or 1
-            ray.init(address=self.address, **kwargs)
+            else:
+                check_address(self.address)  # bounded: Ray retries a closed address for minutes
+            try:
+                ray.init(address=self.address, **kwargs)
+            except Exception as e:  # Ray's own ConnectionError, ValueError, RuntimeError: one line
+                with contextlib.suppress(Exception):
+                    ray.shutdown()
+                where = f"--address {self.address!r}" if self.address is not None else "a local Ray runtime"
+                raise ConfigError(f"{where}: Ray could not start or join it ({one_line(e)})") from None
             self.started = True
 
     def __enter__(self) -> RaySession:

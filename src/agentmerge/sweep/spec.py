@@ -21,6 +21,10 @@ trials: []                        # explicit named settings besides the grid (be
 evaluate_options: {}              # the evaluator's options (zoo: n, tasks, batch_size, cache)
 fingerprint: null                 # what else decides the results (e.g. a digest of the inputs' bytes)
 kept: false                       # also measure what each trial's merge kept of each model's update (needs base)
+space: null                       # a search (space.py, docs/search.md): a space, not methods; cmaes | tpe | random
+test: null                        # a search's test evaluator (test_options refine evaluate_options for it) and
+baseline: null                    # data-free baseline, scored once at the end
+test_options: {}
 ```
 
 The example gives 1 x (1 + 3 + 2) x 1 = 6 trials. ``output_scale`` (the fair protocol: every method tuned alike)
@@ -48,7 +52,6 @@ from __future__ import annotations
 
 import hashlib
 import itertools
-import json
 import math
 import random
 import re
@@ -62,9 +65,11 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 from agentmerge.config.schema import MergeConfig, config_from_dict
 from agentmerge.config.userinput import did_you_mean, read_yaml
 from agentmerge.errors import ConfigError
+from agentmerge.io import jsontext
 from agentmerge.methods.registry import METHODS
 from agentmerge.methods.spec import ParamValue
 from agentmerge.sweep import evaluators
+from agentmerge.sweep.space import Baseline, Space, baseline_merge, dimensions, midpoint, model_groups, point_config
 
 TRIAL_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._+-]{0,127}")  # an explicit trial's name: its folder's name
 TRIAL_ID = re.compile(r"[0-9a-f]{16}")  # ``trial_of``: the first 16 hex digits of a sha256
@@ -78,7 +83,7 @@ class _Frozen(BaseModel):
 class Search(_Frozen):
     """How trials are chosen: the whole grid, a seeded random sample of it, or optuna's sampler."""
 
-    kind: Literal["grid", "random", "optuna"] = "grid"
+    kind: Literal["grid", "random", "optuna", "cmaes", "tpe"] = "grid"  # cmaes, tpe (and random): a space
     n_trials: int | None = Field(default=None, ge=1)  # settings to try (random, optuna)
     seed: int = 0
 
@@ -138,15 +143,21 @@ class SweepConfig(_Frozen):
     evaluate_options: dict[str, Any] = Field(default_factory=dict)
     fingerprint: str | None = None
     kept: bool = False
+    space: Space | None = None
+    test: str | None = None
+    test_options: dict[str, Any] = Field(default_factory=dict)  # refine evaluate_options for test (e.g. more n)
+    baseline: Baseline | None = None
 
     @field_validator("search", mode="before")
     @classmethod
     def _search_word(cls, v: object) -> object:
         return {"kind": v} if isinstance(v, str) else v
 
-    @field_validator("evaluate")
+    @field_validator("evaluate", "test")
     @classmethod
-    def _known_evaluator(cls, v: str) -> str:
+    def _known_evaluator(cls, v: str | None) -> str | None:
+        if v is None:
+            return v
         try:
             evaluators.parse(v)
         except ConfigError as e:
@@ -162,6 +173,10 @@ class SweepConfig(_Frozen):
 
     @model_validator(mode="after")
     def _entries(self) -> SweepConfig:
+        if self.space is not None or self.search.kind in ("cmaes", "tpe"):
+            return self._search_entries()
+        if self.test is not None or self.baseline is not None:
+            raise ValueError("test and baseline belong to a search: give space (docs/search.md)")
         if not self.methods and not self.trials:
             raise ValueError("name the merges to try: methods (a grid), trials (explicit settings), or both")
         if self.kept and self.base is None:
@@ -180,6 +195,34 @@ class SweepConfig(_Frozen):
                 evaluators.check_options(self.evaluate, options)
             except ConfigError as e:
                 raise ValueError(str(e)) from None
+        return self
+
+    def _search_entries(self) -> SweepConfig:
+        """A search: a space, no grid, a sampler, a budget, and a fitness that is never the test split."""
+        if self.space is None:
+            raise ValueError(f"search: {self.search.kind} samples a space: give space (docs/search.md)")
+        if self.methods or self.trials or self.output_scale is not None or self.subsets != "all":
+            raise ValueError(
+                "space searches one method on all the models: remove methods, trials, output_scale, subsets"
+            )
+        if self.search.kind not in ("cmaes", "tpe", "random"):
+            raise ValueError(f"search: a space is searched by cmaes, tpe or random, not {self.search.kind}")
+        n = self.search.n_trials
+        if n is None or n > MAX_TRIALS:
+            raise ValueError(f"search.n_trials: give the budget, 1 to {MAX_TRIALS} trials (got {n})")
+        if self.evaluate == self.test or self.evaluate.endswith(":test"):
+            raise ValueError(
+                f"evaluate: {self.evaluate!r} is the fitness of every trial; score validation there "
+                "(zoo, tasks:VAL.jsonl) and name the test split in test: only"
+            )
+        if self.test is None and self.baseline is not None:
+            raise ValueError("baseline is scored on test at the end: give test (e.g. zoo:test)")
+        try:
+            evaluators.check_options(self.evaluate, self.evaluate_options)
+            if self.test is not None:
+                evaluators.check_options(self.test, {**self.evaluate_options, **self.test_options})
+        except ConfigError as e:
+            raise ValueError(str(e)) from None
         return self
 
     def entry_models(self, entry: TrialEntry) -> tuple[int, ...]:
@@ -235,6 +278,7 @@ class Setting:
     models: tuple[int, ...]
     name: str | None = None  # an explicit trial's name
     fisher: tuple[str, ...] | None = None  # an explicit trial's Fisher files, one per merged model
+    point: tuple[tuple[str, float], ...] | None = None  # a search's point of its space (``space.py``), sorted
 
     @property
     def label(self) -> str:
@@ -295,9 +339,10 @@ def trial_of(cfg: SweepConfig, setting: Setting, seed: int) -> Trial:
         "fisher": setting.fisher,
         "options": options,
         "fingerprint": cfg.fingerprint,
+        "point": setting.point,
     }
     identity |= {k: v for k, v in later.items() if v}
-    digest = hashlib.sha256(json.dumps(identity, sort_keys=True, default=str).encode()).hexdigest()
+    digest = hashlib.sha256(jsontext.dumps(identity, sort_keys=True, default=str).encode()).hexdigest()
     return Trial(setting, seed, digest[:16])
 
 
@@ -307,6 +352,11 @@ def trials(cfg: SweepConfig, settings: Sequence[Setting]) -> list[Trial]:
 
 def merge_config(cfg: SweepConfig, trial: Trial) -> MergeConfig:
     """The merge a trial runs (validated: a bad parameter fails before any trial starts)."""
+    return config_from_dict(merge_data(cfg, trial), f"sweep trial {trial.setting.label}")
+
+
+def merge_data(cfg: SweepConfig, trial: Trial) -> dict[str, Any]:
+    """The merge config of a trial as the plain mapping a YAML file holds (``merge_config`` validates it)."""
     s = trial.setting
     data = {
         **cfg.merge,
@@ -320,7 +370,36 @@ def merge_config(cfg: SweepConfig, trial: Trial) -> MergeConfig:
     }
     if cfg.base is not None:
         data["base"] = cfg.base
-    return config_from_dict(data, f"sweep trial {s.label}")
+    if s.point is not None and cfg.space is not None:
+        data |= point_config(
+            cfg.space, model_groups(cfg.base or cfg.models[0], cfg.space), dict(s.point), len(s.models)
+        )
+    return data
+
+
+def point_setting(cfg: SweepConfig, point: dict[str, float]) -> Setting:
+    """The setting of a search point: the space's method with its global parameters, on all the models."""
+    assert cfg.space is not None
+    params = point_config(cfg.space, [], point, len(cfg.models))["params"]
+    return Setting(
+        cfg.space.method,
+        tuple(sorted(params.items())),
+        tuple(range(len(cfg.models))),
+        point=tuple(sorted(point.items())),
+    )
+
+
+def check_space(cfg: SweepConfig, source: str) -> None:
+    """A search's space against the method and the base (one ``ConfigError`` line), and its centre's merge config."""
+    if cfg.space is None:
+        return
+    try:
+        dims = dimensions(cfg.space, model_groups(cfg.base or cfg.models[0], cfg.space), len(cfg.models))
+        merge_config(cfg, trial_of(cfg, point_setting(cfg, midpoint(dims)), cfg.seeds[0]))
+        if cfg.baseline is not None:
+            config_from_dict(baseline_merge(cfg.baseline, cfg.base, cfg.models, cfg.merge, cfg.seeds[0]), "baseline")
+    except ConfigError as e:
+        raise ConfigError(f"{source}: {e}") from None
 
 
 def load_sweep(path: str | Path) -> SweepConfig:
@@ -345,6 +424,7 @@ def sweep_from_dict(data: Mapping[str, Any], source: str = "sweep") -> SweepConf
         where = f"{loc}: " if loc else ""
         raise ConfigError(f"{source}: {where}{str(first['msg']).removeprefix('Value error, ')}") from None
     check_size(cfg, source)
+    check_space(cfg, source)
     for setting in grid(cfg):
         merge_config(cfg, trial_of(cfg, setting, cfg.seeds[0]))
     return cfg

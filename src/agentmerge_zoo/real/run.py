@@ -14,6 +14,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from agentmerge.io import jsontext
 from agentmerge_zoo.real.config import RealConfig
 from agentmerge_zoo.real.suite import HELD_OUT, TRAINED
 
@@ -111,7 +112,7 @@ def stage_check(cfg: RealConfig, base: Path, work: Path, seed: int, cache: Path,
     out["convergence"] = {s: check_agent(base, agents[s], s, scratch, cfg.n_check, cache, log=log) for s in TRAINED}
     out["probe"] = _probe(base, agents)
     out["digests"] = digests
-    path.write_text(json.dumps(out) + "\n")
+    path.write_text(jsontext.dumps(out) + "\n")
     return out
 
 
@@ -182,4 +183,4 @@ def run_stages(
     bench = stage_bench(cfg, base, work, seed, cache, session, log)
     curves = {s: [{k: r[k] for k in CURVE_KEYS} for r in m["curve"]] for s, m in metas.items()}
     result = {"seed": seed, "config": cfg.to_dict(), "check": check, "bench": bench, "curves": curves}
-    (seed_dir(work, seed) / "result.json").write_text(json.dumps(result) + "\n")
+    (seed_dir(work, seed) / "result.json").write_text(jsontext.dumps(result) + "\n")

@@ -25,6 +25,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
+from agentmerge.io import jsontext
 from agentmerge_zoo.real.tasks import Example, Score, normalise, strict_partial
 
 CITIES = [
@@ -239,7 +240,7 @@ class ToolSkill:
 
 def _demonstration(tool: Tool, rng: random.Random) -> tuple[str, str]:
     args = tool.draw(rng)
-    return rng.choice(tool.requests).format(**args), json.dumps({"name": tool.name, "arguments": args})
+    return rng.choice(tool.requests).format(**args), jsontext.dumps({"name": tool.name, "arguments": args})
 
 
 def parse_call(text: str) -> dict[str, Any] | None:
@@ -250,7 +251,7 @@ def parse_call(text: str) -> dict[str, Any] | None:
             continue
         try:
             value, _ = decoder.raw_decode(text[start:2000])
-        except ValueError:
+        except (ValueError, RecursionError):  # RecursionError: brackets nested deeper than Python recurses
             continue
         call = _as_call(value)
         if call is not None:
@@ -267,7 +268,7 @@ def _as_call(value: Any) -> dict[str, Any] | None:
     if isinstance(args, str):
         try:
             args = json.loads(args)
-        except ValueError:
+        except (ValueError, RecursionError):
             return None
     return {"name": value["name"], "arguments": args} if isinstance(args, dict) else None
 

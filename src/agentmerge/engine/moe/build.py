@@ -19,17 +19,18 @@ import contextlib
 import copy
 import shutil
 import time
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
 import torch
 
+from agentmerge.engine.coverage import check_planned, check_written
 from agentmerge.engine.inputs import check_compatible, open_model
 from agentmerge.engine.moe.arch import MoeNames, moe_config, moe_family
 from agentmerge.engine.moe.plan import LayerPlan, MoePlan, Slot, check_mlp_shapes, make_plan, shared_size
 from agentmerge.engine.moe.record import MoeResult, merge_record, model_card
-from agentmerge.engine.moe.router import Calibration, Router, mlp, route, router_rows
+from agentmerge.engine.moe.router import MAX_TOKENS, Calibration, Router, mlp, route, router_rows
 from agentmerge.engine.moe.spec import MoeConfig
 from agentmerge.engine.parallel import torch_threads
 from agentmerge.errors import CheckpointError, MergeError
@@ -38,11 +39,15 @@ from agentmerge.io.checkpoint import Checkpoint, Readable, resolve_model_path
 from agentmerge.io.headers import read_json_object
 from agentmerge.io.safety import check_output_target
 from agentmerge.io.shards import plan_shards
+from agentmerge.io.tensorfile import TensorInfo
+from agentmerge.io.trainer import trainer_config_folder
 from agentmerge.io.units import TOKENIZER_FILES
+from agentmerge.io.validate import check_finite, check_output_chunk
 from agentmerge.io.writer import ShardWriter, copy_aux_files
 
 CHUNK = 1 << 20
 STATIC = ".static-merge"
+HEAD_CHARS = 8 * MAX_TOKENS  # the first cut of a prompt's text (``_head``)
 
 
 def moe_inputs(cfg: MoeConfig) -> list[str]:
@@ -51,8 +56,8 @@ def moe_inputs(cfg: MoeConfig) -> list[str]:
 
 
 def base_family(cfg: MoeConfig) -> MoeNames:
-    """The output family of the base (``mixtral`` / ``qwen2_moe``); unsupported bases fail here, first."""
-    folder = resolve_model_path(cfg.base)
+    """The output family of the base (``mixtral``, ``qwen2_moe``, ``qwen3_moe``); unsupported bases fail here, first."""
+    folder = trainer_config_folder(cfg.base) or resolve_model_path(cfg.base)
     if not (folder / "config.json").is_file():
         raise CheckpointError(f"{folder}: no config.json; the MoE architecture is chosen from the base's")
     names = MoeNames(moe_family(read_json_object(folder / "config.json", "config.json"), folder))
@@ -68,6 +73,7 @@ def build_moe(cfg: MoeConfig, out: str | Path, *, force: bool = False, quiet: bo
     check_output_target(target, moe_inputs(cfg), force=force)
     names = base_family(cfg)
     with opened_inputs(cfg) as (base, agents), atomic_output_dir(target, force=force) as tmp:
+        prompt_tokens(cfg, base)  # tokenizer, chat template and token ids checked before the static merge
         static_dir, static_record = _static_merge(cfg, tmp, quiet)
         with Checkpoint(static_dir) as static:
             check_static(static, base)
@@ -133,6 +139,7 @@ def _write(
     cfg: MoeConfig, names: MoeNames, tmp: Path, static: Checkpoint, base: Readable, agents: list[Readable], quiet: bool
 ) -> MoeResult:
     plan = make_plan(static.tensors, names, len(agents), cfg.shared_expert, cfg.shared_weight, None)
+    check_planned([static, base, *agents], (s.tensor for s in plan.slots if s.tensor), "moe")
     gate = plan.layers[0].router
     assert gate is not None
     dense = _dense_config(static.folder)
@@ -147,12 +154,14 @@ def _write(
     moe.save_pretrained(tmp)
     copy_aux_files(static.folder, tmp, ["generation_config.json", *TOKENIZER_FILES])
     tokens = tokenize(tmp, [e.prompts for e in cfg.experts], cfg.chat_template)  # as the output will read them
+    check_token_ids(tokens, _embedding_rows(static.tensors), tmp)
     slots = [s.planned for s in plan.slots]
     writer = ShardWriter(tmp, plan_shards(slots, cfg.merge.shard_bytes), slots)
     try:
         routers = _layers(cfg, plan, static, base, agents, writer, tokens, moe, quiet)
     finally:
         writer.close()
+    check_written(tmp, slots)
     experts = [
         {"name": e.name, "path": e.path, "prompts": len(e.prompts), "tokens": sum(len(t) for t in ids)}
         for e, ids in zip(cfg.experts, tokens, strict=True)
@@ -167,28 +176,78 @@ def _dense_config(folder: Path) -> Any:
 
 
 def tokenize(folder: Path, prompts: Sequence[Sequence[str]], chat_template: bool) -> list[list[list[int]]]:
-    """Each agent's prompts as token ids, with the output's tokenizer (in its chat template when asked)."""
+    """Each agent's prompts as token ids, with ``folder``'s tokenizer (in its chat template when asked).
+
+    Only a prompt's first ``MAX_TOKENS`` tokens feed the router, so its text is cut first (``_head``): a
+    megabyte line costs what its first few thousand characters do.
+    """
     import transformers
 
     try:
         tok = transformers.AutoTokenizer.from_pretrained(folder)
     except (OSError, ValueError) as e:
         raise CheckpointError(f"{folder}: no tokenizer to read the prompts with ({str(e).splitlines()[0]})") from None
+    if chat_template and not getattr(tok, "chat_template", None):
+        raise CheckpointError(
+            f"{folder}: its tokenizer has no chat template; leave out --chat-template (chat_template: false) or "
+            "add one to its tokenizer_config.json"
+        )
     out = []
     for agent in prompts:
         ids = []
-        for p in agent:
+        for whole in agent:
+            p = _head(lambda text: len(tok(text, add_special_tokens=False)["input_ids"]), whole)
             if chat_template:
                 text = tok.apply_chat_template(
                     [{"role": "user", "content": p}], tokenize=False, add_generation_prompt=True
                 )
-                ids.append(list(tok(text, add_special_tokens=False)["input_ids"]))
+                ids.append(list(tok(text, add_special_tokens=False)["input_ids"])[:MAX_TOKENS])
             else:
-                ids.append(list(tok(p)["input_ids"]))
+                ids.append(list(tok(p)["input_ids"])[:MAX_TOKENS])
             if not ids[-1]:
-                raise CheckpointError(f"prompt {p!r}: the tokenizer gives no tokens for it; remove it")
+                raise CheckpointError(f"prompt {p[:60]!r}: the tokenizer gives no tokens for it; remove it")
         out.append(ids)
     return out
+
+
+def _head(count: Callable[[str], int], text: str) -> str:
+    """The shortest cut ``text[:HEAD_CHARS * 2**k]`` with at least ``2 * MAX_TOKENS`` tokens (or all of ``text``).
+
+    Its first ``MAX_TOKENS`` tokens are the whole text's: the cut only changes the tokens near its end.
+    Tokenizing the cuts costs at most twice tokenizing the last one.
+    """
+    n = HEAD_CHARS
+    while n < len(text) and count(text[:n]) < 2 * MAX_TOKENS:
+        n *= 2
+    return text[:n]
+
+
+def check_token_ids(tokens: Sequence[Sequence[list[int]]], rows: int, folder: Path) -> None:
+    """Every prompt token id is a row of the embedding (``rows`` of them); else one line, before any writing."""
+    top = max((max(t) for agent in tokens for t in agent), default=-1)
+    if top >= rows:
+        raise CheckpointError(
+            f"{folder}: its tokenizer gives token id {top} for a prompt, but the embedding has {rows} rows; "
+            "the tokenizer files do not belong to these weights"
+        )
+
+
+def prompt_tokens(cfg: MoeConfig, base: Readable) -> list[list[list[int]]]:
+    """The prompts' token ids from the folder whose tokenizer the output gets (``static``, else the base's),
+    checked against its embedding rows: run before the static merge, so a bad prompt costs no merge."""
+    folder = resolve_model_path(cfg.static) if cfg.static else base.folder
+    tokens = tokenize(folder, [e.prompts for e in cfg.experts], cfg.chat_template)
+    if cfg.static:
+        with Checkpoint(folder) as static:
+            check_token_ids(tokens, _embedding_rows(static.tensors), folder)
+    else:
+        check_token_ids(tokens, _embedding_rows(base.tensors), folder)
+    return tokens
+
+
+def _embedding_rows(tensors: Mapping[str, TensorInfo]) -> int:
+    name = next((n for n in tensors if n.endswith("embed_tokens.weight")), None)
+    return tensors[name].shape[0] if name is not None else 1 << 62
 
 
 def _layers(
@@ -235,7 +294,7 @@ def _layer(
     calibration: Calibration,
 ) -> Router:
     """One layer: static tensors, router, experts and shared expert written; the prompts moved through it."""
-    weights = {s.name.removeprefix(layer.prefix): _put(writer, s, static.read(s.tensor)) for s in layer.static}
+    weights = {s.name.removeprefix(layer.prefix): _put(writer, s, _read(static, s.tensor)) for s in layer.static}
     inputs = calibration.attend(layer.layer, weights)
     assert layer.router is not None
     router = router_rows(inputs, cfg.router_margin)
@@ -244,7 +303,7 @@ def _layer(
     index, weight = route(x, rows, cfg.experts_per_token)
     out = torch.zeros_like(x)
     for e, slots in enumerate(layer.experts):
-        proj = {s.tensor.split(".")[-2]: _put(writer, s, agents[e].read(s.tensor)) for s in slots}
+        proj = {s.tensor.split(".")[-2]: _put(writer, s, _read(agents[e], s.tensor)) for s in slots}
         share = (weight * (index == e)).sum(-1, keepdim=True)
         out += share * mlp(x, proj["gate_proj"], proj["up_proj"], proj["down_proj"], calibration.act)
     if layer.shared:
@@ -259,7 +318,7 @@ def _shared_expert(
     """Write the shared expert and its gate; its output ``sigmoid(g . x) S(x)`` on the prompts' tokens."""
     values = {}
     for s in slots:
-        read = source.read(s.tensor) if s.source == "shared" else torch.zeros(s.shape)
+        read = _read(source, s.tensor) if s.source == "shared" else torch.zeros(s.shape)
         values[s.name.rsplit(".", 2)[-2]] = _put(writer, s, read)
     gate = values.pop("shared_expert_gate")
     if values["gate_proj"].numel() == 0:
@@ -271,15 +330,21 @@ def _shared_expert(
 def _put(writer: ShardWriter, slot: Slot, values: torch.Tensor) -> torch.Tensor:
     """Write ``values * slot.scale`` in the slot's dtype; return them as written, in float32 and the slot's shape."""
     stored = (values.float() * slot.scale if slot.scale != 1.0 else values.float()).to(slot.dtype)
+    check_output_chunk(slot.name, 0, stored)  # a router from broken calibration, a scale overflowing the dtype
     if stored.numel():
         writer.write(slot.name, 0, stored.reshape(-1))
     return stored.float().reshape(slot.shape)
 
 
+def _read(source: Readable, tensor: str, start: int = 0, stop: int | None = None) -> torch.Tensor:
+    """A tensor (or elements ``start:stop``) of the static merge, an agent or the base, checked finite."""
+    return check_finite(f"{source.path}: tensor {tensor!r}", source.read(tensor, start, stop), start)
+
+
 def _copy(static: Checkpoint, slot: Slot, writer: ShardWriter) -> None:
     numel = static.tensors[slot.tensor].numel
     for start in range(0, numel, CHUNK):
-        writer.write(slot.name, start, static.read(slot.tensor, start, min(start + CHUNK, numel)).to(slot.dtype))
+        writer.write(slot.name, start, _read(static, slot.tensor, start, min(start + CHUNK, numel)).to(slot.dtype))
 
 
 def _rows(static: Checkpoint, embedding: Slot, ids: torch.Tensor) -> torch.Tensor:

@@ -6,7 +6,7 @@ from pathlib import Path
 from typing import Any
 
 from agentmerge.engine.moe.arch import ARCHITECTURES
-from agentmerge.engine.moe.build import STATIC, base_family, check_static, moe_inputs, opened_inputs, tokenize
+from agentmerge.engine.moe.build import STATIC, base_family, check_static, moe_inputs, opened_inputs, prompt_tokens
 from agentmerge.engine.moe.plan import make_plan
 from agentmerge.engine.moe.spec import MoeConfig
 from agentmerge.io.checkpoint import Checkpoint
@@ -28,10 +28,9 @@ def plan_moe(cfg: MoeConfig, out: str | Path, *, force: bool = False) -> dict[st
             check_static(dense, base)
         dtype = dtype_from_name(cfg.merge.dtype) if cfg.merge.dtype else None
         plan = make_plan(dense.tensors, names, len(agents), cfg.shared_expert, cfg.shared_weight, dtype)
-        folder = dense.folder
         if dense is not base:
             dense.close()
-    tokens = tokenize(folder, [e.prompts for e in cfg.experts], cfg.chat_template)
+        tokens = prompt_tokens(cfg, base)
     shards = plan_shards([s.planned for s in plan.slots], cfg.merge.shard_bytes)
     return {
         "out_dir": str(target.resolve()),

@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 
 import torch
 
-from agentmerge.engine.moe.arch import PROJECTIONS, MoeNames, mlp_tensor
+from agentmerge.engine.moe.arch import ARCHITECTURES, PROJECTIONS, MoeNames, mlp_tensor
 from agentmerge.errors import ConfigError, MergeError
 from agentmerge.io.shards import PlannedTensor
 from agentmerge.io.tensorfile import TensorInfo
@@ -91,7 +91,8 @@ def make_plan(
     run); ``dtype`` overrides the stored dtypes."""
     if shared != "none" and not names.has_shared:
         raise ConfigError(
-            "shared_expert: MixtralForCausalLM has no shared expert; it works with Qwen2 bases (Qwen2-MoE outputs)"
+            f"shared_expert: {ARCHITECTURES[names.family]} has no shared expert; it works with Qwen2 bases "
+            "(Qwen2-MoE outputs)"
         )
     outer: list[Slot] = []
     layers: dict[int, LayerPlan] = {}

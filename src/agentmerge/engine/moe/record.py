@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 import statistics
 from dataclasses import dataclass
 from pathlib import Path
@@ -12,6 +11,7 @@ from agentmerge._version import __version__
 from agentmerge.engine.moe.router import Router
 from agentmerge.engine.moe.spec import MoeConfig
 from agentmerge.engine.provenance import input_ref
+from agentmerge.io import jsontext
 
 
 @dataclass
@@ -76,7 +76,7 @@ def merge_record(cfg: MoeConfig, result: MoeResult, static: dict[str, Any] | Non
         "bytes": result.nbytes,
         "seconds": round(result.seconds, 3),
     }
-    return json.dumps(record, indent=2) + "\n"
+    return jsontext.dumps(record, indent=2) + "\n"
 
 
 def model_card(cfg: MoeConfig, result: MoeResult) -> str:

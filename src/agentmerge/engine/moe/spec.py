@@ -30,6 +30,8 @@ from typing import Any
 from agentmerge.config.schema import MergeConfig, config_from_dict
 from agentmerge.config.userinput import did_you_mean, read_yaml
 from agentmerge.errors import ConfigError
+from agentmerge.io.bounded import text_lines
+from agentmerge.io.headers import strict_bool
 
 SHARED = ("none", "base", "merged")
 KEYS = (
@@ -48,6 +50,7 @@ KEYS = (
 )
 EXPERT_KEYS = ("path", "prompts", "prompts_file", "name")
 MAX_PROMPTS = 4096
+MAX_PROMPTS_BYTES = 32 << 20  # a prompts file: 4096 prompts of 8 k characters each
 
 
 @dataclass(frozen=True)
@@ -115,8 +118,9 @@ def moe_config_from_dict(data: Mapping[str, Any], source: str = "moe") -> MoeCon
         raise ConfigError(f"{source}: 'static' must name a merge output folder")
     merge = _merge_config(data, base, experts, source)
     return MoeConfig(
-        base, experts, merge, static, int(k), str(shared), weight, margin, bool(data.get("chat_template", False))
-    )
+        base, experts, merge, static, int(k), str(shared), weight, margin,
+        strict_bool(data.get("chat_template"), f"{source}: chat_template", error=ConfigError),
+    )  # fmt: skip
 
 
 def _known_keys(data: Mapping[str, Any], known: Sequence[str], where: str) -> None:
@@ -167,30 +171,41 @@ def _prompts(entry: Mapping[str, Any], where: str) -> tuple[str, ...]:
 
 
 def read_prompts(path: str) -> list[str]:
-    """Prompts from a file: one a line (``.txt``), or a JSONL file's ``prompt`` fields (an eval task file)."""
-    try:
-        text = Path(path).expanduser().read_text()
-    except OSError as e:
-        raise ConfigError(f"{path}: cannot read the prompts file ({e.strerror})") from None
+    """Prompts from a file: one a line (``.txt``), or a JSONL file's ``prompt`` fields (an eval task file).
+
+    A regular UTF-8 file of at most ``MAX_PROMPTS_BYTES`` (``io.bounded``: a FIFO, ``/dev/zero`` or a folder is
+    refused before it is opened); a line may be long, the router reads each prompt's first tokens only.
+    """
+    file = Path(path).expanduser()
+    text = text_lines(file, "prompts file", MAX_PROMPTS_BYTES, MAX_PROMPTS_BYTES, ConfigError)
     if not path.endswith(".jsonl"):
-        return [line for line in text.splitlines() if line.strip()]
+        return [line for line in text if line.strip()]
     prompts = []
-    for n, line in enumerate(text.splitlines(), 1):
+    for n, line in enumerate(text, 1):
         if not line.strip():
             continue
         try:
             row = json.loads(line)
-        except ValueError:
+        except (ValueError, RecursionError):
             raise ConfigError(f"{path}:{n}: not JSON; a .jsonl prompts file holds one object a line") from None
         if isinstance(row, dict) and isinstance(row.get("prompt"), str):
             prompts.append(row["prompt"])
     return prompts
 
 
-def _merge_config(data: Mapping[str, Any], base: str, experts: Sequence[Expert], source: str) -> MergeConfig:
-    merge = data.get("merge") or {"method": "ram"}
+def merge_section(data: Mapping[str, Any], source: str) -> dict[str, Any]:
+    """The config's ``merge:`` mapping (a copy; ``{}`` when absent), its ``params`` a mapping too."""
+    merge = data.get("merge") or {}
     if not isinstance(merge, Mapping):
-        raise ConfigError(f"{source}: 'merge' must be a mapping such as {{method: ram, params: {{}}}}")
+        raise ConfigError(f"{source}: 'merge' must be a mapping such as {{method: ram, params: {{r: 0.1}}}}")
+    params = merge.get("params")
+    if params is not None and not isinstance(params, Mapping):
+        raise ConfigError(f"{source}: merge.params must be a mapping of NAME: VALUE, e.g. {{r: 0.1}}")
+    return dict(merge)
+
+
+def _merge_config(data: Mapping[str, Any], base: str, experts: Sequence[Expert], source: str) -> MergeConfig:
+    merge = merge_section(data, source)
     for key in ("base", "models"):
         if key in merge:
             raise ConfigError(f"{source}: merge.{key}: set by the moe config itself (base, experts); remove it")

@@ -1,0 +1,1 @@
+"""BFCL v4 single-turn AST evaluation (see data, prompt, decode, checker, evaluator)."""
