@@ -263,7 +263,8 @@ def test_folder_with_two_gguf_files(sources: dict[str, Path], tmp_path: Path) ->
 
 def test_eval_loads_a_gguf_as_its_source(sources: dict[str, Path], tmp_path: Path) -> None:
     """``eval``'s loader takes a GGUF file (transformers dequantizes it): at F32 it completes as the source does."""
-    from agentmerge.evaluation.scoring import Example, Generator
+    from agentmerge.evaluation.generation import Generator
+    from agentmerge.evaluation.taskfile import Example
 
     path = export(sources["llama"], tmp_path / "m.gguf", "F32")
     ex = [Example(task="t", prompt="the model", reference="x", max_new_tokens=6)]

@@ -17,9 +17,9 @@ from agentmerge.cli import main
 from agentmerge.errors import ConfigError
 from agentmerge.evaluation import humaneval
 from agentmerge.evaluation.decoding import Sampling
+from agentmerge.evaluation.generation import Generator
 from agentmerge.evaluation.humaneval import HumanEvalEvaluator, Settings, pass_at_k, pass_at_ks
 from agentmerge.evaluation.kinds import parse
-from agentmerge.evaluation.scoring import Generator
 from agentmerge.evaluation.wheeldata import HUMANEVAL_WHEEL, read_member, wheel_path
 from tinylm import constant_lm, llama_config, tokenizer
 

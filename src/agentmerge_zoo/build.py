@@ -20,7 +20,7 @@ from pathlib import Path
 import torch
 from transformers import AutoTokenizer
 
-from agentmerge.evaluation.scoring import quiet_transformers
+from agentmerge.evaluation.generation import quiet_transformers
 from agentmerge.io import jsontext
 from agentmerge_zoo.config import ZooConfig, regime_recipes
 from agentmerge_zoo.grpo import EXPORTS, Recipe, TrainState, grpo_run

@@ -46,8 +46,8 @@ from typing import Any, ClassVar
 from agentmerge.errors import CheckpointError, ConfigError
 from agentmerge.evaluation.decoding import Sampling, cut_at
 from agentmerge.evaluation.evaluator import Context, Evaluator, Score, set_threads
+from agentmerge.evaluation.generation import Generator
 from agentmerge.evaluation.sandbox import Limits, Outcome, Sandbox
-from agentmerge.evaluation.scoring import Generator
 from agentmerge.evaluation.wheeldata import HUMANEVAL_WHEEL, read_member
 from agentmerge.io import jsontext
 from agentmerge.io.safety import check_report_path, write_report

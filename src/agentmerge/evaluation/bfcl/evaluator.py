@@ -1,7 +1,7 @@
 """BFCL as an evaluator: ``agentmerge eval MODEL... --suite bfcl[:CATEGORIES]``, ``evaluate: bfcl:...`` in a sweep.
 
 Each question goes through the checkpoint's chat template in BFCL's prompt mode (``prompt``), is answered
-greedily in batches (``scoring.Generator``), decoded (``decode``) and checked (``checker``); ``metrics`` names
+greedily in batches (``generation.Generator``), decoded (``decode``) and checked (``checker``); ``metrics`` names
 the results. ``score_outputs`` scores generations made elsewhere (``outputs``) with the same checker.
 
 Categories: any of ``data.CATEGORIES`` and the groups ``all``, ``non_live`` (= ``test``), ``live`` (=
@@ -78,7 +78,7 @@ class BfclEvaluator(Evaluator):
         return out
 
     def score(self, checkpoint: Path) -> Score:
-        from agentmerge.evaluation.scoring import Generator
+        from agentmerge.evaluation.generation import Generator
 
         set_threads(self.threads)
         items = [it for c in self.categories for it in self.items[c]]
