@@ -23,8 +23,8 @@ from typing import Any
 
 def measure(model: str, dtype: str, texts: list[str], args: argparse.Namespace) -> dict[str, Any]:
     """One dtype: one-at-a-time then batched generation of ``texts``; times and outputs."""
+    from agentmerge.evaluation.generation import Generator
     from agentmerge.evaluation.humaneval import STOP_CHAT
-    from agentmerge.evaluation.scoring import Generator
 
     gen = Generator.load(model, args.device, dtype, chat=True)
     gen.complete_texts(texts[:1], 4, 1)  # warm-up: first-call allocations out of the timings
@@ -63,8 +63,8 @@ def main() -> None:
     args = p.parse_args()
     import torch
 
+    from agentmerge.evaluation.generation import Generator
     from agentmerge.evaluation.humaneval import load_problems, prompt_text
-    from agentmerge.evaluation.scoring import Generator
 
     if args.threads:
         torch.set_num_threads(args.threads)
