@@ -52,6 +52,13 @@ PER_AGENT = ("weight",)  # what varies per agent and group: the model weight (me
 Range = tuple[float, float]
 
 
+def known_method(name: str) -> str:
+    """``name`` when the registry has it, else a ``ValueError`` suggesting the closest (sweep and search files)."""
+    if name not in METHODS:
+        raise ValueError(f"unknown method {name!r}{did_you_mean(name, tuple(METHODS))}")
+    return name
+
+
 class Space(BaseModel):
     """The ``space:`` of a search file (see the module docstring)."""
 
@@ -64,12 +71,7 @@ class Space(BaseModel):
     per_group: dict[str, list[float]] = Field(default_factory=dict)
     params: dict[str, ParamValue | list[float]] = Field(default_factory=dict)
 
-    @field_validator("method")
-    @classmethod
-    def _known(cls, v: str) -> str:
-        if v not in METHODS:
-            raise ValueError(f"unknown method {v!r}{did_you_mean(v, tuple(METHODS))}")
-        return v
+    _known = field_validator("method")(classmethod(lambda cls, v: known_method(v)))
 
 
 class Baseline(BaseModel):
@@ -80,7 +82,7 @@ class Baseline(BaseModel):
     method: str
     params: dict[str, ParamValue] = Field(default_factory=dict)
 
-    _known = field_validator("method")(classmethod(lambda cls, v: Space._known(v)))
+    _known = field_validator("method")(classmethod(lambda cls, v: known_method(v)))
 
 
 def baseline_merge(

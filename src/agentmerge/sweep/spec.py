@@ -69,6 +69,7 @@ from agentmerge.io import jsontext
 from agentmerge.methods.registry import METHODS
 from agentmerge.methods.spec import ParamValue
 from agentmerge.sweep import evaluators
+from agentmerge.sweep import space as search_space
 from agentmerge.sweep.space import Baseline, Space, baseline_merge, dimensions, midpoint, model_groups, point_config
 
 TRIAL_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._+-]{0,127}")  # an explicit trial's name: its folder's name
@@ -96,12 +97,6 @@ class Resources(_Frozen):
     retries: int = Field(default=3, ge=0)
 
 
-def _known_method(name: str) -> str:
-    if name not in METHODS:
-        raise ValueError(f"unknown method {name!r}{did_you_mean(name, tuple(METHODS))}")
-    return name
-
-
 class TrialEntry(_Frozen):
     """One explicit setting: a named merge of some of the models with fixed parameters."""
 
@@ -115,7 +110,7 @@ class TrialEntry(_Frozen):
     @field_validator("method")
     @classmethod
     def _known(cls, v: str) -> str:
-        return _known_method(v)
+        return search_space.known_method(v)
 
     @field_validator("name")
     @classmethod
@@ -168,7 +163,7 @@ class SweepConfig(_Frozen):
     @classmethod
     def _known_methods(cls, v: dict[str, Any]) -> dict[str, Any]:
         for name in v:
-            _known_method(name)
+            search_space.known_method(name)
         return v
 
     @model_validator(mode="after")
