@@ -60,7 +60,9 @@ class BfclEvaluator(Evaluator):
         self.log_samples = Path(log_samples) if log_samples is not None else None
         self.chat_template = chat_template
         self.demos = self._demonstrations()
-        self.items = {c: data.subset(data.load_category(c), n) for c in self.categories}  # read before any model
+        whole = data.load(self.categories)  # read before any model
+        self.sizes = {c: len(items) for c, items in whole.items()}  # each category's size, for "k of N items"
+        self.items = {c: data.subset(items, n) for c, items in whole.items()}
 
     @property
     def name(self) -> str:
@@ -87,8 +89,7 @@ class BfclEvaluator(Evaluator):
         answers = gen.complete_texts(
             texts, self.max_new_tokens, self.batch_size, f"bfcl {Path(checkpoint).name}", self.quiet
         )
-        totals = {c: len(data.load_category(c)) if self.n else len(v) for c, v in self.items.items()}
-        return self._scored(str(checkpoint), items, texts, answers, totals)
+        return self._scored(str(checkpoint), items, texts, answers, self.sizes)
 
     def _text(self, gen: Any, item: data.Item, checkpoint: Path) -> str:
         """The question as the model reads it; a chat template that refuses the conversation: one line."""
