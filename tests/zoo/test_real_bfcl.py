@@ -9,6 +9,7 @@ import pytest
 from agentmerge.errors import ConfigError
 from agentmerge.evaluation.bfcl import data as bfcl_data
 from agentmerge.evaluation.bfcl.prompt import render_call
+from agentmerge_zoo.real.bfcl_credit import argument_share, credit, name_overlap
 from agentmerge_zoo.real.skill_bfcl import TEST_CATEGORIES, BfclSkill
 from agentmerge_zoo.real.tasks import eval_set, train_stream
 
@@ -43,10 +44,32 @@ def test_credit(skill: BfclSkill) -> None:
     for ex in examples:
         assert skill.score(ex, render_call(ex.data["ground_truth"])) == {"strict": 1.0, "partial": 1.0}
         assert skill.score(ex, "Sorry, I cannot do that.") == {"strict": 0.0, "partial": 0.0}
-        assert skill.score(ex, "[no_such_function(x=1)]") == {"strict": 0.0, "partial": 0.2}
+        assert skill.score(ex, "[no_such_function(x=1)]") == {"strict": 0.0, "partial": 0.1}
     simple = next(e for e in examples if e.data["category"] == "simple_python")
-    ((name, _args),) = simple.data["ground_truth"][0].items()
-    assert skill.score(simple, f"[{name}()]")["partial"] == pytest.approx(0.5)  # right function, wrong arguments
+    ((name, args),) = simple.data["ground_truth"][0].items()
+    assert skill.score(simple, f"[{name}()]")["partial"] == pytest.approx(0.4)  # right function, no arguments
+    given = [k for k, v in args.items() if "" not in v]
+    assert len(given) >= 2  # the first simple_python item has two arguments or more to give
+    half = {k: (v[0] if k in given[: len(given) // 2] else "wrong") for k, v in args.items() if k in given}
+    text = f"[{name}(" + ", ".join(f"{k}={v!r}" for k, v in half.items()) + ")]"
+    assert skill.score(simple, text)["partial"] == pytest.approx(0.4 + 0.2 * (len(given) // 2) / len(given))
+
+
+def test_credit_parts() -> None:
+    assert name_overlap([{"f": {}}, {"g": {}}], [{"f": {}}]) == 0.5
+    assert name_overlap([{"f": {}}, {"f": {}}], [{"f": {}}, {"f": {}}, {"h": {}}]) == pytest.approx(2 / 3)
+    accepted = {"city": ["Paris", "paris"], "days": [3], "unit": ["", "celsius"]}
+    assert argument_share({"city": "PARIS", "days": 3}, accepted) == 1.0  # BFCL's normalisation; unit optional
+    assert argument_share({"city": "Rome", "days": 3, "unit": "kelvin"}, accepted) == 0.5
+    assert argument_share({}, {"unit": [""]}) == 1.0
+    schema = {"type": "dict", "required": [], "properties": {"a": {"type": "integer"}, "b": {"type": "integer"}}}
+    functions = [{"name": "f", "parameters": schema}, {"name": "g", "parameters": schema}]
+    answer = [{"f": {"a": [1]}}, {"g": {"b": [2]}}]
+    # parseable, both offered, names right, arguments a right and b wrong, not accepted
+    assert credit("[f(a=1), g(b=3)]", functions, answer, "parallel") == pytest.approx(0.1 + 0.1 + 0.2 + 0.1)
+    assert credit("[f(a=1)]", functions, answer, "parallel") == pytest.approx(0.1 + 0.1 + 0.1 + 0.1)
+    assert credit("[h(a=1)]", functions, answer, "parallel") == pytest.approx(0.1)
+    assert credit("no call", functions, answer, "parallel") == 0.0
 
 
 def test_prompt_is_bfcl_prompt_mode(skill: BfclSkill) -> None:

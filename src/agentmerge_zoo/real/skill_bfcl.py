@@ -15,8 +15,9 @@ Split (declared in docs/real/bfcl.md):
   (``fixed_set``: the first ``n / 4`` of each category in a fixed seeded order). No training, tuning or
   demonstration ever sees them.
 
-Credit (``partial``, the training reward): 0.2 for a parseable answer, + 0.3 when every call names an offered
-function of the answer, + 0.5 when BFCL's checker accepts it; ``strict`` is the checker's verdict.
+Credit (``partial``, the training reward): ``bfcl_credit.credit``, dense steps towards an accepted answer
+(parseable, offered names, the expected names, accepted arguments, BFCL's verdict); ``strict`` is the checker's
+verdict.
 """
 
 from __future__ import annotations
@@ -28,6 +29,7 @@ from typing import Any
 from agentmerge.evaluation.bfcl import data as bfcl_data
 from agentmerge.evaluation.bfcl.checker import mode_of, verdict
 from agentmerge.evaluation.bfcl.prompt import render_call, system_prompt
+from agentmerge_zoo.real.bfcl_credit import credit
 from agentmerge_zoo.real.bfcl_gen import KINDS, generate
 from agentmerge_zoo.real.tasks import Example, Score
 
@@ -95,6 +97,7 @@ class BfclSkill:
 
     def score(self, example: Example, completion: str) -> Score:
         d = example.data
-        v = verdict(completion, d["function"], d["ground_truth"], mode_of(d["category"]))
-        partial = 0.2 * v.parseable + 0.3 * (v.parseable and v.right_function) + 0.5 * v.correct
-        return {"strict": 1.0 if v.correct else 0.0, "partial": float(partial)}
+        mode = mode_of(d["category"])
+        correct = verdict(completion, d["function"], d["ground_truth"], mode).correct
+        partial = credit(completion, d["function"], d["ground_truth"], mode)
+        return {"strict": 1.0 if correct else 0.0, "partial": partial}
