@@ -360,7 +360,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     return 0
 
 
-STARTUP = "import gc; gc.disable(); import agentmerge.cli, agentmerge.engine.merge, agentmerge.methods.fused.ties; gc.freeze()"
+STARTUP = "import gc; gc.disable(); import agentmerge.cli, agentmerge.engine.merge, agentmerge.methods.ties.compiled; gc.freeze()"
 
 
 def startup_seconds(repeats: int) -> float:

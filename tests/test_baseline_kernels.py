@@ -7,9 +7,9 @@ import math
 import pytest
 import torch
 
-from agentmerge.methods import baselines as B
 from agentmerge.methods import stats
 from agentmerge.methods.deltas import sum_agents
+from agentmerge.methods.ties import kernels as B
 
 SPECIALS = [0.0, -0.0, math.inf, -math.inf, math.nan, 3e38, -3e38, 1e-45, -1e-45, 1.17e-38]
 

@@ -18,11 +18,11 @@ from agentmerge import MergeConfig, ModelSpec, merge
 from agentmerge.cli import main
 from agentmerge.config.schema import config_from_dict
 from agentmerge.errors import ConfigError
-from agentmerge.methods.baselines import row_length
 from agentmerge.methods.deltas import seeded_uniform
 from agentmerge.methods.registry import METHODS
 from agentmerge.methods.spec import Chunk, TensorSource, TensorStats
 from agentmerge.methods.stats import STAT_BLOCK, kth_direct, kth_streamed, kth_value
+from agentmerge.methods.ties.kernels import row_length
 from agentmerge.synthetic import write_family
 
 NAME = "model.layers.0.mlp.up_proj.weight"
@@ -521,5 +521,5 @@ def test_slicing_does_not_change_results(method: str, monkeypatch: pytest.Monkey
     tau = sparse_tau(3, 24 * 50, 6)
     c = make_chunk(tau, method=method, shape=(24, 50), seed=4)
     whole = METHODS[method].kernel(c)
-    monkeypatch.setattr("agentmerge.methods.baselines.SLICE", 120)
+    monkeypatch.setattr("agentmerge.methods.ties.kernels.SLICE", 120)
     assert torch.equal(METHODS[method].kernel(c), whole)

@@ -95,9 +95,9 @@ def test_exact_square_sums() -> None:
     """``square_parts`` adds the block sums of tau^2 exactly, in any order; the compiled count: the same buckets."""
     from fractions import Fraction
 
-    from agentmerge.methods.elementwise import square_parts
     from agentmerge.methods.exactsum import value
-    from agentmerge.methods.fused.field import square_counts
+    from agentmerge.methods.field.compiled import square_counts
+    from agentmerge.methods.field.kernels import square_parts
 
     ref, models = inputs(3, 3 * BLOCK + 5, torch.float32, seed=9)
     models[0, :4] = torch.tensor([1e-38, -3e38, 1.5e-45, 7.0])

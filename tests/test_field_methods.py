@@ -12,7 +12,7 @@ import yaml
 
 from agentmerge import MergeConfig, ModelSpec, merge
 from agentmerge.cli import main
-from agentmerge.methods.elementwise import sce_variance
+from agentmerge.methods.field.kernels import sce_variance
 from agentmerge.methods.registry import METHODS
 from agentmerge.methods.spec import Chunk, TensorStats
 from fieldrefs import (
@@ -171,7 +171,7 @@ def test_sce_selection_without_variance_keeps_the_consensus(topk: float) -> None
 
 def test_sce_streamed_selection_without_variance_keeps_the_consensus() -> None:
     """The multi-chunk statistics pass (``sce_prepare``) decides the same: no threshold without variance."""
-    from agentmerge.methods.elementwise import sce_prepare
+    from agentmerge.methods.field.kernels import sce_prepare
     from agentmerge.methods.spec import TensorSource
 
     tau = torch.randn(1, 8192, generator=torch.Generator().manual_seed(5)).expand(2, -1).clone()

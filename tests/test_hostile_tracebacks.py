@@ -156,7 +156,7 @@ def test_karcher_tol_zero_merges_identical_and_one_element_tensors(tmp_path: Pat
 
 def test_karcher_coefficients_at_tol_zero_are_finite() -> None:
     """The kernel alone: a Gram matrix of parallel vectors, of one zero vector, of antipodal ones."""
-    from agentmerge.methods.spherical import karcher_coefficients
+    from agentmerge.methods.spherical.kernels import karcher_coefficients
 
     for g in ([[4.0, 6.0], [6.0, 9.0]], [[4.0, 0.0], [0.0, 0.0]], [[4.0, -6.0], [-6.0, 9.0]], [[1.0, 1.0], [1.0, 1.0]]):
         k = karcher_coefficients(torch.tensor(g, dtype=torch.float64), 10, 0.0)

@@ -31,7 +31,7 @@ from agentmerge.methods.masks import (
     ulp,
     valley_threshold,
 )
-from agentmerge.methods.ram import ram_lambdas
+from agentmerge.methods.ram.kernels import ram_lambdas
 from agentmerge.methods.registry import METHODS
 from agentmerge.methods.spec import Chunk, MaskRule, TensorStats, mask_rule
 

@@ -8,7 +8,7 @@ import pytest
 import torch
 
 from agentmerge.methods.deltas import overlap_histogram, update_mask
-from agentmerge.methods.ram import ram_lambdas
+from agentmerge.methods.ram.kernels import ram_lambdas
 from agentmerge.methods.registry import METHODS
 from agentmerge.methods.spec import Chunk, TensorStats
 

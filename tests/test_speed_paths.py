@@ -26,10 +26,10 @@ from agentmerge.methods.deltas import (
 )
 from agentmerge.methods.fused import kernels as fk
 from agentmerge.methods.fused import rng as frng
-from agentmerge.methods.fused import ties as ft
 from agentmerge.methods.fused.jit import BLOCK, available
 from agentmerge.methods.registry import METHODS
 from agentmerge.methods.spec import Chunk, ChunkSpec, CompiledKernel, TensorStats
+from agentmerge.methods.ties import compiled as ft
 
 needs_numba = pytest.mark.skipif(not available(), reason="numba not installed")
 

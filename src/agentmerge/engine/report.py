@@ -15,7 +15,7 @@ from agentmerge.engine.retention import Retention
 from agentmerge.io import jsontext
 from agentmerge.methods.deltas import kept_by_count
 from agentmerge.methods.hooks import AgentOverlap, ScaleSummary
-from agentmerge.methods.scales import rho_text
+from agentmerge.methods.ram.scales import rho_text
 from agentmerge.methods.spec import EPSILON_DEFAULT
 
 

@@ -25,7 +25,7 @@ from typing import TYPE_CHECKING, Any
 from agentmerge.methods.hooks import WholeTensor
 from agentmerge.methods.params import Params
 from agentmerge.methods.spec import Lazy
-from agentmerge.methods.spectral_rules import SVC_WHOLE, is_matrix
+from agentmerge.methods.svd.rules import SVC_WHOLE, is_matrix
 
 if TYPE_CHECKING:
     import torch
@@ -53,7 +53,7 @@ SVC = PostStep(
     name="svc",
     on=lambda params: params.get("calibrate", "none") == "svc",
     applies=is_matrix,
-    apply=Lazy("agentmerge.methods.calibration:svc"),
+    apply=Lazy("agentmerge.methods.svd.calibration:svc"),
     whole=SVC_WHOLE,
 )
 

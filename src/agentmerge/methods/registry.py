@@ -5,7 +5,7 @@ mergekit translation all read it. A method's reference kernel lives in ``ram.py`
 task arithmetic), ``baselines.py``, ``elementwise.py`` / ``spherical.py`` (the field's) or ``spectral.py`` /
 ``resmerge.py`` (the SVD methods), its parameter record in ``records.py`` (``field_params.py``,
 ``svd_params.py``), its report hooks in ``scales.py``; its compiled twin, when it has one, in ``fused/``.
-The entries name kernels and hooks as ``Lazy`` references (``rm("ram")`` is ``agentmerge.methods.ram:ram``),
+The entries name kernels and hooks as ``Lazy`` references (``rm("ram")`` is ``agentmerge.methods.ram.kernels:ram``),
 imported on first use: the table itself, and everything that only reads it (`agentmerge methods`, config
 checks), loads without torch or numba. What the hooks mean: ``hooks.py``. mergekit's names for these entries
 live with the configs (``agentmerge.config.mergekit_names``).
@@ -16,8 +16,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from types import MappingProxyType
 
-from agentmerge.methods import spectral_rules as sr
-from agentmerge.methods.field_params import (
+from agentmerge.methods.field import (
     ConsensusParams,
     KarcherParams,
     MagMaxParams,
@@ -43,17 +42,18 @@ from agentmerge.methods.records import (
     UniqueOnlyParams,
 )
 from agentmerge.methods.spec import Lazy
-from agentmerge.methods.svd_params import CartParams, IsoCParams, IsoCtsParams, ResMergeParams, TsvParams
+from agentmerge.methods.svd import CartParams, IsoCParams, IsoCtsParams, ResMergeParams, TsvParams
+from agentmerge.methods.svd import rules as sr
 
 
 def rm(name: str) -> Lazy:
     """A reference kernel (or hook) of ``ram.py``, imported on first use."""
-    return Lazy(f"agentmerge.methods.ram:{name}")
+    return Lazy(f"agentmerge.methods.ram.kernels:{name}")
 
 
 def bl(name: str) -> Lazy:
     """A reference kernel (or hook) of ``baselines.py``, imported on first use."""
-    return Lazy(f"agentmerge.methods.baselines:{name}")
+    return Lazy(f"agentmerge.methods.ties.kernels:{name}")
 
 
 def fk(name: str) -> Lazy:
@@ -63,37 +63,37 @@ def fk(name: str) -> Lazy:
 
 def ft(name: str) -> Lazy:
     """A compiled form (``Compiled``) of the TIES family in ``fused/ties.py``."""
-    return Lazy(f"agentmerge.methods.fused.ties:{name}")
+    return Lazy(f"agentmerge.methods.ties.compiled:{name}")
 
 
 def ew(name: str) -> Lazy:
     """A reference kernel (or hook) of ``elementwise.py`` (MagMax, Consensus, SCE), imported on first use."""
-    return Lazy(f"agentmerge.methods.elementwise:{name}")
+    return Lazy(f"agentmerge.methods.field.kernels:{name}")
 
 
 def sp(name: str) -> Lazy:
     """A reference kernel (or hook) of ``spherical.py`` (Karcher, Multi-SLERP, NuSLERP), imported on first use."""
-    return Lazy(f"agentmerge.methods.spherical:{name}")
+    return Lazy(f"agentmerge.methods.spherical.kernels:{name}")
 
 
 def ff(name: str) -> Lazy:
     """A compiled form (``Compiled``) of MagMax, Consensus or SCE in ``fused/field.py``."""
-    return Lazy(f"agentmerge.methods.fused.field:{name}")
+    return Lazy(f"agentmerge.methods.field.compiled:{name}")
 
 
 def fs(name: str) -> Lazy:
     """A compiled form (``Compiled``) of Karcher, Multi-SLERP or NuSLERP in ``fused/sphere.py``."""
-    return Lazy(f"agentmerge.methods.fused.sphere:{name}")
+    return Lazy(f"agentmerge.methods.spherical.compiled:{name}")
 
 
 def sv(name: str) -> Lazy:
     """A reference kernel of the SVD methods (``spectral.py``; ResMerge's in ``resmerge.py``), imported on first use."""
-    return Lazy(f"agentmerge.methods.{'resmerge' if name == 'resmerge' else 'spectral'}:{name}")
+    return Lazy(f"agentmerge.methods.svd.{'resmerge' if name == 'resmerge' else 'kernels'}:{name}")
 
 
 def sc(name: str) -> Lazy:
     """A report hook (``hooks.Scales``, ``hooks.Advice``) of ``scales.py``, imported on first use."""
-    return Lazy(f"agentmerge.methods.scales:{name}")
+    return Lazy(f"agentmerge.methods.ram.scales:{name}")
 
 
 STAT_BLOCKS = Lazy("agentmerge.methods.stats:stat_blocks")

@@ -265,7 +265,7 @@ class Lazy:
     neither torch nor numba; calling a ``Lazy`` function imports its module (once) and calls it.
     """
 
-    target: str  # e.g. "agentmerge.methods.ram:ram"
+    target: str  # e.g. "agentmerge.methods.ram.kernels:ram"
 
     def get(self) -> Any:
         return _load(self.target)

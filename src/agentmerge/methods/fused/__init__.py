@@ -1,6 +1,6 @@
 """Compiled chunk kernels (numba): one pass over a chunk's stored bits per method, bit-identical to the reference.
 
-The reference kernels (``agentmerge.methods.ram``, ``agentmerge.methods.baselines``) are readable torch expressions
+The reference kernels (``agentmerge.methods.ram.kernels``, ``agentmerge.methods.ties.kernels``) are readable torch expressions
 that make several passes over ``[N, E]`` float32 temporaries. For the methods whose rule is a
 per-element loop over agents, this package runs the same float32 arithmetic in one compiled loop per
 chunk: it widens the stored bits (bf16 or float32) itself, computes ``theta_0 + tau*`` and the chunk's

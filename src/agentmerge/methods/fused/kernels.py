@@ -2,7 +2,7 @@
 
 Each kernel takes one chunk as stored (``ref [E]``, ``models [N, E]``: bf16 or float32 bits are read in
 place, other dtypes through float32) and its ``ChunkSpec``, and returns ``theta_0 + tau*`` with the
-chunk's update-pattern counts, bit for bit what the reference kernels of ``agentmerge.methods.ram`` give.
+chunk's update-pattern counts, bit for bit what the reference kernels of ``agentmerge.methods.ram.kernels`` give.
 """
 
 from __future__ import annotations
@@ -14,7 +14,7 @@ import numpy as np
 import torch
 
 from agentmerge.methods.fused.loops import count_loop, ram_loop, weighted_loop
-from agentmerge.methods.ram import ram_plus_lambdas
+from agentmerge.methods.ram.kernels import ram_plus_lambdas
 from agentmerge.methods.records import RamParams, TaskArithmeticParams
 from agentmerge.methods.spec import ChunkSpec, Compiled, CompiledResult, ParamValue
 

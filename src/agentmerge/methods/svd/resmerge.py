@@ -27,9 +27,9 @@ from dataclasses import dataclass
 import torch
 
 from agentmerge.methods.spec import Chunk
-from agentmerge.methods.spectral import matrices, mean_tau, svd
-from agentmerge.methods.spectral_rules import resmerge_family, resmerge_wanted
-from agentmerge.methods.svd_params import ResMergeParams
+from agentmerge.methods.svd import ResMergeParams
+from agentmerge.methods.svd.kernels import matrices, mean_tau, svd
+from agentmerge.methods.svd.rules import resmerge_family, resmerge_wanted
 
 EPS = 1e-8
 

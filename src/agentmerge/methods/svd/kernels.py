@@ -36,8 +36,8 @@ import torch
 
 from agentmerge.methods.deltas import sum_agents
 from agentmerge.methods.spec import Chunk
-from agentmerge.methods.spectral_rules import cart_wanted, cts_sizes, is_matrix
-from agentmerge.methods.svd_params import CartParams, IsoCParams, IsoCtsParams, TsvParams
+from agentmerge.methods.svd import CartParams, IsoCParams, IsoCtsParams, TsvParams
+from agentmerge.methods.svd.rules import cart_wanted, cts_sizes, is_matrix
 
 F32_EPS = float(torch.finfo(torch.float32).eps)
 LINALG_ERROR: type[Exception] = torch.linalg.LinAlgError  # type: ignore[attr-defined]  # (not in torch's stubs)

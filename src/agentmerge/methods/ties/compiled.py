@@ -22,7 +22,12 @@ from typing import Any
 import numpy as np
 import torch
 
-from agentmerge.methods.baselines import (
+from agentmerge.methods.fused.kernels import RawChunk, f32, output, raw_chunk
+from agentmerge.methods.fused.rng import seeded_uniform
+from agentmerge.methods.records import BreadcrumbsParams, DareLinearParams, DareTiesParams, DropParams, TiesParams
+from agentmerge.methods.spec import ChunkSpec, Compiled, CompiledResult, Rounds
+from agentmerge.methods.stats import RadixPlan, RankFn, radix_plan
+from agentmerge.methods.ties.kernels import (
     Band,
     HasParams,
     PerAgent,
@@ -32,12 +37,7 @@ from agentmerge.methods.baselines import (
     keep_ranks,
     ties_band,
 )
-from agentmerge.methods.fused.kernels import RawChunk, f32, output, raw_chunk
-from agentmerge.methods.fused.rng import seeded_uniform
-from agentmerge.methods.fused.ties_loops import lower_loop, ties_loop, upper_loop
-from agentmerge.methods.records import BreadcrumbsParams, DareLinearParams, DareTiesParams, DropParams, TiesParams
-from agentmerge.methods.spec import ChunkSpec, Compiled, CompiledResult, Rounds
-from agentmerge.methods.stats import RadixPlan, RankFn, radix_plan
+from agentmerge.methods.ties.loops import lower_loop, ties_loop, upper_loop
 
 # DARE's drop as the loops take it: (u [N, E] f32 draws, f [N] f32, inv [N] f32, q [N] f64, pow2 [N] bool)
 Drop = tuple[Any, Any, Any, Any, Any]

@@ -2,7 +2,7 @@
 
 ``upper_loop`` and ``lower_loop`` are the two radix-count passes that find a tensor's exact magnitude
 bounds (``agentmerge.methods.stats.RadixPlan``); ``ties_loop`` merges one chunk once the bounds are known.
-The arithmetic is the reference kernels' (``agentmerge.methods.baselines``) operation for operation.
+The arithmetic is the reference kernels' (``agentmerge.methods.ties.kernels``) operation for operation.
 """
 
 from __future__ import annotations

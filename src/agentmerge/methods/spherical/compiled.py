@@ -22,7 +22,7 @@ from agentmerge.methods.fused.jit import BLOCK, jit
 from agentmerge.methods.fused.kernels import output, raw_chunk
 from agentmerge.methods.fused.loops import add_patterns, load_block
 from agentmerge.methods.spec import ChunkSpec, Compiled, CompiledResult, Rounds
-from agentmerge.methods.spherical import (
+from agentmerge.methods.spherical.kernels import (
     _with_reference,
     karcher_coefficients,
     multislerp_coefficients,

@@ -1,0 +1,1 @@
+"""The ram family of merge methods."""

@@ -1,0 +1,1 @@
+"""The spherical family of merge methods."""

@@ -1,0 +1,1 @@
+"""The ties family of merge methods."""
