@@ -39,7 +39,7 @@ import sys, time, torch
 from concurrent.futures import ThreadPoolExecutor
 from agentmerge import MergeConfig, ModelSpec
 from agentmerge.engine.plan import make_plan
-from agentmerge.methods.svd.kernels import svd
+from agentmerge.methods.linalg import svd
 from agentmerge.engine.inputs import Inputs
 from agentmerge.engine.parallel import torch_threads
 method, base, params, threads, memory, *agents = sys.argv[1:]

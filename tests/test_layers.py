@@ -19,6 +19,7 @@ import ast
 from pathlib import Path
 
 import agentmerge
+from agentmerge.methods.spec import Lazy
 
 SRC = Path(agentmerge.__file__).parent
 ZOO = SRC.parent / "agentmerge_zoo"
@@ -290,3 +291,38 @@ def test_a_method_entry_is_small() -> None:
         "compiled_at",
         "paper",
     ]
+
+
+# --------------------------------------------------------------------------- inside methods/: helpers below the methods
+
+
+def method_packages() -> set[str]:
+    """The packages of the methods: where the registry's kernels live (``agentmerge.methods.ties`` for TIES)."""
+    from agentmerge.methods.registry import METHODS
+
+    targets = {m.kernel.target for m in METHODS.values() if isinstance(m.kernel, Lazy)}
+    return {t.partition(":")[0].rpartition(".")[0] for t in targets}
+
+
+def helpers_importing_methods(graph: dict[str, set[str]], packages: set[str]) -> dict[str, set[str]]:
+    """Modules of ``agentmerge.methods`` outside ``packages`` (and not the registry) that import one of them."""
+
+    def inside(mod: str) -> bool:
+        return any(mod == p or mod.startswith(p + ".") for p in packages)
+
+    lists = {"agentmerge.methods", "agentmerge.methods.registry"}  # the package's names and the list of methods
+    helpers = [m for m in graph if m.startswith("agentmerge.methods.") and not inside(m) and m not in lists]
+    return {m: {i for i in graph[m] if inside(i)} for m in helpers if any(inside(i) for i in graph[m])}
+
+
+def test_shared_helpers_never_import_a_method() -> None:
+    """The primitives (``spec``, ``deltas``, ``stats``, ...) and the compiled helpers (``fused/``) sit below the
+    method packages: a method imports them, never the other way (once ``stats`` and ``fused/`` imported each
+    other, and ``fused/`` imported RAM's, TIES's and the field methods' kernels)."""
+    graph = import_graph()
+    packages = method_packages()
+    assert {"agentmerge.methods.ram", "agentmerge.methods.ties", "agentmerge.methods.svd"} <= packages
+    assert "agentmerge.methods.fused" not in packages and "agentmerge.methods" not in packages
+    assert helpers_importing_methods(graph, packages) == {}
+    bad = {**graph, "agentmerge.methods.stats": graph["agentmerge.methods.stats"] | {"agentmerge.methods.ties.kernels"}}
+    assert helpers_importing_methods(bad, packages) == {"agentmerge.methods.stats": {"agentmerge.methods.ties.kernels"}}

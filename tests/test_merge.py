@@ -13,8 +13,8 @@ from agentmerge import MergeConfig, ModelSpec, Override, merge
 from agentmerge.errors import CheckpointError
 from agentmerge.io.checkpoint import Checkpoint
 from agentmerge.methods.deltas import overlap_histogram, update_mask
-from agentmerge.methods.fused import kernels as fk
 from agentmerge.methods.fused.jit import available
+from agentmerge.methods.ram import compiled as ram_compiled
 from agentmerge.methods.registry import METHODS
 from agentmerge.methods.spec import Chunk, TensorStats, update_threshold
 
@@ -85,8 +85,8 @@ def test_epsilon_override_reaches_statistics_and_mask(
     """
     monkeypatch.setenv("AGENTMERGE_FUSED", fast)
     calls: list[int] = []
-    ram_loop = fk.ram_loop
-    monkeypatch.setattr(fk, "ram_loop", lambda *a: calls.append(a[1].shape[1]) or ram_loop(*a))
+    ram_loop = ram_compiled.ram_loop
+    monkeypatch.setattr(ram_compiled, "ram_loop", lambda *a: calls.append(a[1].shape[1]) or ram_loop(*a))
     overrides = [Override(pattern="*mlp*", params={"epsilon": 1e-3})]
     params = {"scope": scope, "r": 0.5}
     cfg = family_config(tiny_family, "ram_plus", params=params, overrides=overrides, chunk_size=100)

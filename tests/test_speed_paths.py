@@ -27,6 +27,7 @@ from agentmerge.methods.deltas import (
 from agentmerge.methods.fused import kernels as fk
 from agentmerge.methods.fused import rng as frng
 from agentmerge.methods.fused.jit import BLOCK, available
+from agentmerge.methods.ram import compiled as ram_compiled
 from agentmerge.methods.registry import METHODS
 from agentmerge.methods.spec import Chunk, ChunkSpec, CompiledKernel, TensorStats
 from agentmerge.methods.ties import compiled as ft
@@ -167,7 +168,7 @@ def test_fused_edges_and_counts(e: int) -> None:
     mask = update_mask(task_vectors(ref, models), 1e-5)
     assert counted.finite and counted.patterns.sum() == e
     assert torch.equal(counted.patterns, pattern_counts(mask))
-    merged = fk.ram(
+    merged = ram_compiled.ram(
         ref, models, ChunkSpec(name="t", start=0, stop=e, params={"epsilon": 1e-5}, weights=torch.ones(3))
     ).merged
     assert merged is not None and torch.equal(merged, _reference("ram", ref, models, {}))
@@ -183,7 +184,7 @@ def test_fused_flags_non_finite(bad: float, row: int) -> None:
     else:
         models[1, 17] = bad
     spec = ChunkSpec(name="t", start=0, stop=5000, params={"epsilon": 1e-5}, weights=torch.ones(2))
-    assert not fk.ram(ref, models, spec).finite
+    assert not ram_compiled.ram(ref, models, spec).finite
     assert not fk.counts(ref, models, 1e-5).finite
 
 

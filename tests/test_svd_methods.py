@@ -219,7 +219,7 @@ def test_resmerge_branches_match_reference(case: str) -> None:
 
 
 def test_svc_kernel_matches_reference() -> None:
-    from agentmerge.methods.svd.calibration import svc
+    from agentmerge.methods.svc import svc
 
     taus = random_taus(3, (30, 20), seed=9)
     for alpha in (0.1, 0.5, 1.0):
@@ -390,7 +390,7 @@ def test_resmerge_of_one_model_adds_a_head_correction() -> None:
 
 
 def test_svc_leaves_one_model_and_undoes_identical_ones() -> None:
-    from agentmerge.methods.svd.calibration import svc
+    from agentmerge.methods.svc import svc
 
     tau = random_taus(1, (20, 12), seed=5)
     one = chunk(NAMES["attn"], tau, "task_arithmetic", {"svc_alpha": 0.5})
@@ -593,7 +593,7 @@ def test_tsv_warns_when_a_matrix_has_fewer_directions_than_models() -> None:
 
 def test_an_svd_that_fails_to_converge_is_retried_in_float64(monkeypatch: pytest.MonkeyPatch) -> None:
     """LAPACK's float32 divide and conquer sometimes gives up on clustered singular values: float64 takes over."""
-    import agentmerge.methods.svd.kernels as spectral
+    import agentmerge.methods.linalg as spectral
 
     real = torch.linalg.svd
 
@@ -614,7 +614,7 @@ def test_an_svd_that_fails_to_converge_is_retried_in_float64(monkeypatch: pytest
 def test_svc_of_huge_task_vectors_matches_the_float64_reference(size: float) -> None:
     """Issue 42: u^T tau was squared in float32, so task vectors above ~1e19 overflowed every response's square
     (s_r^i -> 0, gamma -> 1 / alpha): the calibration must stay the float64 reference's, scale for scale."""
-    from agentmerge.methods.svd.calibration import svc
+    from agentmerge.methods.svc import svc
 
     taus = random_taus(3, (30, 20), seed=11)
     taus = taus * (size / float(taus.abs().max()))

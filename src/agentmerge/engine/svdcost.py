@@ -22,8 +22,8 @@ import torch
 
 from agentmerge.engine.parallel import torch_threads
 from agentmerge.engine.plan import MergePlan, TensorJob
-from agentmerge.methods.svd.kernels import svd
-from agentmerge.methods.svd.rules import is_vocab, svd_flops
+from agentmerge.methods.linalg import svd
+from agentmerge.methods.matrices import is_vocab, svd_flops
 
 PROBE_SHAPE = (1024, 768)  # about 0.1 s on one core of a 2020s CPU
 

@@ -21,9 +21,13 @@ Sign election (TIES, its family, RAM's ``shared: elect``), ``disjoint_merge``::
 from __future__ import annotations
 
 import hashlib
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
+from dataclasses import dataclass
+from typing import Protocol, TypeVar
 
 import torch
+
+from agentmerge.methods.params import MethodParams, Params
 
 RNG_BLOCK = 1 << 20  # elements per random block; chunks are aligned to this so draws never depend on chunking
 
@@ -177,3 +181,39 @@ def block_seed(seed: int, name: str, block: int) -> int:
     """The generator seed of block ``block`` of tensor ``name`` (63 bits of a keyed hash)."""
     digest = hashlib.blake2b(f"{seed}\0{name}\0{block}".encode(), digest_size=8).digest()
     return int.from_bytes(digest, "little") & ((1 << 63) - 1)
+
+
+R = TypeVar("R", bound=MethodParams)
+
+
+class HasParams(Protocol):
+    """A chunk's spec or a tensor's source: its parameters, and each model's when models set their own."""
+
+    @property
+    def params(self) -> Params: ...
+
+    @property
+    def model_params(self) -> tuple[Params, ...]: ...
+
+
+@dataclass(frozen=True)
+class PerAgent:
+    """One per-model parameter of a tensor: each model's own value when models set params, else the tensor's."""
+
+    tensor: float
+    models: tuple[float, ...]  # () when no model sets params
+
+    @classmethod
+    def of(cls, record: type[R], where: HasParams, get: Callable[[R], float]) -> PerAgent:
+        """``get`` of ``where``'s parameters (and of each model's) read as ``record``."""
+        return cls(get(record.of(where.params)), tuple(get(record.of(mp)) for mp in where.model_params))
+
+    def values(self, n: int) -> torch.Tensor:
+        """``[N]`` float64: the value of each of ``n`` agents."""
+        if self.models:
+            return torch.tensor(self.models, dtype=torch.float64)
+        return torch.full((n,), self.tensor, dtype=torch.float64)
+
+    def every(self) -> tuple[float, ...]:
+        """The distinct places the value is set: each model's, or the tensor's."""
+        return self.models or (self.tensor,)

@@ -23,9 +23,9 @@ from types import MappingProxyType
 from typing import TYPE_CHECKING, Any
 
 from agentmerge.methods.hooks import WholeTensor
+from agentmerge.methods.matrices import SVC_WHOLE, is_matrix
 from agentmerge.methods.params import Params
 from agentmerge.methods.spec import Lazy
-from agentmerge.methods.svd.rules import SVC_WHOLE, is_matrix
 
 if TYPE_CHECKING:
     import torch
@@ -53,7 +53,7 @@ SVC = PostStep(
     name="svc",
     on=lambda params: params.get("calibrate", "none") == "svc",
     applies=is_matrix,
-    apply=Lazy("agentmerge.methods.svd.calibration:svc"),
+    apply=Lazy("agentmerge.methods.svc:svc"),
     whole=SVC_WHOLE,
 )
 

@@ -109,7 +109,7 @@ _ALL = (
         rm("ram"),
         RamParams,
         advice=sc("ram_shared_advice"),
-        compiled_at=fk("RAM"),
+        compiled_at=Lazy("agentmerge.methods.ram.compiled:RAM"),
         paper=RAM_PAPER,
     ),
     Method(
@@ -120,7 +120,7 @@ _ALL = (
         passes=(OverlapCounts(group=rm("scope_group")),),
         scales=Scales(rows=sc("ram_plus_rows"), summary=sc("ram_plus_summary")),
         advice=sc("ram_shared_advice"),
-        compiled_at=fk("RAM_PLUS"),
+        compiled_at=Lazy("agentmerge.methods.ram.compiled:RAM_PLUS"),
         paper=RAM_PAPER,
     ),
     Method(
@@ -142,17 +142,17 @@ _ALL = (
     Method(
         "linear",
         "weighted average of the models",
-        rm("linear"),
+        Lazy("agentmerge.methods.arithmetic.kernels:linear"),
         needs=Needs(weights=True, base=False),
-        compiled_at=fk("LINEAR"),
+        compiled_at=Lazy("agentmerge.methods.arithmetic.compiled:LINEAR"),
     ),
     Method(
         "task_arithmetic",
         "base + lambda * sum of weighted task vectors",
-        rm("task_arithmetic"),
+        Lazy("agentmerge.methods.arithmetic.kernels:task_arithmetic"),
         TaskArithmeticParams,
         WEIGHTED,
-        compiled_at=fk("TASK_ARITHMETIC"),
+        compiled_at=Lazy("agentmerge.methods.arithmetic.compiled:TASK_ARITHMETIC"),
         paper="2212.04089",
     ),
     Method(

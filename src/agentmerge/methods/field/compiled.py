@@ -16,6 +16,7 @@ from typing import Any
 import numpy as np
 import torch
 
+from agentmerge.methods.deltas import PerAgent
 from agentmerge.methods.exactsum import BUCKETS, OFFSET
 from agentmerge.methods.field import ConsensusParams
 from agentmerge.methods.field.kernels import SCE_MIN_DENOM, SceStats, sce_weights, tall_lambda_of
@@ -25,7 +26,6 @@ from agentmerge.methods.fused.kernels import f32, output, raw_chunk
 from agentmerge.methods.fused.loops import add_patterns, load_block
 from agentmerge.methods.spec import ChunkSpec, Compiled, CompiledResult, Rounds
 from agentmerge.methods.stats import STAT_BLOCK
-from agentmerge.methods.ties.kernels import PerAgent
 
 
 @jit

@@ -45,12 +45,11 @@ from fractions import Fraction
 
 import torch
 
-from agentmerge.methods.deltas import sum_agents
+from agentmerge.methods.deltas import PerAgent, sum_agents
 from agentmerge.methods.exactsum import product_parts, value
 from agentmerge.methods.field import ConsensusParams
 from agentmerge.methods.spec import Chunk, TensorSource
 from agentmerge.methods.stats import kth_direct, kth_streamed
-from agentmerge.methods.ties.kernels import PerAgent
 
 # --------------------------------------------------------------------------- MagMax
 

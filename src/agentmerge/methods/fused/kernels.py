@@ -13,10 +13,8 @@ from typing import Any
 import numpy as np
 import torch
 
-from agentmerge.methods.fused.loops import count_loop, ram_loop, weighted_loop
-from agentmerge.methods.ram.kernels import ram_plus_lambdas
-from agentmerge.methods.records import RamParams, TaskArithmeticParams
-from agentmerge.methods.spec import ChunkSpec, Compiled, CompiledResult, ParamValue
+from agentmerge.methods.fused.loops import count_loop
+from agentmerge.methods.spec import CompiledResult, ParamValue
 
 
 @dataclass(frozen=True)
@@ -60,54 +58,9 @@ def f32(value: ParamValue) -> np.float32:
     return np.float32(float(value))
 
 
-def _ram(raw: RawChunk, spec: ChunkSpec, lam: torch.Tensor | None, out: torch.Tensor | None) -> CompiledResult:
-    merged, patterns = output(raw, out)
-    scales = (lam if lam is not None else torch.ones(raw.models.shape[0])).float().numpy()
-    elect = RamParams.of(spec.params).shared == "elect"  # RAM+'s record extends RAM's
-    bad = ram_loop(raw.ref, raw.models, raw.shift, spec.eps, scales, lam is not None, elect, merged.numpy(), patterns)
-    return CompiledResult(merged, torch.from_numpy(patterns), not bad)
-
-
-def ram(ref: torch.Tensor, models: torch.Tensor, spec: ChunkSpec, out: torch.Tensor | None = None) -> CompiledResult:
-    """RAM over one chunk (``methods.ram``; ``shared: mean`` or ``elect``)."""
-    return _ram(raw_chunk(ref, models), spec, None, out)
-
-
-def ram_plus(
-    ref: torch.Tensor, models: torch.Tensor, spec: ChunkSpec, out: torch.Tensor | None = None
-) -> CompiledResult:
-    """RAM+ over one chunk (``methods.ram_plus``): lambda from the histogram of its scope (model, tensor, group)."""
-    return _ram(raw_chunk(ref, models), spec, ram_plus_lambdas(spec), out)
-
-
-def _weighted(raw: RawChunk, spec: ChunkSpec, scale: float, divide: bool, out: torch.Tensor | None) -> CompiledResult:
-    merged, patterns = output(raw, out)
-    w = spec.weights.float().numpy()
-    bad = weighted_loop(raw.ref, raw.models, raw.shift, spec.eps, w, scale, divide, merged.numpy(), patterns)
-    return CompiledResult(merged, torch.from_numpy(patterns), not bad)
-
-
-def linear(ref: torch.Tensor, models: torch.Tensor, spec: ChunkSpec, out: torch.Tensor | None = None) -> CompiledResult:
-    """Weighted average (``methods.linear``): ``theta_0 + sum_i w_i tau_i / sum_i w_i``."""
-    return _weighted(raw_chunk(ref, models), spec, float(spec.weights.float().sum()), True, out)
-
-
-def task_arithmetic(
-    ref: torch.Tensor, models: torch.Tensor, spec: ChunkSpec, out: torch.Tensor | None = None
-) -> CompiledResult:
-    """Task arithmetic (``methods.task_arithmetic``): ``theta_0 + lambda * sum_i w_i tau_i``."""
-    return _weighted(raw_chunk(ref, models), spec, float(f32(TaskArithmeticParams.of(spec.params).lam)), False, out)
-
-
 def counts(ref: torch.Tensor, models: torch.Tensor, eps: float) -> CompiledResult:
     """Pattern counts only (the overlap statistics pass)."""
     raw = raw_chunk(ref, models)
     patterns = np.zeros(1 << raw.models.shape[0], dtype=np.int64)
     bad = count_loop(raw.ref, raw.models, raw.shift, eps, patterns)
     return CompiledResult(None, torch.from_numpy(patterns), not bad)
-
-
-RAM = Compiled(ram)
-RAM_PLUS = Compiled(ram_plus)
-LINEAR = Compiled(linear)
-TASK_ARITHMETIC = Compiled(task_arithmetic)

@@ -50,7 +50,6 @@ from agentmerge.methods.records import (
     RamFisherParams,
     RamParams,
     RamPlusParams,
-    TaskArithmeticParams,
     UniqueOnlyParams,
 )
 from agentmerge.methods.spec import Chunk, ChunkSpec, Params
@@ -179,16 +178,3 @@ def unique_only(c: Chunk) -> torch.Tensor:
 
 
 # --------------------------------------------------------------------------- simple baselines
-
-
-def weighted_sum(tau: torch.Tensor, weights: torch.Tensor) -> torch.Tensor:
-    """``[N, E]``, ``[N]`` -> ``[E]``: sum_i w_i tau_i."""
-    return sum_agents(tau * weights[:, None])
-
-
-def linear(c: Chunk) -> torch.Tensor:
-    return weighted_sum(c.tau, c.weights) / c.weights.sum()
-
-
-def task_arithmetic(c: Chunk) -> torch.Tensor:
-    return TaskArithmeticParams.of(c.params).lam * weighted_sum(c.tau, c.weights)

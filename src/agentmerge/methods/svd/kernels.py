@@ -35,35 +35,11 @@ from __future__ import annotations
 import torch
 
 from agentmerge.methods.deltas import sum_agents
+from agentmerge.methods.linalg import rank_of, svd
+from agentmerge.methods.matrices import is_matrix
 from agentmerge.methods.spec import Chunk
 from agentmerge.methods.svd import CartParams, IsoCParams, IsoCtsParams, TsvParams
-from agentmerge.methods.svd.rules import cart_wanted, cts_sizes, is_matrix
-
-F32_EPS = float(torch.finfo(torch.float32).eps)
-LINALG_ERROR: type[Exception] = torch.linalg.LinAlgError  # type: ignore[attr-defined]  # (not in torch's stubs)
-
-
-def svd(a: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-    """Thin SVD ``a = U diag(S) Vh`` of a float32 matrix, computed on its tall orientation."""
-    if a.shape[0] >= a.shape[1]:
-        return tall_svd(a)
-    u, s, vh = tall_svd(a.T)
-    return vh.T, s, u.T
-
-
-def tall_svd(a: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-    """LAPACK's float32 SVD, retried in float64 when it fails to converge.
-
-    Divide and conquer (gesdd) occasionally gives up on a matrix whose singular values cluster, such as the
-    side-by-side orthonormal blocks Iso-CTS and TSV-M orthogonalise (seen on a 896 x 896 one of Qwen2.5-0.5B's
-    shapes, on one thread; the float64 run of the same matrix converges). Then the factors are the float64
-    ones, rounded to float32.
-    """
-    try:
-        u, s, vh = torch.linalg.svd(a, full_matrices=False)
-    except LINALG_ERROR:
-        u, s, vh = (x.float() for x in torch.linalg.svd(a.double(), full_matrices=False))
-    return u, s, vh
+from agentmerge.methods.svd.rules import cart_wanted, cts_sizes
 
 
 def polar(a: torch.Tensor) -> torch.Tensor:
@@ -82,13 +58,6 @@ def matrices(c: Chunk) -> torch.Tensor:
     if not c.whole or len(c.shape) != 2:
         raise RuntimeError(f"tensor {c.name!r}: an SVD method was given part of it (the plan makes it one chunk)")
     return c.tau.view(c.tau.shape[0], *c.shape)
-
-
-def rank_of(s: torch.Tensor, shape: tuple[int, ...]) -> int:
-    """Numerical rank from singular values, numpy's rule: ``s > max(m, n) * eps_float32 * s_max``."""
-    if s.numel() == 0:
-        return 0
-    return int((s > max(shape) * F32_EPS * s.max()).sum())
 
 
 def warn_rank(c: Chunk, s: torch.Tensor, what: str) -> None:

@@ -26,9 +26,10 @@ from dataclasses import dataclass
 
 import torch
 
+from agentmerge.methods.linalg import svd
 from agentmerge.methods.spec import Chunk
 from agentmerge.methods.svd import ResMergeParams
-from agentmerge.methods.svd.kernels import matrices, mean_tau, svd
+from agentmerge.methods.svd.kernels import matrices, mean_tau
 from agentmerge.methods.svd.rules import resmerge_family, resmerge_wanted
 
 EPS = 1e-8

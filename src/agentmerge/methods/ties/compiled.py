@@ -22,6 +22,7 @@ from typing import Any
 import numpy as np
 import torch
 
+from agentmerge.methods.deltas import HasParams, PerAgent
 from agentmerge.methods.fused.kernels import RawChunk, f32, output, raw_chunk
 from agentmerge.methods.fused.rng import seeded_uniform
 from agentmerge.methods.records import BreadcrumbsParams, DareLinearParams, DareTiesParams, DropParams, TiesParams
@@ -29,8 +30,6 @@ from agentmerge.methods.spec import ChunkSpec, Compiled, CompiledResult, Rounds
 from agentmerge.methods.stats import RadixPlan, RankFn, radix_plan
 from agentmerge.methods.ties.kernels import (
     Band,
-    HasParams,
-    PerAgent,
     crumb_ranks,
     dare_ties_band,
     f32_at_least,

@@ -57,15 +57,12 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable
-from dataclasses import dataclass
-from typing import Protocol, TypeVar
 
 import torch
 
-from agentmerge.methods.deltas import disjoint_merge, overlap_count, seeded_uniform, sum_agents
+from agentmerge.methods.deltas import HasParams, PerAgent, disjoint_merge, overlap_count, seeded_uniform, sum_agents
 from agentmerge.methods.deltas import zero_unless as _zero_unless
 from agentmerge.methods.masks import chunk_mask
-from agentmerge.methods.params import MethodParams
 from agentmerge.methods.records import (
     BreadcrumbsParams,
     DareLinearParams,
@@ -77,45 +74,10 @@ from agentmerge.methods.records import (
     SlerpParams,
     TiesParams,
 )
-from agentmerge.methods.spec import Chunk, Params, TensorSource
+from agentmerge.methods.spec import Chunk, TensorSource
 from agentmerge.methods.stats import RankFn, gram_prepare, magnitude_thresholds, tensor_gram, tensor_thresholds
 
 # --------------------------------------------------------------------------- per-agent parameters
-
-R = TypeVar("R", bound=MethodParams)
-
-
-class HasParams(Protocol):
-    """A chunk's spec or a tensor's source: its parameters, and each model's when models set their own."""
-
-    @property
-    def params(self) -> Params: ...
-
-    @property
-    def model_params(self) -> tuple[Params, ...]: ...
-
-
-@dataclass(frozen=True)
-class PerAgent:
-    """One per-model parameter of a tensor: each model's own value when models set params, else the tensor's."""
-
-    tensor: float
-    models: tuple[float, ...]  # () when no model sets params
-
-    @classmethod
-    def of(cls, record: type[R], where: HasParams, get: Callable[[R], float]) -> PerAgent:
-        """``get`` of ``where``'s parameters (and of each model's) read as ``record``."""
-        return cls(get(record.of(where.params)), tuple(get(record.of(mp)) for mp in where.model_params))
-
-    def values(self, n: int) -> torch.Tensor:
-        """``[N]`` float64: the value of each of ``n`` agents."""
-        if self.models:
-            return torch.tensor(self.models, dtype=torch.float64)
-        return torch.full((n,), self.tensor, dtype=torch.float64)
-
-    def every(self) -> tuple[float, ...]:
-        """The distinct places the value is set: each model's, or the tensor's."""
-        return self.models or (self.tensor,)
 
 
 def _density(q: TiesParams | DareTiesParams | BreadcrumbsParams) -> float:

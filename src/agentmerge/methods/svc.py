@@ -24,8 +24,8 @@ from __future__ import annotations
 
 import torch
 
+from agentmerge.methods.linalg import rank_of, svd
 from agentmerge.methods.spec import Chunk
-from agentmerge.methods.svd.kernels import rank_of, svd
 
 FLAT = 1e-4  # singular values within this fraction of the largest count as one repeated value
 
