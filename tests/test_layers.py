@@ -106,14 +106,22 @@ def test_probe_dry_run_and_streaming_do_not_import_the_driver() -> None:
         assert "agentmerge.engine.merge" not in graph[mod], mod
 
 
-def test_methods_are_declared_only_in_the_registry() -> None:
-    """``Method(...)`` entries are built in registry.py and nowhere else: one table a reader can see whole."""
+def test_a_method_is_declared_in_its_own_package() -> None:
+    """``Method(...)`` entries are built in their method's package (its ``__init__``, beside its record) and nowhere
+    else; the registry lists them, one line each, and its list is all there is (no aliases, no special cases)."""
+    from agentmerge.methods.registry import ALL, METHODS
+
     places = []
     for mod, (_, tree) in _trees().items():
         for node in ast.walk(tree):
             if isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and node.func.id == "Method":
                 places.append(mod)
-    assert set(places) == {"agentmerge.methods.registry"}
+    assert set(places) == method_packages()
+    assert len(ALL) == len(METHODS) == len(places)
+    registry = _trees()["agentmerge.methods.registry"][1]
+    assert [n.name for n in registry.body if isinstance(n, ast.FunctionDef)] == []
+    for m in METHODS.values():  # each entry's kernel lives in the package that declares the entry
+        assert isinstance(m.kernel, Lazy) and m.kernel.target.startswith(f"{package_of(m)}."), m.name
 
 
 def test_every_function_is_short() -> None:
@@ -290,18 +298,34 @@ def test_a_method_entry_is_small() -> None:
         "advice",
         "compiled_at",
         "paper",
+        "mergekit",
     ]
 
 
 # --------------------------------------------------------------------------- inside methods/: helpers below the methods
 
 
+def package_of(method: object) -> str:
+    """The package whose ``__init__`` declares a registry entry (``agentmerge.methods.ties`` for TIES)."""
+    import sys
+
+    from agentmerge.methods.method import Method
+
+    assert isinstance(method, Method)
+    homes = [
+        name
+        for name, mod in sys.modules.items()
+        if name.startswith("agentmerge.methods.") and any(v is method for v in vars(mod).values())
+    ]
+    home = min(homes, key=len)  # the declaring package (the registry names the package, not the entry)
+    return home
+
+
 def method_packages() -> set[str]:
-    """The packages of the methods: where the registry's kernels live (``agentmerge.methods.ties`` for TIES)."""
+    """The packages of the methods: where the registry's entries are declared."""
     from agentmerge.methods.registry import METHODS
 
-    targets = {m.kernel.target for m in METHODS.values() if isinstance(m.kernel, Lazy)}
-    return {t.partition(":")[0].rpartition(".")[0] for t in targets}
+    return {package_of(m) for m in METHODS.values()}
 
 
 def helpers_importing_methods(graph: dict[str, set[str]], packages: set[str]) -> dict[str, set[str]]:

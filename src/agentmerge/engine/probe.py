@@ -37,7 +37,7 @@ from agentmerge.io.checkpoint import Readable
 from agentmerge.methods.deltas import rho_from_histogram
 from agentmerge.methods.groups import layer_of, module_type
 from agentmerge.methods.masks import Levels, threshold_summary
-from agentmerge.methods.records import paper_scale
+from agentmerge.methods.ram import paper_scale
 from agentmerge.methods.spec import EPSILON_DEFAULT, MaskRule, Params, mask_rule
 
 

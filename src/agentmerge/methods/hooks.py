@@ -36,6 +36,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, ClassVar
 
 from agentmerge.methods.params import Params
+from agentmerge.methods.spec import Lazy
 
 if TYPE_CHECKING:
     import torch
@@ -183,3 +184,7 @@ class Scales:
 
     rows: Callable[[ModelStats, Sequence[str]], list[ScaleRow]]
     summary: Callable[[Params, Sequence[ScaleRow], Sequence[tuple[str, float]]], ScaleSummary]
+
+
+# the chunk alignment of the methods that count exact block sums (``stats.stat_blocks``), imported on first use
+STAT_BLOCKS = Lazy("agentmerge.methods.stats:stat_blocks")

@@ -12,6 +12,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from agentmerge.methods.hooks import Advice, Needs, Pass, Scales, TensorPrepare
+from agentmerge.methods.mergekit_map import MethodMap
 from agentmerge.methods.params import MethodParams, NoParams, Param, Params, ParamValue
 from agentmerge.methods.spec import Chunk, Compiled, Lazy, TensorSource
 
@@ -34,6 +35,7 @@ class Method:
     advice: Advice | None = None  # notes for the merge summary from the agents' overlap (``hooks.Advice``)
     compiled_at: Lazy | None = None  # where its compiled form (a ``Compiled``) lives, when it has one
     paper: str | None = None  # arXiv id of the paper that defines it (the model card's ``arxiv:`` tag)
+    mergekit: tuple[MethodMap, ...] = ()  # mergekit's names for it (``config.mergekit_names`` collects them)
 
     # read-only views of ``needs`` and ``passes`` under the names the config and the tests read
 

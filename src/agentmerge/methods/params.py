@@ -141,6 +141,9 @@ SVD_EMBEDDINGS = Param(
 POST_STEP_PARAMS = (LINES_BETA, LINES_ALPHA, CALIBRATE, SVC_ALPHA, SVD_EMBEDDINGS)
 POST_STEP_NAMES = tuple(p.name for p in POST_STEP_PARAMS)  # none is mergekit's: exported only at their defaults
 
+# a lower bound of Fisher values, shared by ``fisher`` and ``ram_fisher``
+FLOOR = Param("floor", 1e-10, "lower bound of each Fisher value (all-zero Fisher -> plain average)", 0.0, low_open=True)
+
 
 def use(param: Param) -> Any:
     """A record field declared by its ``Param``: default and metadata (typed ``Any`` so it fits any annotation)."""

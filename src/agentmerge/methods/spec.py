@@ -33,6 +33,7 @@ from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field, fields
 from typing import TYPE_CHECKING, Any
 
+from agentmerge.methods.params import MethodParams, use
 from agentmerge.methods.params import Param as Param  # declared in ``params``; named here too
 from agentmerge.methods.params import Params as Params
 from agentmerge.methods.params import ParamValue as ParamValue
@@ -278,3 +279,17 @@ class Lazy:
 def _load(target: str) -> Any:
     module, _, name = target.partition(":")
     return getattr(importlib.import_module(module), name)
+
+
+@dataclass(frozen=True, eq=False)
+class MaskedParams(MethodParams):
+    """What counts as an update (``spec.MaskRule``): the threshold and the mask rule of the RAM family."""
+
+    epsilon: float = use(EPSILON)
+    mask_dtype: str = use(MASK_PARAMS[0])
+    mask_ulps: int = use(MASK_PARAMS[1])
+    epsilon_rule: str = use(MASK_PARAMS[2])
+    epsilon_q: float = use(MASK_PARAMS[3])
+
+    def check(self, n_models: int) -> None:
+        check_mask(self)

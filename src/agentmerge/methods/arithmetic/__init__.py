@@ -1,1 +1,57 @@
-"""Linear merging and task arithmetic: weighted sums of the models or of their task vectors."""
+"""Linear merging (the weighted mean of the models) and task arithmetic (arXiv 2212.04089).
+
+Records, mergekit names and entries (no torch); kernels in ``kernels.py``, compiled forms in ``compiled.py``.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import ClassVar
+
+from agentmerge.methods.hooks import Needs
+from agentmerge.methods.mergekit_map import MethodMap
+from agentmerge.methods.method import Method
+from agentmerge.methods.params import MethodParams, Param, use
+from agentmerge.methods.spec import Lazy
+
+
+@dataclass(frozen=True, eq=False)
+class TaskArithmeticParams(MethodParams):
+    output_scale: ClassVar[str | None] = "lambda"
+    lam: float = use(
+        Param(
+            "lambda",
+            1.0,
+            "scaling coefficient of the summed task vectors",
+            tune="lambda = 1 adds every task vector whole; try 1/N to 0.5 or a small sweep",
+        )
+    )
+
+
+# mergekit's names for these methods (``agentmerge.config.mergekit_names`` collects them)
+MERGEKIT_LINEAR = MethodMap("linear", "linear", normalize=True, ours_normalize=True, uses_base=False)
+MERGEKIT_TASK_ARITHMETIC = MethodMap(
+    "task_arithmetic", "task_arithmetic", normalize=False, ours_normalize=False, rescale=False
+)
+
+# --------------------------------------------------------------------------- the entries
+
+LINEAR = Method(
+    "linear",
+    "weighted average of the models",
+    Lazy("agentmerge.methods.arithmetic.kernels:linear"),
+    needs=Needs(weights=True, base=False),
+    compiled_at=Lazy("agentmerge.methods.arithmetic.compiled:LINEAR"),
+    mergekit=(MERGEKIT_LINEAR,),
+)
+
+TASK_ARITHMETIC = Method(
+    "task_arithmetic",
+    "base + lambda * sum of weighted task vectors",
+    Lazy("agentmerge.methods.arithmetic.kernels:task_arithmetic"),
+    TaskArithmeticParams,
+    Needs(weights=True),
+    compiled_at=Lazy("agentmerge.methods.arithmetic.compiled:TASK_ARITHMETIC"),
+    paper="2212.04089",
+    mergekit=(MERGEKIT_TASK_ARITHMETIC,),
+)

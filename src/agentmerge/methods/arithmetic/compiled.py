@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import torch
 
+from agentmerge.methods.arithmetic import TaskArithmeticParams
 from agentmerge.methods.fused.kernels import RawChunk, f32, output, raw_chunk
 from agentmerge.methods.fused.loops import weighted_loop
-from agentmerge.methods.records import TaskArithmeticParams
 from agentmerge.methods.spec import ChunkSpec, Compiled, CompiledResult
 
 

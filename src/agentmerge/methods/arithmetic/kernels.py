@@ -8,8 +8,8 @@ from __future__ import annotations
 
 import torch
 
+from agentmerge.methods.arithmetic import TaskArithmeticParams
 from agentmerge.methods.deltas import sum_agents
-from agentmerge.methods.records import TaskArithmeticParams
 from agentmerge.methods.spec import Chunk
 
 

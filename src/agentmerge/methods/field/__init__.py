@@ -1,4 +1,5 @@
-"""The parameter records of the field's methods: MagMax, Consensus TA, SCE, Karcher, Multi-SLERP, NuSLERP.
+"""The field's elementwise methods: MagMax, Consensus TA, SCE. Records, mergekit name and entries (no torch);
+kernels in ``kernels.py``, compiled forms in ``compiled.py``. (The spherical methods: ``methods.spherical``.)
 
 Defaults are the references' (``../shared/field-methods.md``): MagMax's lambda 0.5 (the authors'), the
 data-free placeholders of Consensus (k 2, TALL lambda 0.6, lambda 0.3), mergekit's for the rest. Pure Python:
@@ -10,7 +11,11 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import ClassVar
 
+from agentmerge.methods.hooks import STAT_BLOCKS, Needs, TensorPrepare
+from agentmerge.methods.mergekit_map import MethodMap
+from agentmerge.methods.method import Method
 from agentmerge.methods.params import MethodParams, Param, use
+from agentmerge.methods.spec import Lazy
 
 
 @dataclass(frozen=True, eq=False)
@@ -65,30 +70,37 @@ class SceParams(MethodParams):
     )
 
 
-@dataclass(frozen=True, eq=False)
-class KarcherParams(MethodParams):
-    max_iter: int = use(Param("max_iter", 10, "iterations of the Karcher mean at most", low=0, high=10_000))
-    tol: float = use(
-        Param("tol", 1e-5, "convergence tolerance (and the norm below which an input is left out)", low=0.0)
-    )
+# mergekit's names for these methods (``agentmerge.config.mergekit_names`` collects them)
+MERGEKIT_SCE = MethodMap("sce", "sce")  # mergekit's default select_topk 1.0 is ours
 
+# --------------------------------------------------------------------------- the entries
 
-@dataclass(frozen=True, eq=False)
-class MultiSlerpParams(MethodParams):
-    normalize_weights: bool = use(Param("normalize_weights", True, "divide the model weights by their sum"))
-    eps: float = use(Param("eps", 1e-8, "stabiliser added to norms", low=0.0))
+MAGMAX = Method(
+    "magmax",
+    "MagMax: per element the task vector of largest magnitude, times lambda",
+    Lazy("agentmerge.methods.field.kernels:magmax"),
+    MagMaxParams,
+    compiled_at=Lazy("agentmerge.methods.field.compiled:MAGMAX"),
+    paper="2407.06322",
+)
 
+CONSENSUS = Method(
+    "consensus",
+    "Consensus TA: lambda * sum of task vectors, kept where at least k agents' TALL masks agree",
+    Lazy("agentmerge.methods.field.kernels:consensus"),
+    ConsensusParams,
+    compiled_at=Lazy("agentmerge.methods.field.compiled:CONSENSUS"),
+    paper="2405.07813",
+)
 
-@dataclass(frozen=True, eq=False)
-class NuSlerpParams(MethodParams):
-    nuslerp_flatten: bool = use(
-        Param(
-            "nuslerp_flatten",
-            True,
-            "interpolate each tensor as one vector (false: per row or column)",
-            reference_only=True,
-        )
-    )
-    nuslerp_row_wise: bool = use(
-        Param("nuslerp_row_wise", False, "without flatten: vectors along dimension 0 (columns), not rows")
-    )
+SCE = Method(
+    "sce",
+    "SCE (mergekit): select high-variance elements, weight agents by mean square, erase minority signs",
+    Lazy("agentmerge.methods.field.kernels:sce"),
+    SceParams,
+    Needs(chunk_multiple=STAT_BLOCKS),
+    passes=(TensorPrepare(Lazy("agentmerge.methods.field.kernels:sce_prepare")),),
+    compiled_at=Lazy("agentmerge.methods.field.compiled:SCE"),
+    paper="2408.07990",
+    mergekit=(MERGEKIT_SCE,),
+)

@@ -7,8 +7,8 @@ import torch
 
 from agentmerge.methods.fused.kernels import RawChunk, output, raw_chunk
 from agentmerge.methods.fused.loops import ram_loop
+from agentmerge.methods.ram import RamParams
 from agentmerge.methods.ram.kernels import ram_plus_lambdas
-from agentmerge.methods.records import RamParams
 from agentmerge.methods.spec import ChunkSpec, Compiled, CompiledResult
 
 

@@ -46,7 +46,7 @@ import torch
 from agentmerge.methods.deltas import disjoint_merge, overlap_count, rho_from_histogram, safe_divide, sum_agents
 from agentmerge.methods.groups import group_of
 from agentmerge.methods.masks import chunk_mask
-from agentmerge.methods.records import (
+from agentmerge.methods.ram import (
     RamFisherParams,
     RamParams,
     RamPlusParams,

@@ -25,8 +25,8 @@ import torch
 from agentmerge.methods.deltas import kept_by_count, rho_from_histogram
 from agentmerge.methods.hooks import AgentOverlap, ModelStats, ScaleRow, ScaleSummary
 from agentmerge.methods.params import Params
+from agentmerge.methods.ram import RamFisherParams, RamParams, RamPlusParams
 from agentmerge.methods.ram.kernels import fisher_rho
-from agentmerge.methods.records import RamFisherParams, RamParams, RamPlusParams
 
 MAX_GROUP_LINES = 40  # groups listed on stderr; merge.json has them all
 SHARED_DILUTION = 0.5  # RAM keeping this share of an agent (by count) or less gets a note

@@ -1,4 +1,5 @@
-"""The parameter records of the SVD methods: TSV-M, Iso-C, Iso-CTS, CART, ResMerge (no torch).
+"""The SVD methods: TSV-M, Iso-C, Iso-CTS, CART, ResMerge. Records and entries here (no torch); kernels in
+``kernels.py`` and ``resmerge.py``, which tensors each decomposes in ``rules.py``.
 
 Defaults are the references' (``../shared/field-methods.md``). Every record also has the post-steps' fields of
 ``params.MethodParams``: ``svd_embeddings`` there says whether TSV-M, Iso-C and Iso-CTS decompose the
@@ -13,7 +14,20 @@ from __future__ import annotations
 from dataclasses import dataclass, replace
 from typing import ClassVar
 
+from agentmerge.methods.hooks import Needs
+from agentmerge.methods.method import Method
 from agentmerge.methods.params import SVC_ALPHA, MethodParams, Param, use
+from agentmerge.methods.spec import Lazy
+from agentmerge.methods.svd.rules import (
+    CART_WHOLE,
+    ISO_C_WHOLE,
+    ISO_CTS_WHOLE,
+    RESMERGE_WHOLE,
+    TSV_WHOLE,
+    cart_check,
+    cts_check,
+    resmerge_check,
+)
 
 SVD_ALPHA = Param(
     "alpha",
@@ -64,3 +78,51 @@ class ResMergeParams(MethodParams):
     head_ratio_budget: float = use(
         Param("head_ratio_budget", 0.2, "rho: size of the head correction relative to the backbone", low=0.0)
     )
+
+
+# --------------------------------------------------------------------------- the entries
+
+TSV = Method(
+    "tsv",
+    "TSV-M: each task vector's top k/N singular triplets side by side, both factors orthogonalised (polar)",
+    Lazy("agentmerge.methods.svd.kernels:tsv"),
+    TsvParams,
+    Needs(whole=TSV_WHOLE),
+    paper="2412.00081",
+)
+
+ISO_C = Method(
+    "iso_c",
+    "Iso-C: the sum of the task vectors with all its singular values set to their mean",
+    Lazy("agentmerge.methods.svd.kernels:iso_c"),
+    IsoCParams,
+    Needs(whole=ISO_C_WHOLE),
+    paper="2502.04959",
+)
+
+ISO_CTS = Method(
+    "iso_cts",
+    "Iso-CTS: Iso-C over the sum's top directions and each task's own directions outside them",
+    Lazy("agentmerge.methods.svd.kernels:iso_cts"),
+    IsoCtsParams,
+    Needs(whole=ISO_CTS_WHOLE, check_tensor=cts_check),
+    paper="2502.04959",
+)
+
+CART = Method(
+    "cart",
+    "CART: the average plus prior times the sum of each model's low-rank deviation from the average",
+    Lazy("agentmerge.methods.svd.kernels:cart"),
+    CartParams,
+    Needs(whole=CART_WHOLE, check_tensor=cart_check),
+    paper="2412.12153",
+)
+
+RESMERGE = Method(
+    "resmerge",
+    "ResMerge: coherence-scaled backbone of the task vectors' SVD tails plus a gated head correction",
+    Lazy("agentmerge.methods.svd.resmerge:resmerge"),
+    ResMergeParams,
+    Needs(whole=RESMERGE_WHOLE, check_tensor=resmerge_check),
+    paper="2606.02252",
+)

@@ -25,9 +25,9 @@ import torch
 from agentmerge.methods.deltas import HasParams, PerAgent
 from agentmerge.methods.fused.kernels import RawChunk, f32, output, raw_chunk
 from agentmerge.methods.fused.rng import seeded_uniform
-from agentmerge.methods.records import BreadcrumbsParams, DareLinearParams, DareTiesParams, DropParams, TiesParams
 from agentmerge.methods.spec import ChunkSpec, Compiled, CompiledResult, Rounds
 from agentmerge.methods.stats import RadixPlan, RankFn, radix_plan
+from agentmerge.methods.ties import BreadcrumbsParams, DareLinearParams, DareTiesParams, DropParams, TiesParams
 from agentmerge.methods.ties.kernels import (
     Band,
     crumb_ranks,

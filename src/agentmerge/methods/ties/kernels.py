@@ -1,4 +1,4 @@
-"""Baseline merge methods as chunk kernels (the reference path: readable torch, bit-exact).
+"""The TIES family as chunk kernels (the reference path: readable torch, bit-exact).
 
 Every kernel gets one ``Chunk`` (elements ``start:stop`` of one tensor, the ``[N, E]`` stack of task
 vectors ``tau_i``) and returns the merged task vector ``tau*`` for those elements. Notation: ``w_i``
@@ -26,23 +26,12 @@ DELLA (MAGPRUNE): in each row (last dimension, length L; 1-D tensors are one row
 ``p_i(r) = p + eps/2 - eps * r / (L - 1)`` (smallest magnitudes most likely dropped), rescale survivors
 by ``1 / (1 - p_i(r))``; then TIES sign election and disjoint mean, times ``lambda``.
 
-Model Stock: ``cos`` = mean over pairs i < j of cos(tau_i, tau_j) over the whole tensor (a pair with a
-zero vector counts 0; negative means clamp to 0), ``t = N cos / (1 + (N - 1) cos)`` (t = 1 for one
-model), ``tau* = t * mean_i tau_i`` i.e. ``theta = t * mean_i theta_i + (1 - t) * theta_0``.
-
-SLERP (two models A, B): ``omega = arccos(<A, B> / (|A| |B|))`` over the whole tensor's weights;
-``theta = sin((1-t) omega)/sin(omega) A + sin(t omega)/sin(omega) B``, and ``(1 - t) A + t B`` when
-``|cos omega| > colinear`` or a norm is 0. ``t = 0`` / ``t = 1`` return A / B exactly.
-
 RAM-TIES (the RAM authors' "arm-ties"): RAM's regions by ``m_i = |tau_i| > eps`` (or the tensor's mask
 rule), ``c = sum_i m_i``;
 unique elements (c = 1) keep the agent's delta whole, untouched ones (c = 0) stay 0; on the shared
 elements (c >= 2, D of them in the tensor) TIES without weights or lambda: with
 ``r_i = floor(D * (1 - keep_i))``, keep ``m_i tau_i`` where ``|m_i tau_i| >= `` its ``r_i``-th smallest
 value over the shared elements (all when r_i = 0), then sign election and disjoint mean.
-
-Fisher: ``tau* = sum_i w_i F_i tau_i / sum_i w_i F_i`` with ``F_i = max(fisher_i, floor)`` (so an
-all-zero Fisher gives the weighted average), i.e. ``theta = sum_i w_i F_i theta_i / sum_i w_i F_i``.
 
 Sums over agents use ``deltas.sum_agents`` (agents added in order), never ``x.sum(0)``, whose order
 depends on an element's position in the chunk for five or more agents.
@@ -63,19 +52,17 @@ import torch
 from agentmerge.methods.deltas import HasParams, PerAgent, disjoint_merge, overlap_count, seeded_uniform, sum_agents
 from agentmerge.methods.deltas import zero_unless as _zero_unless
 from agentmerge.methods.masks import chunk_mask
-from agentmerge.methods.records import (
+from agentmerge.methods.spec import Chunk, TensorSource
+from agentmerge.methods.stats import RankFn, magnitude_thresholds, tensor_thresholds
+from agentmerge.methods.ties import (
     BreadcrumbsParams,
     DareLinearParams,
     DareTiesParams,
     DellaParams,
     DropParams,
-    FisherParams,
     RamTiesParams,
-    SlerpParams,
     TiesParams,
 )
-from agentmerge.methods.spec import Chunk, TensorSource
-from agentmerge.methods.stats import RankFn, gram_prepare, magnitude_thresholds, tensor_gram, tensor_thresholds
 
 # --------------------------------------------------------------------------- per-agent parameters
 
@@ -273,52 +260,6 @@ def _magprune(tau: torch.Tensor, u: torch.Tensor, p: torch.Tensor, eps: torch.Te
 # --------------------------------------------------------------------------- Model Stock, SLERP
 
 
-def model_stock_ratio(g: torch.Tensor) -> float:
-    """``[N, N]`` Gram of task vectors -> Model Stock's interpolation ratio t."""
-    n = g.shape[0]
-    if n == 1:
-        return 1.0
-    norms = g.diagonal().sqrt()
-    cos = [
-        float(g[i, j] / (norms[i] * norms[j])) if norms[i] > 0 and norms[j] > 0 else 0.0
-        for i in range(n)
-        for j in range(i + 1, n)
-    ]
-    mean = max(0.0, sum(cos) / len(cos))
-    return n * mean / (1.0 + (n - 1) * mean)
-
-
-def model_stock(c: Chunk) -> torch.Tensor:
-    t = model_stock_ratio(tensor_gram(c, _raw_tau))
-    return t * (sum_agents(c.tau) / c.tau.shape[0])
-
-
-def _endpoints(c: Chunk) -> torch.Tensor:
-    """``[2, E]`` the two models' weights."""
-    return c.base[None, :] + c.tau
-
-
-def slerp(c: Chunk) -> torch.Tensor:
-    p = SlerpParams.of(c.params)
-    t = p.t
-    if t == 0.0:
-        return c.tau[0].clone()
-    if t == 1.0:
-        return c.tau[1].clone()
-    g = tensor_gram(c, _endpoints)
-    a, b = _endpoints(c)
-    na, nb = math.sqrt(float(g[0, 0])), math.sqrt(float(g[1, 1]))
-    cos = float(g[0, 1]) / (na * nb) if na > 0 and nb > 0 else 1.0
-    merged: torch.Tensor
-    if abs(cos) > p.colinear:
-        merged = (1.0 - t) * a + t * b
-    else:
-        omega = math.acos(max(-1.0, min(1.0, cos)))
-        s = math.sin(omega)
-        merged = (math.sin((1.0 - t) * omega) / s) * a + (math.sin(t * omega) / s) * b
-    return merged - c.base
-
-
 # --------------------------------------------------------------------------- RAM-TIES
 
 
@@ -358,14 +299,6 @@ def ram_ties_prepare(source: TensorSource) -> torch.Tensor:
 # --------------------------------------------------------------------------- Fisher
 
 
-def fisher(c: Chunk) -> torch.Tensor:
-    f = c.extras.get("fisher")
-    if f is None:
-        raise RuntimeError("fisher: the driver did not provide the models' Fisher tensors")
-    fw = f.float().clamp(min=FisherParams.of(c.params).floor) * c.weights[:, None]
-    return sum_agents(fw * c.tau) / sum_agents(fw)
-
-
 # --------------------------------------------------------------------------- parameter checks
 
 
@@ -373,5 +306,3 @@ def fisher(c: Chunk) -> torch.Tensor:
 
 ties_prepare = _ties_prepare(_raw_tau, ties_band)
 dare_ties_prepare = _ties_prepare(dare_drop, dare_ties_band)
-model_stock_prepare = gram_prepare(_raw_tau)
-slerp_prepare = gram_prepare(_endpoints)
