@@ -203,8 +203,8 @@ def merged_delta(method: str, name: str, base: T, taus: list[T], params: Mapping
     if method == "resmerge":
         return resmerge(name, taus, params)
     if method == "task_arithmetic":
-        return float(params["lambda"]) * sum(taus)
-    alpha = float(params["alpha"])
+        return float(params["scale"]) * sum(taus)
+    alpha = float(params["scale"])  # the papers' alpha
     if not is_matrix(name, base.shape, params):
         return alpha * mean
     if method == "tsv":

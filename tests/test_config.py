@@ -56,7 +56,7 @@ def test_overrides_and_selection() -> None:
     )
     assert c.tensor_params("model.layers.0.self_attn.q_proj.weight")["r"] == 0.2
     mlp = c.tensor_params("model.layers.0.mlp.down_proj.weight")
-    assert mlp["r"] == 0.5 and mlp["alpha"] == 1.0
+    assert mlp["r"] == 0.5 and mlp["clip"] == 1.0  # given as alpha, its old name
     assert c.selected("model.layers.0.mlp.up_proj.weight")
     assert not c.selected("model.norm.weight") and not c.selected("lm_head.weight")
 

@@ -75,11 +75,11 @@ def test_consensus_is_the_per_element_reference(
     if per_model is not None:
         models = [ModelSpec(path=str(a), params={"tall_lambda": t}) for a, t in zip(family[1], per_model, strict=True)]
     out = run(family, tmp_path / "o", "consensus", params, models=models)
-    full = {**METHODS["consensus"].defaults(), **params}
+    full = METHODS["consensus"].canonical({**METHODS["consensus"].defaults(), **params})
     tall = per_model or [float(full["tall_lambda"])] * 3
     base, agents = inputs(family)
     for name, b in base.items():
-        ref = consensus_ref(b, [m[name] for m in agents], int(full["k"]), tall, float(full["lambda"]))
+        ref = consensus_ref(b, [m[name] for m in agents], int(full["k"]), tall, float(full["scale"]))
         assert torch.equal(out[name], cast_like(ref, b)), name
 
 

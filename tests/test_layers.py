@@ -350,3 +350,43 @@ def test_shared_helpers_never_import_a_method() -> None:
     assert helpers_importing_methods(graph, packages) == {}
     bad = {**graph, "agentmerge.methods.stats": graph["agentmerge.methods.stats"] | {"agentmerge.methods.ties.kernels"}}
     assert helpers_importing_methods(bad, packages) == {"agentmerge.methods.stats": {"agentmerge.methods.ties.kernels"}}
+
+
+# Modules outside a method's package that may still name it, and why (shrink this list, never grow it lightly).
+NAMES_ALLOWED = {
+    "agentmerge.config.mergekit": {"task_arithmetic", "breadcrumbs", "della"},  # mergekit reader's per-method rules
+    "agentmerge.engine.probe": {"ram_plus"},  # the probe is RAM+'s own tool (its config of the counts)
+    "agentmerge.cli.merging": {"ram_plus"},  # the probe command's RAM+ mask parameters
+    "agentmerge.engine.moe.spec": {"ram"},  # the MoE static merge's default method
+    "agentmerge.engine.extract_lora": {"linear"},  # a homonym: PEFT's kind of module (nn.Linear)
+    "agentmerge.io.peft_layout": {"linear"},  # the same homonym
+}
+
+
+def named_methods(tree: ast.Module, names: set[str]) -> set[str]:
+    """The method names among the string literals of ``tree`` (docstrings left out)."""
+    docs = _docstrings(tree)
+    found = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Constant) and isinstance(node.value, str) and id(node) not in docs:
+            found |= {node.value} & names
+    return found
+
+
+def test_no_module_names_a_method_outside_its_package() -> None:
+    """No code branches on a method's name outside the method's own package and the registry's list: what differs
+    between methods is a field of their entry or record (``Method.mergekit``, ``MethodParams.sum_multiple``, ...).
+    An extra per-model input named like the method that reads it (``fisher``) is an input kind, not a method."""
+    from agentmerge.methods.registry import METHODS
+
+    kinds = {kind for m in METHODS.values() for kind in m.needs.extras}
+    home = {m.name: package_of(m) for m in METHODS.values() if m.name not in kinds}
+    found = {}
+    for mod, (_, tree) in _trees().items():
+        if not mod.startswith("agentmerge.") or mod == "agentmerge.methods.registry":
+            continue
+        named = {n for n in named_methods(tree, set(home)) if not (mod + ".").startswith(home[n] + ".")}
+        if named - NAMES_ALLOWED.get(mod, set()):
+            found[mod] = named - NAMES_ALLOWED.get(mod, set())
+    assert found == {}
+    assert named_methods(ast.parse('"""ties"""\nif m == "ties": pass'), set(home)) == {"ties"}

@@ -78,7 +78,7 @@ def test_convert_config_prints_native_yaml(
     text = capsys.readouterr().out
     native = yaml.safe_load(text)
     assert native["method"] == "ram_plus" and native["base"] == str(base)
-    assert native["params"] == {"alpha": 0.2, "scope": "tensor", "r": 0.2, "epsilon": 1e-5}
+    assert native["params"] == {"clip": 0.2, "scope": "tensor", "r": 0.2, "epsilon": 1e-5}  # mergekit alpha: our clip
     assert [m["path"] for m in native["models"]] == [str(a) for a in agents]  # the base is not merged into itself
     assert "# note:" in text
     config_from_dict(native)  # valid as a native config
@@ -117,7 +117,7 @@ def _conv(doc: dict[str, object]) -> dict[str, object]:
 def test_parameters_translate() -> None:
     two = [{"model": "a"}, {"model": "b"}]
     ta = _conv({"merge_method": "task_arithmetic", "base_model": "B", "models": two, "parameters": {"lambda": 0.7}})
-    assert ta["params"] == {"lambda": 0.7}
+    assert ta["params"] == {"scale": 0.7}  # mergekit's lambda is our scale
     # normalize: true is folded into the weights (task arithmetic only)
     weighted = [{"model": "a", "parameters": {"weight": 1.0}}, {"model": "b", "parameters": {"weight": 3.0}}]
     doc = {"merge_method": "task_arithmetic", "base_model": "B", "models": weighted, "parameters": {"normalize": True}}
@@ -132,15 +132,15 @@ def test_parameters_translate() -> None:
         "parameters": {"lambda": [{"filter": "mlp", "value": 0.5}, {"filter": "attn", "value": 0.8}, {"value": 1.0}]},
     }
     out = _conv(doc)
-    assert out["params"] == {"lambda": 1.0}
+    assert out["params"] == {"scale": 1.0}
     assert out["overrides"] == [
-        {"pattern": "*attn*", "params": {"lambda": 0.8}},
-        {"pattern": "*mlp*", "params": {"lambda": 0.5}},
+        {"pattern": "*attn*", "params": {"scale": 0.8}},
+        {"pattern": "*mlp*", "params": {"scale": 0.5}},
     ]
     cfg = config_from_dict(out)
-    assert cfg.tensor_params("model.layers.0.mlp.up_proj.weight")["lambda"] == 0.5
-    assert cfg.tensor_params("model.layers.0.self_attn.q_proj.weight")["lambda"] == 0.8
-    assert cfg.tensor_params("model.norm.weight")["lambda"] == 1.0
+    assert cfg.tensor_params("model.layers.0.mlp.up_proj.weight")["scale"] == 0.5
+    assert cfg.tensor_params("model.layers.0.self_attn.q_proj.weight")["scale"] == 0.8
+    assert cfg.tensor_params("model.norm.weight")["scale"] == 1.0
 
 
 @pytest.mark.skipif("ties" not in METHODS or "dare_ties" not in METHODS, reason="baselines not available")

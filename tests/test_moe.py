@@ -229,7 +229,7 @@ def test_yaml_config_with_jsonl_prompts(tmp_path: Path, capsys: pytest.CaptureFi
     assert plan["static_merge"]["method"] == "task_arithmetic" and plan["settings"]["shared_expert"] == "merged"
     assert main(["moe", str(tmp_path / "moe.yaml"), "-o", str(tmp_path / "out"), "--quiet"]) == 0
     record = json.loads((tmp_path / "out" / "merge.json").read_text())
-    assert record["static_merge"]["config"]["params"] == {"lambda": 0.5}
+    assert record["static_merge"]["config"]["params"] == {"scale": 0.5}  # given as lambda, its old name
     assert plan["bytes"] == (tmp_path / "out" / "model.safetensors").stat().st_size
 
 

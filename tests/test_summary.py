@@ -29,12 +29,12 @@ def test_summary_names_rho_lambda_and_regions(
     err = capsys.readouterr().err
     assert "merged 3 models with ram_plus" in err
     assert "agent0: density 3.0 %, unique 27.4 % of its updates, rho 2.650, lambda 1.2000" in err
-    assert "lambda at its clip bound (rho >= alpha = 2) for agent0" in err and "warning" not in err
+    assert "lambda at its clip bound (rho >= clip = 2) for agent0" in err and "warning" not in err
     regions = next(line for line in err.splitlines() if "untouched" in line)
     shares = [float(w) for w in regions.replace(",", " ").split() if w.replace(".", "").isdigit()]
     assert len(shares) == 3 and sum(shares) == pytest.approx(100.0, abs=0.2)
     assert _merge(base, agents, tmp_path / "b", "--method", "ram_plus", "--param", "alpha=0.5") == 0
-    assert "every lambda sits at its clip bound (rho >= alpha = 0.5): RAM+ here is RAM" in capsys.readouterr().err
+    assert "every lambda sits at its clip bound (rho >= clip = 0.5): RAM+ here is RAM" in capsys.readouterr().err
     assert _merge(base, agents, tmp_path / "c", "--method", "ram_plus", "--quiet") == 0
     assert capsys.readouterr().err == ""
 
@@ -66,7 +66,7 @@ def test_duplicate_inputs_and_untuned_defaults_are_warned(
     err = capsys.readouterr().err
     assert f"warning: {agents[0]} is given twice as a model" in err
     assert f"warning: {copy} holds the same weights as {agents[1]} (same xxh3_128)" in err
-    assert "warning: task_arithmetic: lambda left at its default with 4 models" in err
+    assert "warning: task_arithmetic: scale left at its default with 4 models" in err
     assert _merge(base, agents[:2], tmp_path / "p", "--method", "task_arithmetic", "--param", "lambda=0.5") == 0
     assert "warning" not in capsys.readouterr().err
     base_copy = Path(shutil.copytree(base, tmp_path / "base-copy"))

@@ -162,7 +162,7 @@ NAMES = {
 
 
 def reference_delta(method: str, name: str, taus: T, params: Mapping[str, Any]) -> T:
-    full = {**METHODS[method].defaults(), **params}
+    full = METHODS[method].canonical({**METHODS[method].defaults(), **params})
     base = torch.zeros(taus.shape[1:], dtype=torch.float64)
     return ref.merged_delta(method, name, base, list(taus), full)
 
@@ -264,7 +264,7 @@ MERGE_CASES = [
 
 
 def expected(method: str, base: Path, agents: list[Path], params: Mapping[str, Any]) -> dict[str, T]:
-    full = {**METHODS[method].defaults(), **params}
+    full = METHODS[method].canonical({**METHODS[method].defaults(), **params})
     return ref.merge_model(method, load(base), [load(a) for a in agents], full)
 
 

@@ -36,7 +36,7 @@ def score(folder):
     pause = HERE / "sleep.txt"
     time.sleep(float(pause.read_text()) if pause.exists() else 0.0)
     merged = json.loads((Path(folder) / "merge.json").read_text())
-    if merged["config"]["params"].get("lambda") == 3.0:
+    if merged["config"]["params"].get("scale") == 3.0:
         raise RuntimeError("lambda 3 is not allowed here\\nsecond line")
     w = load_file(str(Path(folder) / "model.safetensors"))["model.embed_tokens.weight"].float()
     return {"score": float(w.abs().mean()) * 100, "spread": float(w.std())}
@@ -356,7 +356,7 @@ def test_explicit_trials_are_named_merges_with_their_own_inputs() -> None:
     assert cfg.options_of(made[1].setting) == {"n": 24, "cache": "/somewhere", "tasks": ["code"]}
     assert [m.fisher for m in merge_config(cfg, made[2]).models] == ["f1", "f2", "f3"]
     assert [m.fisher for m in merge_config(cfg, made[1]).models] == [None, None]
-    assert merge_config(cfg, made[3]).params == {"r": 0.1, "alpha": 2.0}
+    assert merge_config(cfg, made[3]).params == {"r": 0.1, "clip": 2.0}
     # where the evaluation cache lies decides no result; the fingerprint (e.g. the inputs' digest) does
     moved = sweep_from_dict({**data, "evaluate_options": {"n": 24, "cache": "/elsewhere"}})
     assert [t.id for t in trials(moved, choose(moved))] == [t.id for t in made]
@@ -498,11 +498,13 @@ def test_output_scale_tunes_every_method_that_has_one_alike() -> None:
     settings = choose(cfg)
     assert len(settings) == grid_size(cfg) == 3 + 2 * 3 + 1 + 1
     assert [dict(s.params)["scale"] for s in settings if s.method == "ram"] == [0.5, 1, 1.5]
-    assert {(dict(s.params)["density"], dict(s.params)["lambda"]) for s in settings if s.method == "ties"} == {
+    assert {(dict(s.params)["density"], dict(s.params)["scale"]) for s in settings if s.method == "ties"} == {
         (d, lam) for d in (0.3, 0.6) for lam in (0.5, 1, 1.5)
     }
     assert [s.params for s in settings if s.method == "linear"] == [()]  # no output scale: as given
-    assert [s.params for s in settings if s.method == "task_arithmetic"] == [(("lambda", 0.4),)]
+    assert [s.params for s in settings if s.method == "task_arithmetic"] == [
+        (("scale", 0.4),)
+    ]  # its own value, given as lambda
     plain = sweep_from_dict({k: v for k, v in data.items() if k != "output_scale"})
     assert [t.id for t in trials(plain, choose(plain)) if t.setting.method == "linear"] == [
         t.id for t in trials(cfg, settings) if t.setting.method == "linear"

@@ -127,6 +127,11 @@ class MergeConfig(_Frozen):
 
     _lists = field_validator("params", mode="before")(classmethod(lambda cls, v: join_lists(v)))
 
+    @model_validator(mode="before")
+    @classmethod
+    def _one_name_per_parameter(cls, data: Any) -> Any:
+        return canonical_names(data)
+
     @field_validator("method")
     @classmethod
     def _known_method(cls, v: str) -> str:
@@ -262,6 +267,28 @@ class MergeConfig(_Frozen):
         return PatternSet(self.exclude)
 
 
+def canonical_names(data: Any) -> Any:
+    """A config's raw data with each parameter alias (``lambda``, TSV's ``alpha``) under its parameter's name
+    (``scale``) in ``params``, ``overrides`` and ``models``, so everything after validation reads one name."""
+    method = data.get("method") if isinstance(data, dict) else None
+    if not isinstance(method, str) or method not in METHODS:
+        return data
+    m = METHODS[method]
+
+    def fix(item: Any) -> Any:
+        if isinstance(item, ModelSpec | Override):
+            return item.model_copy(update={"params": m.canonical(item.params)})
+        if isinstance(item, Mapping) and isinstance(item.get("params"), Mapping):
+            return {**item, "params": m.canonical(item["params"])}
+        return item
+
+    out = fix(data)
+    for key in ("overrides", "models"):
+        if isinstance(out.get(key), list):
+            out[key] = [fix(i) for i in out[key]]
+    return out
+
+
 def agent_index(tokenizer_source: str | None) -> int | None:
     """The agent's index a ``tokenizer_source`` of 1 to 6 ASCII digits gives (``"1"``: the second model), else None."""
     src = tokenizer_source
@@ -272,12 +299,12 @@ def resolve_params(method: Method, given: Mapping[str, Any], n_models: int) -> d
     """Defaults overlaid with ``given``, each checked; unknown names get a suggestion."""
     names = tuple(p.name for p in method.params)
     out = method.defaults()
-    for key, value in given.items():
+    for key, value in method.canonical(given).items():  # an alias (``lambda``) under its parameter's name
         p = method.param(key)
         if p is None:
             known = ", ".join(names) or "none"
             raise ValueError(
-                f"method {method.name!r} has no parameter {key!r}{did_you_mean(key, names)}; it takes: {known}"
+                f"method {method.name!r} has no parameter {key!r}{did_you_mean(key, method.names())}; it takes: {known}"
             )
         out[key] = p.check(value, method.name)
     method.check_params(out, n_models)  # the record's cross-parameter checks

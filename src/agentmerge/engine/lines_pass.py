@@ -73,8 +73,13 @@ def exact_alpha(plan: MergePlan) -> float | None:
     when a post-step (SVC) rewrites some tensor's merged vector first."""
     if not plan.merged or any(j.steps for j in plan.merged):
         return None
-    lambdas = {float(j.params.get("lambda", 1.0)) for j in plan.merged}
-    return closed_form_alpha(plan.method.name, plan.weights.tolist(), lambdas)
+    weights = plan.weights.tolist()
+    if len(set(weights)) != 1:
+        return None
+    record = plan.method.record
+    return closed_form_alpha(
+        len(weights), {record.of(j.params).sum_multiple(weights[0], len(weights)) for j in plan.merged}
+    )
 
 
 def needs_pass(plan: MergePlan) -> bool:

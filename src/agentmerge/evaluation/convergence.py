@@ -30,6 +30,7 @@ from typing import Any
 
 from agentmerge.errors import AgentMergeError, ConfigError, one_line
 from agentmerge.evaluation.evaluator import Evaluator, Score
+from agentmerge.methods.arithmetic import TASK_ARITHMETIC
 
 SCALES = (0.5, 1.0, 1.5, 2.0)
 REFERENCE, FURTHER = 1.0, 1.5  # the verdict compares these two scales
@@ -109,12 +110,8 @@ def scaled_model(base: Path, agent: Path, scale: float, out: Path, threads: int 
     from agentmerge.config.schema import config_from_dict
     from agentmerge.engine.merge import merge
 
-    data = {
-        "method": "task_arithmetic",
-        "base": str(base),
-        "models": [{"path": str(agent)}],
-        "params": {"lambda": scale},
-    }
+    one_model = {"base": str(base), "models": [{"path": str(agent)}], "params": {"scale": scale}}
+    data = {"method": TASK_ARITHMETIC.name, **one_model}  # task arithmetic of one model is theta0 + scale * tau
     cfg = config_from_dict({**data, "threads": threads}, "converge")  # a bad value is one ConfigError line
     merge(cfg, out, force=True, quiet=True)
     return out

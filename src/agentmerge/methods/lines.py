@@ -24,7 +24,7 @@ the method untouched. Parameters only here; the passes and the scaling live in `
 from __future__ import annotations
 
 import re
-from collections.abc import Collection, Iterable, Sequence
+from collections.abc import Collection, Iterable
 from fractions import Fraction
 
 from agentmerge.errors import MergeError
@@ -74,15 +74,11 @@ def check_layers(layers: int, where: str) -> None:
         )
 
 
-def closed_form_alpha(method: str, weights: Sequence[float], lambdas: Collection[float]) -> float | None:
-    """The reference's alpha when ``tau* = c sum_i tau_i`` on every tensor (equal model weights w): task
-    arithmetic (one lambda for every tensor: c = lambda w) and the linear average (c = 1/N); else None."""
-    if len(set(weights)) != 1:
+def closed_form_alpha(n_models: int, multiples: Collection[Fraction | None]) -> float | None:
+    """The reference's alpha ``1 / (N c)`` when ``tau* = c sum_i tau_i`` with one c on every tensor, ``multiples``
+    each tensor's c as its record gives it (``MethodParams.sum_multiple``: task arithmetic's ``scale * w`` with
+    equal model weights w, the linear average's 1/N); None when a tensor has none or they differ."""
+    if len(multiples) != 1:
         return None
-    n, w = len(weights), weights[0]
-    if method == "linear":
-        return 1.0
-    if method != "task_arithmetic" or len(lambdas) != 1:
-        return None
-    c = next(iter(lambdas)) * w
-    return None if c == 0.0 else float(Fraction(1) / (n * Fraction(c)))
+    c = next(iter(multiples))
+    return None if c is None or c == 0 else float(Fraction(1) / (n_models * c))

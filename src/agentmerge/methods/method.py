@@ -7,7 +7,7 @@ data: the reference kernel (a ``Lazy`` reference, so the table loads without tor
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
@@ -100,7 +100,23 @@ class Method:
         return {p.name: p.default for p in self.params}
 
     def param(self, name: str) -> Param | None:
-        return next((p for p in self.params if p.name == name), None)
+        """The parameter called ``name`` (its name or an alias, e.g. ``lambda`` for ``scale``), or None."""
+        return next((p for p in self.params if p.called(name)), None)
+
+    def names(self) -> tuple[str, ...]:
+        """Every name a parameter answers to, aliases included (what a "did you mean" may suggest)."""
+        return tuple(n for p in self.params for n in (p.name, *p.aliases))
+
+    def canonical(self, params: Mapping[str, Any]) -> dict[str, Any]:
+        """``params`` with each alias renamed to its parameter's name (``lambda: 0.7`` -> ``scale: 0.7``), in order,
+        so a later entry wins as in ``{**params, **override}``; names it does not know are kept as they are."""
+        out: dict[str, Any] = {}
+        for key, value in params.items():
+            p = self.param(key)
+            name = p.name if p is not None else key
+            out.pop(name, None)
+            out[name] = value
+        return out
 
     def needs_reference(self, params: Params) -> bool:
         """Whether ``params`` set a ``reference_only`` parameter away from its default (no compiled form does it)."""

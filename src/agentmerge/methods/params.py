@@ -13,9 +13,12 @@ after its base's). Kernels read attributes (``p.r``), which mypy checks:
     p = RamPlusParams.of(c.params)    # in a kernel: the plan's record itself, or one built from a mapping
     lam = 1.0 + p.r * ...
 
-A record is also a read-only mapping from parameter names to values (``p["lambda"]``), so code that is the
-same for every method (mask rules, ``epsilon``, merge.json) reads it by name. A field's name is its
-parameter's name, except where that is a Python keyword (``lambda`` is the field ``lam``).
+A record is also a read-only mapping from parameter names to values (``p["epsilon"]``), so code that is the
+same for every method (mask rules, ``epsilon``, merge.json) reads it by name; a method's own values are read as
+attributes only. A field's name is its parameter's name. One idea has one name in every record: ``scale`` the
+output scale (the merged task vector's multiplier), ``density``, ``clip`` RAM+'s bound of rho; a field's older
+or paper name (task arithmetic's ``lambda``, TSV's ``alpha``, RAM+'s ``alpha``) is a ``Param`` alias, accepted on
+input (``Method.canonical`` renames it) and kept in mergekit YAML, never written.
 
 ``check`` is the record's cross-parameter check (``ValueError`` with a sentence saying what to change); the
 config calls it once per parameter set, after each value was checked against its ``Param``.
@@ -27,6 +30,7 @@ import functools
 import math
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field, fields
+from fractions import Fraction
 from typing import Any, ClassVar, Self
 
 ParamValue = float | int | str | bool
@@ -49,6 +53,11 @@ class Param:
     per_model: bool = False  # may be set per model (``models[i].params``)
     reference_only: bool = False  # a value other than the default runs on the reference (torch) kernels
     tune: str = ""  # why the default usually needs tuning when several models are merged (a warning when left)
+    aliases: tuple[str, ...] = ()  # older names accepted on input (TA's ``lambda`` for ``scale``); never written
+
+    def called(self, name: str) -> bool:
+        """Whether ``name`` is this parameter's name or one of its aliases."""
+        return name == self.name or name in self.aliases
 
     def check(self, value: object, method: str) -> ParamValue:
         """Return ``value`` coerced to the default's type, or raise ``ValueError`` saying why not."""
@@ -183,14 +192,23 @@ class MethodParams(Mapping[str, ParamValue]):
         """
         if isinstance(params, cls):
             return params
-        given: dict[str, Any] = {f: _coerce(p.default, params[p.name]) for f, p in _fields(cls) if p.name in params}
+        given: dict[str, Any] = {}
+        for f, p in _fields(cls):
+            key = next((a for a in p.aliases if a in params), p.name)  # an alias is only there when given
+            if key in params:
+                given[f] = _coerce(p.default, params[key])
         return cls(**given)
 
     def check(self, n_models: int) -> None:
         """Cross-parameter checks (``ValueError``); every value is already in its ``Param``'s range."""
 
+    def sum_multiple(self, weight: float, n_models: int) -> Fraction | None:
+        """c when the method's merged task vector is ``c * sum_i tau_i`` on this tensor, every model weighing
+        ``weight`` (LiNeS's alpha in closed form: ``lines.closed_form_alpha``); None: it is not such a method."""
+        return None
+
     def __getitem__(self, name: str) -> ParamValue:
-        attr = _names(type(self)).get(name)
+        attr = _names(type(self)).get(name) or _aliases(type(self)).get(name)
         if attr is None:
             raise KeyError(name)
         value: ParamValue = getattr(self, attr)
@@ -220,7 +238,7 @@ def _fields(cls: type[MethodParams]) -> tuple[tuple[str, Param], ...]:
         if not isinstance(p, Param):
             raise TypeError(f"{cls.__name__}.{f.name}: declare parameter fields with use(Param(...))")
         out.append((f.name, p))
-    names = [p.name for _, p in out]
+    names = [n for _, p in out for n in (p.name, *p.aliases)]
     if len(set(names)) != len(names):
         raise TypeError(f"{cls.__name__}: a parameter name is declared twice ({names})")
     return tuple(out)
@@ -230,6 +248,12 @@ def _fields(cls: type[MethodParams]) -> tuple[tuple[str, Param], ...]:
 def _names(cls: type[MethodParams]) -> dict[str, str]:
     """Parameter name -> field name."""
     return {p.name: f for f, p in _fields(cls)}
+
+
+@functools.cache
+def _aliases(cls: type[MethodParams]) -> dict[str, str]:
+    """A parameter's older name -> field name."""
+    return {a: f for f, p in _fields(cls) for a in p.aliases}
 
 
 def _coerce(default: ParamValue, value: ParamValue) -> ParamValue:

@@ -136,7 +136,8 @@ def markdown(cfg: SweepConfig, records: Sequence[dict[str, Any]], plots: Sequenc
 def extrapolation_note(method: str, params: dict[str, Any]) -> str | None:
     """A pointer to the convergence check when the winner scales its merged task vector up (output scale > 1)."""
     name = METHODS[method].output_scale if method in METHODS else None
-    value = params.get(name, METHODS[method].defaults().get(name)) if name else None
+    given = METHODS[method].canonical(params) if name else {}  # results.jsonl of old runs say lambda / alpha
+    value = given.get(name, METHODS[method].defaults().get(name)) if name else None
     if not isinstance(value, int | float) or value <= 1:
         return None
     return (
@@ -163,8 +164,9 @@ def _fair(cfg: SweepConfig, ranked: Sequence[Row]) -> list[str]:
 
 
 def _at_defaults(row: Row) -> bool:
-    defaults = METHODS[row.method].defaults()
-    return not row.name and all(defaults.get(k) == v for k, v in row.params.items())
+    method = METHODS[row.method]
+    defaults = method.defaults()
+    return not row.name and all(defaults.get(k) == v for k, v in method.canonical(row.params).items())
 
 
 def _value(row: Row | None) -> str:

@@ -197,7 +197,7 @@ def dimensions(space: Space, groups: Sequence[Group], n_agents: int) -> list[Dim
 def _param(method: str, name: str, where: str) -> Param:
     p = METHODS[method].param(name)
     if p is None:
-        names = tuple(q.name for q in METHODS[method].params)
+        names = METHODS[method].names()
         raise ConfigError(f"{where}: method {method!r} has no parameter {name!r}{did_you_mean(name, names)}")
     return p
 

@@ -237,7 +237,7 @@ class SweepConfig(_Frozen):
 
     def method_grid(self, method: str) -> dict[str, ParamValue | list[ParamValue]]:
         """A method's parameter grid: its own values, and ``output_scale`` on its output scale unless it sets it."""
-        values = dict(self.methods[method])
+        values = METHODS[method].canonical(self.methods[method])  # an old name (lambda) counts as the scale
         scale = METHODS[method].output_scale
         if self.output_scale is not None and scale is not None and scale not in values:
             values[scale] = list(self.output_scale)

@@ -26,7 +26,7 @@ def task_arithmetic(
     ref: torch.Tensor, models: torch.Tensor, spec: ChunkSpec, out: torch.Tensor | None = None
 ) -> CompiledResult:
     """Task arithmetic (``methods.task_arithmetic``): ``theta_0 + lambda * sum_i w_i tau_i``."""
-    return _weighted(raw_chunk(ref, models), spec, float(f32(TaskArithmeticParams.of(spec.params).lam)), False, out)
+    return _weighted(raw_chunk(ref, models), spec, float(f32(TaskArithmeticParams.of(spec.params).scale)), False, out)
 
 
 LINEAR = Compiled(linear)

@@ -23,4 +23,4 @@ def linear(c: Chunk) -> torch.Tensor:
 
 
 def task_arithmetic(c: Chunk) -> torch.Tensor:
-    return TaskArithmeticParams.of(c.params).lam * weighted_sum(c.tau, c.weights)
+    return TaskArithmeticParams.of(c.params).scale * weighted_sum(c.tau, c.weights)

@@ -20,20 +20,21 @@ from agentmerge.methods.spec import Lazy
 
 @dataclass(frozen=True, eq=False)
 class MagMaxParams(MethodParams):
-    output_scale: ClassVar[str | None] = "lambda"
-    lam: float = use(
+    output_scale: ClassVar[str | None] = "scale"
+    scale: float = use(
         Param(
-            "lambda",
+            "scale",
             0.5,
-            "scaling coefficient of the selected task vector (the authors' 0.5)",
-            tune="the selected updates are not averaged; tune lambda on validation data like task arithmetic's",
+            "scaling coefficient of the selected task vector (the authors' lambda 0.5; lambda still accepted)",
+            tune="the selected updates are not averaged; tune scale on validation data like task arithmetic's",
+            aliases=("lambda",),
         )
     )
 
 
 @dataclass(frozen=True, eq=False)
 class ConsensusParams(MethodParams):
-    output_scale: ClassVar[str | None] = "lambda"
+    output_scale: ClassVar[str | None] = "scale"
     k: int = use(
         Param("k", 2, "an element is kept when at least k agents' TALL masks hold (0: task arithmetic)", low=0)
     )
@@ -46,12 +47,13 @@ class ConsensusParams(MethodParams):
             per_model=True,
         )
     )
-    lam: float = use(
+    scale: float = use(
         Param(
-            "lambda",
+            "scale",
             0.3,
-            "scaling coefficient of the masked sum",
+            "scaling coefficient of the masked sum (the paper's lambda, still accepted as lambda)",
             tune="the authors choose it on validation data from 0.1 .. 1.0; 0.3 is a placeholder",
+            aliases=("lambda",),
         )
     )
 
@@ -77,7 +79,7 @@ MERGEKIT_SCE = MethodMap("sce", "sce")  # mergekit's default select_topk 1.0 is 
 
 MAGMAX = Method(
     "magmax",
-    "MagMax: per element the task vector of largest magnitude, times lambda",
+    "MagMax: per element the task vector of largest magnitude, times scale",
     Lazy("agentmerge.methods.field.kernels:magmax"),
     MagMaxParams,
     compiled_at=Lazy("agentmerge.methods.field.compiled:MAGMAX"),
@@ -86,7 +88,7 @@ MAGMAX = Method(
 
 CONSENSUS = Method(
     "consensus",
-    "Consensus TA: lambda * sum of task vectors, kept where at least k agents' TALL masks agree",
+    "Consensus TA: scale * sum of task vectors, kept where at least k agents' TALL masks agree",
     Lazy("agentmerge.methods.field.kernels:consensus"),
     ConsensusParams,
     compiled_at=Lazy("agentmerge.methods.field.compiled:CONSENSUS"),

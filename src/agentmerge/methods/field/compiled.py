@@ -18,7 +18,7 @@ import torch
 
 from agentmerge.methods.deltas import PerAgent
 from agentmerge.methods.exactsum import BUCKETS, OFFSET
-from agentmerge.methods.field import ConsensusParams
+from agentmerge.methods.field import ConsensusParams, MagMaxParams
 from agentmerge.methods.field.kernels import SCE_MIN_DENOM, SceStats, sce_weights, tall_lambda_of
 from agentmerge.methods.fused.gram import add_bucket, halved
 from agentmerge.methods.fused.jit import BLOCK, jit
@@ -101,7 +101,7 @@ def magmax(ref: torch.Tensor, models: torch.Tensor, spec: ChunkSpec, out: torch.
     """MagMax over one chunk (``elementwise.magmax``)."""
     raw = raw_chunk(ref, models)
     merged, patterns = output(raw, out)
-    lam = f32(spec.params["lambda"])
+    lam = f32(MagMaxParams.of(spec.params).scale)
     bad = magmax_loop(raw.ref, raw.models, raw.shift, spec.eps, lam, merged.numpy(), patterns)
     return CompiledResult(merged, torch.from_numpy(patterns), not bad)
 
@@ -113,7 +113,8 @@ def consensus(
     raw = raw_chunk(ref, models)
     merged, patterns = output(raw, out)
     tall = PerAgent.of(ConsensusParams, spec, tall_lambda_of).values(raw.models.shape[0]).float().numpy()
-    k, lam = int(spec.params["k"]), f32(spec.params["lambda"])
+    p = ConsensusParams.of(spec.params)
+    k, lam = p.k, f32(p.scale)
     bad = consensus_loop(raw.ref, raw.models, raw.shift, spec.eps, tall, k, lam, merged.numpy(), patterns)
     return CompiledResult(merged, torch.from_numpy(patterns), not bad)
 

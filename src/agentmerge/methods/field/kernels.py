@@ -47,7 +47,7 @@ import torch
 
 from agentmerge.methods.deltas import PerAgent, sum_agents
 from agentmerge.methods.exactsum import product_parts, value
-from agentmerge.methods.field import ConsensusParams
+from agentmerge.methods.field import ConsensusParams, MagMaxParams
 from agentmerge.methods.spec import Chunk, TensorSource
 from agentmerge.methods.stats import kth_direct, kth_streamed
 
@@ -63,7 +63,7 @@ def magmax(c: Chunk) -> torch.Tensor:
         wins = mag >= best
         sel = torch.where(wins, row, sel)
         best = torch.where(wins, mag, best)
-    return sel.mul_(float(c.params["lambda"]))
+    return sel.mul_(MagMaxParams.of(c.params).scale)
 
 
 # --------------------------------------------------------------------------- Consensus TA (TALL masks)
@@ -87,7 +87,7 @@ def consensus(c: Chunk) -> torch.Tensor:
     tall = PerAgent.of(ConsensusParams, c, tall_lambda_of).values(c.tau.shape[0])
     count = tall_masks(c.tau, total, tall.float()).sum(0, dtype=torch.int32)
     keep = count >= int(c.params["k"])
-    return torch.where(keep, total, 0.0).mul_(float(c.params["lambda"]))
+    return torch.where(keep, total, 0.0).mul_(ConsensusParams.of(c.params).scale)
 
 
 # --------------------------------------------------------------------------- SCE

@@ -44,9 +44,9 @@ class RamParams(MaskedParams):
     scale: float = use(SCALE)
 
 
-def paper_scale(rho: float, r: float, alpha: float) -> float:
-    """RAM+'s unique-region scale, paper form: ``1 + r * clip(rho, 0, alpha)``."""
-    return 1.0 + r * min(max(rho, 0.0), alpha)
+def paper_scale(rho: float, r: float, clip: float) -> float:
+    """RAM+'s unique-region scale, paper form: ``1 + r * min(max(rho, 0), clip)`` (the paper's clip bound alpha)."""
+    return 1.0 + r * min(max(rho, 0.0), clip)
 
 
 @dataclass(frozen=True, eq=False)
@@ -55,12 +55,20 @@ class RamPlusParams(RamParams):
         Param(
             "form",
             "paper",
-            "paper: 1 + r*clip(rho,0,alpha); authors: 1 + (R-1)*min(rho,1)",
+            "paper: 1 + r*min(max(rho,0),clip); authors: 1 + (R-1)*min(rho,1)",
             choices=("paper", "authors"),
         )
     )
     r: float = use(Param("r", 0.1, "paper form: strength of the unique-region rescaling", low=0.0))
-    alpha: float = use(Param("alpha", 2.0, "paper form: clip bound of rho", low=0.0))
+    clip: float = use(
+        Param(
+            "clip",
+            2.0,
+            "paper form: upper bound of rho (the paper's alpha, still accepted)",
+            low=0.0,
+            aliases=("alpha",),
+        )
+    )
     rescale_factor: float = use(Param("rescale_factor", 1.2, "authors form: R (the released RAM+ uses 1.2)", low=1.0))
     scope: str = use(
         Param(
@@ -84,7 +92,7 @@ class RamPlusParams(RamParams):
         ``1 + (R - 1) * min(rho, 1)``."""
         if self.form == "authors":
             return 1.0 + (self.rescale_factor - 1.0) * min(max(rho, 0.0), 1.0)
-        return paper_scale(rho, self.r, self.alpha)
+        return paper_scale(rho, self.r, self.clip)
 
     @property
     def grouped(self) -> bool:
@@ -105,13 +113,17 @@ class RamPlusParams(RamParams):
 class RamFisherParams(MaskedParams):
     floor: float = use(FLOOR)
     r: float = use(
-        Param("r", 0.0, "unique-region scale 1 + r*clip(rho,0,alpha), rho from Fisher mass (0: RAM's 1)", low=0.0)
+        Param("r", 0.0, "unique-region scale 1 + r*min(max(rho,0),clip), rho from Fisher mass (0: RAM's 1)", low=0.0)
     )
-    alpha: float = use(Param("alpha", 2.0, "clip bound of the Fisher-mass rho", low=0.0))
+    clip: float = use(
+        Param(
+            "clip", 2.0, "upper bound of the Fisher-mass rho (was alpha, still accepted)", low=0.0, aliases=("alpha",)
+        )
+    )
 
     def unique_scale(self, rho: float) -> float:
-        """``1 + r * clip(rho, 0, alpha)``, rho from the agent's Fisher masses."""
-        return paper_scale(rho, self.r, self.alpha)
+        """``1 + r * min(max(rho, 0), clip)``, rho from the agent's Fisher masses."""
+        return paper_scale(rho, self.r, self.clip)
 
 
 @dataclass(frozen=True, eq=False)
@@ -134,6 +146,7 @@ MERGEKIT_RAMPLUS_TL = MethodMap(
     "ram_plus",
     fixed={"scope": "tensor"},
     defaults={"alpha": 0.2},
+    convert={"alpha": ("clip", 0.0, 1.0)},  # mergekit's alpha is our clip
     ours_only=("form", "rescale_factor", "groups", *_RAM_ONLY),
 )
 

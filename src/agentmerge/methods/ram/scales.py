@@ -74,10 +74,10 @@ def ram_plus_rows(stats: ModelStats, labels: Sequence[str]) -> list[ScaleRow]:
 
 
 def lambda_bound(p: RamPlusParams) -> tuple[str, float]:
-    """RAM+'s largest lambda and when it is reached (``rho >= alpha`` in the paper form)."""
+    """RAM+'s largest lambda and when it is reached (``rho >= clip`` in the paper form)."""
     if p.form == "authors":
         return "rho >= 1", p.rescale_factor
-    return f"rho >= alpha = {p.alpha:g}", 1.0 + p.r * p.alpha
+    return f"rho >= clip = {p.clip:g}", 1.0 + p.r * p.clip
 
 
 def ram_plus_summary(params: Params, rows: Sequence[ScaleRow], agents: Sequence[tuple[str, float]]) -> ScaleSummary:

@@ -5,8 +5,8 @@ Defaults are the references' (``../shared/field-methods.md``). Every record also
 ``params.MethodParams``: ``svd_embeddings`` there says whether TSV-M, Iso-C and Iso-CTS decompose the
 embeddings and LM head (and whether SVC calibrates them), and ``svc_alpha`` defaults per method as
 fusion_bench's SVC configs do (1.0 after TSV-M, 0.2 after Iso-CTS, 0.1 after any other method). The output
-scale (``MethodParams.output_scale``) of TSV-M, Iso-C and Iso-CTS is ``alpha``; CART's ``prior`` scales only
-the low-rank part and ResMerge has none.
+scale (``MethodParams.output_scale``) of TSV-M, Iso-C and Iso-CTS is ``scale`` (the papers' ``alpha``, an alias);
+CART's ``prior`` scales only the low-rank part (not an output scale) and ResMerge has none.
 """
 
 from __future__ import annotations
@@ -29,32 +29,33 @@ from agentmerge.methods.svd.rules import (
     resmerge_check,
 )
 
-SVD_ALPHA = Param(
-    "alpha",
+SVD_SCALE = Param(
+    "scale",
     1.0,
-    "scales the merged delta (1-D means included): theta_0 + alpha * delta; the authors tune it on validation "
-    "data over (0, 3], fusion_bench uses 1",
+    "scales the merged delta (1-D means included): theta_0 + scale * delta; the papers' alpha (still accepted), "
+    "the authors tune it on validation data over (0, 3], fusion_bench uses 1",
+    aliases=("alpha",),
 )
 
 
 @dataclass(frozen=True, eq=False)
 class IsoCParams(MethodParams):
-    output_scale: ClassVar[str | None] = "alpha"
-    alpha: float = use(SVD_ALPHA)
+    output_scale: ClassVar[str | None] = "scale"
+    scale: float = use(SVD_SCALE)
 
 
 @dataclass(frozen=True, eq=False)
 class TsvParams(MethodParams):
-    output_scale: ClassVar[str | None] = "alpha"
+    output_scale: ClassVar[str | None] = "scale"
     svc_alpha: float = use(replace(SVC_ALPHA, default=1.0))
-    alpha: float = use(SVD_ALPHA)
+    scale: float = use(SVD_SCALE)
 
 
 @dataclass(frozen=True, eq=False)
 class IsoCtsParams(MethodParams):
-    output_scale: ClassVar[str | None] = "alpha"
+    output_scale: ClassVar[str | None] = "scale"
     svc_alpha: float = use(replace(SVC_ALPHA, default=0.2))
-    alpha: float = use(SVD_ALPHA)
+    scale: float = use(SVD_SCALE)
     common_space_fraction: float = use(
         Param("common_space_fraction", 0.8, "share of the k directions taken from the sum (common space)", 0, 1)
     )

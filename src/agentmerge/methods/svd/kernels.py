@@ -93,7 +93,7 @@ class Stack:
 
 
 def tsv(c: Chunk) -> torch.Tensor:
-    alpha = TsvParams.of(c.params).alpha
+    alpha = TsvParams.of(c.params).scale
     if not is_matrix(c.name, c.shape, c.params):
         return alpha * mean_tau(c)
     taus = matrices(c)
@@ -118,7 +118,7 @@ def tsv(c: Chunk) -> torch.Tensor:
 
 
 def iso_c(c: Chunk) -> torch.Tensor:
-    alpha = IsoCParams.of(c.params).alpha
+    alpha = IsoCParams.of(c.params).scale
     if not is_matrix(c.name, c.shape, c.params):
         return alpha * mean_tau(c)
     total = sum_agents(c.tau).view(c.shape)
@@ -130,7 +130,7 @@ def iso_c(c: Chunk) -> torch.Tensor:
 
 def iso_cts(c: Chunk) -> torch.Tensor:
     p = IsoCtsParams.of(c.params)
-    alpha = p.alpha
+    alpha = p.scale
     if not is_matrix(c.name, c.shape, c.params):
         return alpha * mean_tau(c)
     taus = matrices(c)

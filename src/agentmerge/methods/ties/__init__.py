@@ -15,7 +15,7 @@ from agentmerge.methods.method import Method
 from agentmerge.methods.params import MethodParams, Param, use
 from agentmerge.methods.spec import Lazy, MaskedParams
 
-LAMBDA = Param("lambda", 1.0, "scaling coefficient of the merged task vector")
+SCALE = Param("scale", 1.0, "multiplies the merged task vector (was lambda, still accepted)", aliases=("lambda",))
 
 
 DENSITY = Param(
@@ -37,9 +37,9 @@ class RamTiesParams(MaskedParams):
 
 @dataclass(frozen=True, eq=False)
 class TiesParams(MethodParams):
-    output_scale: ClassVar[str | None] = "lambda"
+    output_scale: ClassVar[str | None] = "scale"
     density: float = use(DENSITY)
-    lam: float = use(LAMBDA)
+    scale: float = use(SCALE)
 
 
 @dataclass(frozen=True, eq=False)
@@ -55,27 +55,27 @@ class DropParams(MethodParams):
 
 @dataclass(frozen=True, eq=False)
 class DareLinearParams(DropParams):
-    output_scale: ClassVar[str | None] = "lambda"
-    lam: float = use(
-        replace(LAMBDA, tune="lambda = 1 adds every rescaled task vector whole; try 1/N to 0.5 or a sweep")
+    output_scale: ClassVar[str | None] = "scale"
+    scale: float = use(
+        replace(SCALE, tune="scale = 1 adds every rescaled task vector whole; try 1/N to 0.5 or a sweep")
     )
 
 
 @dataclass(frozen=True, eq=False)
 class DareTiesParams(DropParams):
-    output_scale: ClassVar[str | None] = "lambda"
+    output_scale: ClassVar[str | None] = "scale"
     density: float = use(Param("density", 1.0, "TIES trim after the drop (1: none)", 0.0, 1.0, per_model=True))
-    lam: float = use(LAMBDA)
+    scale: float = use(SCALE)
 
 
 @dataclass(frozen=True, eq=False)
 class BreadcrumbsParams(MethodParams):
-    output_scale: ClassVar[str | None] = "lambda"
+    output_scale: ClassVar[str | None] = "scale"
     density: float = use(
         Param("density", 0.9, "fraction of each agent's entries kept per tensor", 0.0, 1.0, per_model=True)
     )
     gamma: float = use(Param("gamma", 0.01, "fraction of largest-magnitude entries dropped", 0.0, 1.0, per_model=True))
-    lam: float = use(replace(LAMBDA, tune="lambda = 1 adds every pruned task vector whole; try 1/N to 0.5 or a sweep"))
+    scale: float = use(replace(SCALE, tune="scale = 1 adds every pruned task vector whole; try 1/N to 0.5 or a sweep"))
 
     def check(self, n_models: int) -> None:
         if self.density + self.gamma > 1.0:
@@ -84,7 +84,7 @@ class BreadcrumbsParams(MethodParams):
 
 @dataclass(frozen=True, eq=False)
 class DellaParams(MethodParams):
-    output_scale: ClassVar[str | None] = "lambda"
+    output_scale: ClassVar[str | None] = "scale"
     p: float = use(Param("p", 0.5, "mean drop probability", 0.0, 1.0, per_model=True))
     eps: float = use(
         Param(
@@ -96,7 +96,7 @@ class DellaParams(MethodParams):
             per_model=True,
         )
     )
-    lam: float = use(LAMBDA)
+    scale: float = use(SCALE)
 
     def check(self, n_models: int) -> None:
         p, eps = self.p, self.eps
@@ -108,10 +108,13 @@ class DellaParams(MethodParams):
 
 # mergekit's names for these methods (``agentmerge.config.mergekit_names`` collects them)
 _KEEP_TO_DROP = {"density": ("p", 1.0, -1.0)}  # mergekit keeps a fraction; ours drops one
+_LAMBDA = {"lambda": ("scale", 0.0, 1.0)}  # mergekit's lambda is our scale
 # mergekit 0.1.5's defaults (generalized_task_arithmetic.py): density 1.0 (no trim, no drop) for every
 # sparsifying method, lambda 1.0, breadcrumbs' gamma 0.01, della's epsilon 0.15.
 _GTA = {"density": 1.0}  # lambda: mergekit 1.0, the same as ours (not filled in)
-MERGEKIT_TIES = MethodMap("ties", "ties", defaults=_GTA, normalize=True, ours_normalize=True, rescale=False)
+MERGEKIT_TIES = MethodMap(
+    "ties", "ties", defaults=_GTA, normalize=True, ours_normalize=True, rescale=False, convert=_LAMBDA
+)
 MERGEKIT_DARE_TIES = MethodMap(  # mergekit's density is DARE's kept fraction; it has no TIES trim (ours: density)
     "dare_ties",
     "dare_ties",
@@ -119,7 +122,7 @@ MERGEKIT_DARE_TIES = MethodMap(  # mergekit's density is DARE's kept fraction; i
     normalize=False,
     ours_normalize=True,
     rescale=True,
-    convert=_KEEP_TO_DROP,
+    convert={**_KEEP_TO_DROP, **_LAMBDA},
     ours_only=("density",),
 )
 MERGEKIT_DARE_LINEAR = MethodMap(
@@ -129,7 +132,7 @@ MERGEKIT_DARE_LINEAR = MethodMap(
     normalize=False,
     ours_normalize=False,
     rescale=True,
-    convert=_KEEP_TO_DROP,
+    convert={**_KEEP_TO_DROP, **_LAMBDA},
 )
 MERGEKIT_BREADCRUMBS = MethodMap(
     "breadcrumbs",
@@ -138,6 +141,7 @@ MERGEKIT_BREADCRUMBS = MethodMap(
     normalize=False,
     ours_normalize=False,
     rescale=False,
+    convert=_LAMBDA,
 )
 MERGEKIT_DELLA = MethodMap(
     "della",
@@ -146,7 +150,7 @@ MERGEKIT_DELLA = MethodMap(
     normalize=True,
     ours_normalize=True,
     rescale=True,
-    convert={**_KEEP_TO_DROP, "epsilon": ("eps", 0.0, 2.0)},  # mergekit: half-width; ours: full spread
+    convert={**_KEEP_TO_DROP, **_LAMBDA, "epsilon": ("eps", 0.0, 2.0)},  # mergekit: half-width; ours: full spread
 )
 
 # --------------------------------------------------------------------------- the entries
@@ -165,7 +169,7 @@ TIES = Method(
 
 DARE_LINEAR = Method(
     "dare_linear",
-    "DARE + task arithmetic: random drop with rescale, then lambda * weighted sum",
+    "DARE + task arithmetic: random drop with rescale, then scale * weighted sum",
     Lazy("agentmerge.methods.ties.kernels:dare_linear"),
     DareLinearParams,
     Needs(weights=True),

@@ -199,10 +199,12 @@ def family(form: TiesForm) -> Compiled:
 
 
 # the compiled entries of the registry (``registry.fk``): one per member of the family
-TIES = family(TiesForm(drop=False, elect=True, band=ties_band, lam=lambda s: TiesParams.of(s.params).lam))
-DARE_LINEAR = family(TiesForm(drop=True, elect=False, lam=lambda s: DareLinearParams.of(s.params).lam))
-DARE_TIES = family(TiesForm(drop=True, elect=True, band=dare_ties_band, lam=lambda s: DareTiesParams.of(s.params).lam))
+TIES = family(TiesForm(drop=False, elect=True, band=ties_band, lam=lambda s: TiesParams.of(s.params).scale))
+DARE_LINEAR = family(TiesForm(drop=True, elect=False, lam=lambda s: DareLinearParams.of(s.params).scale))
+DARE_TIES = family(
+    TiesForm(drop=True, elect=True, band=dare_ties_band, lam=lambda s: DareTiesParams.of(s.params).scale)
+)
 BREADCRUMBS = family(
-    TiesForm(drop=False, elect=False, band=crumb_ranks, lam=lambda s: BreadcrumbsParams.of(s.params).lam)
+    TiesForm(drop=False, elect=False, band=crumb_ranks, lam=lambda s: BreadcrumbsParams.of(s.params).scale)
 )
 RAM_TIES = family(TiesForm(drop=False, elect=True, band=keep_ranks, region=True))

@@ -176,15 +176,15 @@ def _raw_tau(c: Chunk) -> torch.Tensor:
 
 
 def ties(c: Chunk) -> torch.Tensor:
-    return _ties_core(c, _raw_tau, ties_band, TiesParams.of(c.params).lam)
+    return _ties_core(c, _raw_tau, ties_band, TiesParams.of(c.params).scale)
 
 
 def dare_ties(c: Chunk) -> torch.Tensor:
-    return _ties_core(c, dare_drop, dare_ties_band, DareTiesParams.of(c.params).lam)
+    return _ties_core(c, dare_drop, dare_ties_band, DareTiesParams.of(c.params).scale)
 
 
 def dare_linear(c: Chunk) -> torch.Tensor:
-    return DareLinearParams.of(c.params).lam * sum_agents(dare_drop(c) * c.weights[:, None])
+    return DareLinearParams.of(c.params).scale * sum_agents(dare_drop(c) * c.weights[:, None])
 
 
 # --------------------------------------------------------------------------- Breadcrumbs
@@ -215,7 +215,7 @@ def breadcrumbs(c: Chunk) -> torch.Tensor:
     mag = c.tau.abs()
     bounds = tensor_thresholds(c, _abs_tau, crumb_ranks(c), mag)
     keep = (mag >= bounds[:, :1]) & (mag <= bounds[:, 1:])
-    return BreadcrumbsParams.of(c.params).lam * sum_agents(_zero_unless(c.tau.clone(), keep).mul_(c.weights[:, None]))
+    return BreadcrumbsParams.of(c.params).scale * sum_agents(_zero_unless(c.tau.clone(), keep).mul_(c.weights[:, None]))
 
 
 def breadcrumbs_prepare(source: TensorSource) -> torch.Tensor:
@@ -243,7 +243,7 @@ def della(c: Chunk) -> torch.Tensor:
     for s in range(0, e, step):
         part = slice(s, s + step)
         kept[:, part] = _magprune(c.tau[:, part].reshape(n, -1, length), u[:, part], p, eps).reshape(n, -1)
-    return DellaParams.of(c.params).lam * disjoint_merge(kept, c.weights)
+    return DellaParams.of(c.params).scale * disjoint_merge(kept, c.weights)
 
 
 def _magprune(tau: torch.Tensor, u: torch.Tensor, p: torch.Tensor, eps: torch.Tensor) -> torch.Tensor:
