@@ -226,6 +226,6 @@ def merge_model(
         taus = [a[name].double() - theta0 for a in agents]
         delta = merged_delta(method, name, theta0, taus, params)
         if params.get("calibrate") == "svc" and is_matrix(name, b.shape, params):
-            delta = svc(taus, delta, float(params["svc_alpha"]))
+            delta = svc(taus, delta, float(params["svc_floor"]))
         out[name] = theta0 + delta
     return out

@@ -294,7 +294,7 @@ def test_methods_are_listed(capsys: pytest.CaptureFixture[str]) -> None:
     out = capsys.readouterr().out
     for name in SVD_METHODS:
         assert f"\n{name}: " in f"\n{out}"
-    assert "calibrate" in out and "svc_alpha" in out
+    assert "calibrate" in out and "svc_floor" in out
 
 
 @pytest.mark.parametrize(

@@ -190,7 +190,7 @@ class MergeConfig(_Frozen):
             resolve_params(m, {**self.params, **spec.params}, n)
         if self.base is None and any(lines_on(p) for p in [self.params, *(o.params for o in self.overrides)]):
             raise ValueError(
-                f"LiNeS (lines_beta / lines_alpha) scales {m.name!r}'s merged task vector against a base model; "
+                f"LiNeS (lines_beta / lines_shallow) scales {m.name!r}'s merged task vector against a base model; "
                 "give one (base: PATH)"
             )
         check_base(m.name, [self.params, *(o.params for o in self.overrides)], self.base is not None)

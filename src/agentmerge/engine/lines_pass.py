@@ -29,6 +29,7 @@ from agentmerge.engine.parallel import run_parallel
 from agentmerge.engine.plan import MergePlan, TensorJob
 from agentmerge.errors import MergeError
 from agentmerge.methods.lines import LAYER, auto_alpha, closed_form_alpha, depth_scale, lines_on
+from agentmerge.methods.params import MethodParams
 
 # (job, start, stop) -> ([E] sum_i tau_i, [E] the merged chunk minus theta_0), float32
 Deltas = Callable[[TensorJob, int, int], tuple[torch.Tensor, torch.Tensor]]
@@ -52,7 +53,7 @@ class DepthScaling:
         """The tensor's ``lambda(l)``, or None when its parameters leave LiNeS off."""
         if not lines_on(job.params):
             return None
-        alpha = self.alpha if auto_alpha(job.params) else float(job.params["lines_alpha"])
+        alpha = self.alpha if auto_alpha(job.params) else MethodParams.of(job.params).lines_shallow
         assert alpha is not None, "the reference's alpha was not computed"
         return depth_scale(job.name, self.layers, alpha, float(job.params["lines_beta"]))
 
@@ -147,6 +148,6 @@ def alpha_pass(plan: MergePlan, deltas: Deltas, quiet: bool = True) -> float:
     if merged == 0:
         raise MergeError(
             f"LiNeS: {plan.method.name}'s merged task vector is zero on every tensor, so the reference's alpha "
-            "is undefined; set lines_alpha"
+            "is undefined; set lines_shallow"
         )
     return float(total / (len(plan.weights) * merged))

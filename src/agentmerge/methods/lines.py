@@ -10,14 +10,14 @@ Hugging Face decoders, and can match an expert index on MoE models); tensors out
 (embeddings, final norm, lm_head) get lambda = alpha, as in the reference. L is the number of decoder
 layers of the checkpoint (largest index + 1); LiNeS needs L >= 2 (the reference divides by L - 1).
 
-alpha is the reference's multi-task value unless ``lines_alpha`` sets one:
+alpha is the reference's multi-task value unless ``lines_shallow`` sets one:
 
     alpha = ||sum_i tau_i||_1 / (N ||tau*||_1)          (both L1 norms over every merged tensor)
 
 which makes the shallowest layers move like the plain average of the task vectors. For task arithmetic
 with equal model weights w it is 1 / (N lambda w) (1/N at lambda = w = 1, the reference's value) and for the
 linear average 1; any other method needs a pre-pass over the whole model (``lines_pass``). beta has no
-data-free default (the authors tune it over 0.1 .. 1.0); ``lines_beta`` = 0 and ``lines_alpha`` = 0 leave
+data-free default (the authors tune it over 0.1 .. 1.0); ``lines_beta`` = 0 and ``lines_shallow`` = 0 leave
 the method untouched. Parameters only here; the passes and the scaling live in ``lines_pass`` (torch).
 """
 
@@ -28,22 +28,23 @@ from collections.abc import Collection, Iterable
 from fractions import Fraction
 
 from agentmerge.errors import MergeError
-from agentmerge.methods.params import LINES_ALPHA, LINES_BETA, Params
+from agentmerge.methods.params import LINES_BETA, LINES_SHALLOW, MethodParams, Params
 
 LAYER = re.compile(r"\.layers\.(\d+)\.")
 
-LINES_PARAMS = (LINES_BETA, LINES_ALPHA)  # fields of every method's record (``params.MethodParams``)
+LINES_PARAMS = (LINES_BETA, LINES_SHALLOW)  # fields of every method's record (``params.MethodParams``)
 LINES_NAMES = tuple(p.name for p in LINES_PARAMS)
 
 
 def lines_on(params: Params) -> bool:
     """Whether a tensor's parameters ask for depth scaling."""
-    return float(params.get("lines_beta", 0.0)) > 0.0 or float(params.get("lines_alpha", 0.0)) > 0.0
+    p = MethodParams.of(params)
+    return p.lines_beta > 0.0 or p.lines_shallow > 0.0
 
 
 def auto_alpha(params: Params) -> bool:
-    """Whether a tensor scales with the reference's alpha (LiNeS on, ``lines_alpha`` left at 0)."""
-    return lines_on(params) and float(params.get("lines_alpha", 0.0)) == 0.0
+    """Whether a tensor scales with the reference's alpha (LiNeS on, ``lines_shallow`` left at 0)."""
+    return lines_on(params) and MethodParams.of(params).lines_shallow == 0.0
 
 
 def layer_of(name: str) -> int | None:
@@ -69,8 +70,8 @@ def check_layers(layers: int, where: str) -> None:
     """LiNeS divides by L - 1: a checkpoint with fewer than two decoder layers is refused (``MergeError``)."""
     if layers < 2:
         raise MergeError(
-            f"{where}: LiNeS (lines_beta / lines_alpha) scales by decoder-layer depth, but the checkpoint has "
-            f"{layers} layer(s) named '.layers.N.'; remove lines_beta and lines_alpha"
+            f"{where}: LiNeS (lines_beta / lines_shallow) scales by decoder-layer depth, but the checkpoint has "
+            f"{layers} layer(s) named '.layers.N.'; remove lines_beta and lines_shallow"
         )
 
 

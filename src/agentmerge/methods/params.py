@@ -112,16 +112,17 @@ def _number(text: str) -> float | str:
 LINES_BETA = Param(
     "lines_beta",
     0.0,
-    "LiNeS: the merged task vector of decoder layer l of L is scaled by lines_alpha + lines_beta * l / (L - 1) "
-    "(0 with lines_alpha 0: off; the authors tune beta over 0.1 .. 1.0)",
+    "LiNeS: the merged task vector of decoder layer l of L is scaled by lines_shallow + lines_beta * l / (L - 1) "
+    "(0 with lines_shallow 0: off; the authors tune beta over 0.1 .. 1.0)",
     low=0.0,
 )
-LINES_ALPHA = Param(
-    "lines_alpha",
+LINES_SHALLOW = Param(
+    "lines_shallow",
     0.0,
-    "LiNeS: the scale of layer 0 and of tensors outside the layers; 0: the reference's "
-    "||sum_i tau_i||_1 / (N ||tau*||_1) (1/N for task arithmetic)",
+    "LiNeS: the scale of the shallowest layer (0) and of tensors outside the layers (the paper's alpha, still "
+    "accepted as lines_alpha); 0: the reference's ||sum_i tau_i||_1 / (N ||tau*||_1) (1/N for task arithmetic)",
     low=0.0,
+    aliases=("lines_alpha",),
 )
 # SVC, spectral calibration of every 2-D merged delta (``calibration.py``, applied by the driver after the
 # kernel and before LiNeS: ``poststeps.POST_STEPS``)
@@ -132,13 +133,15 @@ CALIBRATE = Param(
     "none: the method's result as it is",
     choices=("none", "svc"),
 )
-SVC_ALPHA = Param(
-    "svc_alpha",
+SVC_FLOOR = Param(
+    "svc_floor",
     0.1,
-    "SVC's alpha: gamma_r = N / sum_i max(alpha, s_r^i) per singular direction of the merged delta "
-    "(default per base method as fusion_bench: 1.0 tsv, 0.2 iso_cts, 0.1 otherwise)",
+    "SVC's floor of each task's response ratio (the paper's alpha, still accepted as svc_alpha): gamma_r = "
+    "N / sum_i max(svc_floor, s_r^i) per singular direction of the merged delta (default per base method as "
+    "fusion_bench: 1.0 tsv, 0.2 iso_cts, 0.1 otherwise)",
     low=0.0,
     low_open=True,
+    aliases=("svc_alpha",),
 )
 SVD_EMBEDDINGS = Param(
     "svd_embeddings",
@@ -147,7 +150,7 @@ SVD_EMBEDDINGS = Param(
     "(tsv, iso_c, iso_cts: the mean of the task vectors; SVC: left as the method made them), which skips an LLM's "
     "largest SVDs",
 )
-POST_STEP_PARAMS = (LINES_BETA, LINES_ALPHA, CALIBRATE, SVC_ALPHA, SVD_EMBEDDINGS)
+POST_STEP_PARAMS = (LINES_BETA, LINES_SHALLOW, CALIBRATE, SVC_FLOOR, SVD_EMBEDDINGS)
 POST_STEP_NAMES = tuple(p.name for p in POST_STEP_PARAMS)  # none is mergekit's: exported only at their defaults
 
 # a lower bound of Fisher values, shared by ``fisher`` and ``ram_fisher``
@@ -164,7 +167,7 @@ class MethodParams(Mapping[str, ParamValue]):
     """The base of every method's parameter record (see the module docstring); equal to a mapping of its items.
 
     Its own fields are the post-steps every method takes on its merged task vector (``POST_STEP_PARAMS``); a
-    method's record may redeclare one with a default of its own (``svc_alpha``: fusion_bench's per method).
+    method's record may redeclare one with a default of its own (``svc_floor``: fusion_bench's per method).
     ``output_scale`` names the parameter that multiplies the method's merged task vector (task arithmetic's
     ``lambda``, RAM's ``scale``), the one the fair protocol tunes on validation (``sweep`` ``output_scale``,
     ``agentmerge converge``); None: the method has none.
@@ -173,9 +176,9 @@ class MethodParams(Mapping[str, ParamValue]):
     output_scale: ClassVar[str | None] = None
 
     lines_beta: float = use(LINES_BETA)
-    lines_alpha: float = use(LINES_ALPHA)
+    lines_shallow: float = use(LINES_SHALLOW)
     calibrate: str = use(CALIBRATE)
-    svc_alpha: float = use(SVC_ALPHA)
+    svc_floor: float = use(SVC_FLOOR)
     svd_embeddings: bool = use(SVD_EMBEDDINGS)
 
     @classmethod

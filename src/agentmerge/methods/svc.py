@@ -1,7 +1,7 @@
 """SVC, singular value calibration (arXiv 2602.05536, fusion_bench's only implementation): a post step.
 
 After any method, for each 2-D merged delta ``D = W_merge - W_0`` (``poststeps.SVC``; embeddings and LM head
-unless ``svd_embeddings`` is false), with the task vectors ``tau_i`` and ``alpha = svc_alpha``:
+unless ``svd_embeddings`` is false), with the task vectors ``tau_i`` and ``alpha = svc_floor``:
 
     D = U diag(S) V^T                                  (thin SVD, r = 1 .. k)
     a_r = u_r^T D = S_r v_r^T,   a_r^i = u_r^T tau_i   (the responses of the merge and of task i in direction r)
@@ -25,6 +25,7 @@ from __future__ import annotations
 import torch
 
 from agentmerge.methods.linalg import rank_of, svd
+from agentmerge.methods.params import MethodParams
 from agentmerge.methods.spec import Chunk
 
 FLAT = 1e-4  # singular values within this fraction of the largest count as one repeated value
@@ -36,7 +37,7 @@ def svc(c: Chunk, delta: torch.Tensor) -> torch.Tensor:
         raise RuntimeError(f"tensor {c.name!r}: SVC was given part of it (the plan makes it one chunk)")
     n_models = c.tau.shape[0]
     taus = c.tau.view(n_models, *c.shape)
-    alpha = float(c.params["svc_alpha"])
+    alpha = MethodParams.of(c.params).svc_floor  # the record of the tensor (its method's default)
     u, s, vh = svd(delta.view(c.shape))
     warn_flat(c, s)
     coef = torch.empty(s.numel(), n_models, dtype=torch.float64)

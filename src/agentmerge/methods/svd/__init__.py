@@ -3,7 +3,7 @@
 
 Defaults are the references' (``../shared/field-methods.md``). Every record also has the post-steps' fields of
 ``params.MethodParams``: ``svd_embeddings`` there says whether TSV-M, Iso-C and Iso-CTS decompose the
-embeddings and LM head (and whether SVC calibrates them), and ``svc_alpha`` defaults per method as
+embeddings and LM head (and whether SVC calibrates them), and ``svc_floor`` defaults per method as
 fusion_bench's SVC configs do (1.0 after TSV-M, 0.2 after Iso-CTS, 0.1 after any other method). The output
 scale (``MethodParams.output_scale``) of TSV-M, Iso-C and Iso-CTS is ``scale`` (the papers' ``alpha``, an alias);
 CART's ``prior`` scales only the low-rank part (not an output scale) and ResMerge has none.
@@ -16,7 +16,7 @@ from typing import ClassVar
 
 from agentmerge.methods.hooks import Needs
 from agentmerge.methods.method import Method
-from agentmerge.methods.params import SVC_ALPHA, MethodParams, Param, use
+from agentmerge.methods.params import SVC_FLOOR, MethodParams, Param, use
 from agentmerge.methods.spec import Lazy
 from agentmerge.methods.svd.rules import (
     CART_WHOLE,
@@ -47,14 +47,14 @@ class IsoCParams(MethodParams):
 @dataclass(frozen=True, eq=False)
 class TsvParams(MethodParams):
     output_scale: ClassVar[str | None] = "scale"
-    svc_alpha: float = use(replace(SVC_ALPHA, default=1.0))
+    svc_floor: float = use(replace(SVC_FLOOR, default=1.0))
     scale: float = use(SVD_SCALE)
 
 
 @dataclass(frozen=True, eq=False)
 class IsoCtsParams(MethodParams):
     output_scale: ClassVar[str | None] = "scale"
-    svc_alpha: float = use(replace(SVC_ALPHA, default=0.2))
+    svc_floor: float = use(replace(SVC_FLOOR, default=0.2))
     scale: float = use(SVD_SCALE)
     common_space_fraction: float = use(
         Param("common_space_fraction", 0.8, "share of the k directions taken from the sum (common space)", 0, 1)
