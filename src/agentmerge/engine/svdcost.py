@@ -7,7 +7,7 @@ run in the pool (at most ``threads`` at once, within the budget); the others one
 peak is ``max(budget, the largest of them)``, besides what the process holds anyway (Python, torch, numba:
 about 0.2 GB of anonymous memory, measured by ``benchmarks/speed.py``).
 
-Time: each SVD of ``m x n`` costs ``spectral_rules.svd_flops(m, n)``; the rate comes from one probe SVD on
+Time: each SVD of ``m x n`` costs ``methods.matrices.svd_flops(m, n)``; the rate comes from one probe SVD on
 one thread (``svd_rate``), and the estimate assumes the threads divide the work. It leaves out the matrix
 products and the reads, which the dry run estimates apart.
 """

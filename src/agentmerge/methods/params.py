@@ -124,7 +124,7 @@ LINES_SHALLOW = Param(
     low=0.0,
     aliases=("lines_alpha",),
 )
-# SVC, spectral calibration of every 2-D merged delta (``calibration.py``, applied by the driver after the
+# SVC, spectral calibration of every 2-D merged delta (``svc.py``, applied by the driver after the
 # kernel and before LiNeS: ``poststeps.POST_STEPS``)
 CALIBRATE = Param(
     "calibrate",

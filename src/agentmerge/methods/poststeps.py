@@ -12,7 +12,7 @@ on the reference path. LiNeS, a per-layer scale with one alpha for the whole mod
 SVC, spectral calibration (arXiv 2602.05536, fusion_bench's ``singular_value_calibration``), is the first:
 ``calibrate: svc`` calibrates every 2-D merged delta (``calibration.svc``; embeddings and LM head unless
 ``svd_embeddings`` is false), with ``svc_floor`` defaulting per base method as fusion_bench's configs do
-(the method's record may redeclare its default: ``svd_params``).
+(the method's record may redeclare its default: ``methods.svd``).
 """
 
 from __future__ import annotations

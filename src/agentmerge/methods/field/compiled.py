@@ -1,10 +1,10 @@
-"""Compiled MagMax, Consensus TA and SCE (numba): one pass over a chunk as stored, bit for bit ``elementwise.py``.
+"""Compiled MagMax, Consensus TA and SCE (numba): one pass over a chunk as stored, bit for bit ``kernels.py``.
 
 The loops widen ``BLOCK`` elements of the reference and every model at a time (``loops.load_block``),
 compute the merged ``theta_0 + tau*`` with the reference kernel's float32 operations in its order (agents
 0..N-1, sums from zero, no fused multiply-add) and count the update patterns of the overlap histogram
 (|tau_i| > eps) that merge.json reports, as every compiled kernel does. SCE's weights come from exact sums
-of squares (``square_loop``: the block sums and integer buckets of ``elementwise.square_parts``), counted
+of squares (``square_loop``: the block sums and integer buckets of ``kernels.square_parts``), counted
 chunk-parallel before the merge for a multi-chunk tensor (``SCE.rounds``), by the kernel itself for a
 one-chunk tensor.
 """
@@ -98,7 +98,7 @@ def consensus_loop(
 
 
 def magmax(ref: torch.Tensor, models: torch.Tensor, spec: ChunkSpec, out: torch.Tensor | None = None) -> CompiledResult:
-    """MagMax over one chunk (``elementwise.magmax``)."""
+    """MagMax over one chunk (``kernels.magmax``)."""
     raw = raw_chunk(ref, models)
     merged, patterns = output(raw, out)
     lam = f32(MagMaxParams.of(spec.params).scale)
@@ -109,7 +109,7 @@ def magmax(ref: torch.Tensor, models: torch.Tensor, spec: ChunkSpec, out: torch.
 def consensus(
     ref: torch.Tensor, models: torch.Tensor, spec: ChunkSpec, out: torch.Tensor | None = None
 ) -> CompiledResult:
-    """Consensus TA over one chunk (``elementwise.consensus``; per-model ``tall_lambda`` too)."""
+    """Consensus TA over one chunk (``kernels.consensus``; per-model ``tall_lambda`` too)."""
     raw = raw_chunk(ref, models)
     merged, patterns = output(raw, out)
     tall = PerAgent.of(ConsensusParams, spec, tall_lambda_of).values(raw.models.shape[0]).float().numpy()
@@ -187,7 +187,7 @@ def square_counts(ref: torch.Tensor, models: torch.Tensor, spec: ChunkSpec, stat
 
 
 def sce(ref: torch.Tensor, models: torch.Tensor, spec: ChunkSpec, out: torch.Tensor | None = None) -> CompiledResult:
-    """SCE over one chunk (``elementwise.sce`` at select_topk 1): weights from the rounds, or from this chunk."""
+    """SCE over one chunk (``kernels.sce`` at select_topk 1): weights from the rounds, or from this chunk."""
     raw = raw_chunk(ref, models)
     merged, patterns = output(raw, out)
     stats = spec.stats.prepared

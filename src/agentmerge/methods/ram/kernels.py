@@ -30,11 +30,10 @@ sgn(tau_i) = s`` (0 when ``s = 0``), the primitive ``deltas.disjoint_merge`` wit
 with the Fisher masses summed over every merged tensor by ram_fisher's statistics pass (``fisher_masses`` of
 every chunk, a ``hooks.ModelSum``), run only when some tensor rescales (``fisher_rescales``: r > 0).
 
-Baselines: linear ``sum_i w_i tau_i / sum_i w_i`` (= weighted average of the models) and task
-arithmetic ``lambda * sum_i w_i tau_i``. ``unique_only`` is the paper's dilution ablation:
-``s * tau_a`` on the elements only agent ``a`` updated, zero elsewhere. The other baselines (TIES, DARE,
-Breadcrumbs, DELLA, Model Stock, SLERP, RAM-TIES, Fisher) live in ``baselines.py``; ``registry.py`` lists
-every method with its parameters and its compiled form.
+``unique_only`` is the paper's dilution ablation: ``s * tau_a`` on the elements only agent ``a`` updated, zero
+elsewhere. The baselines (linear and task arithmetic: ``methods.arithmetic``; TIES, DARE, Breadcrumbs, DELLA,
+RAM-TIES: ``methods.ties``; Model Stock, SLERP, Fisher) live in their own packages; ``registry.py`` lists every
+method.
 """
 
 from __future__ import annotations

@@ -1,8 +1,8 @@
-"""Compiled Karcher, Multi-SLERP and NuSLERP (numba), bit for bit ``spherical.py``.
+"""Compiled Karcher, Multi-SLERP and NuSLERP (numba), bit for bit ``kernels.py``.
 
 A multi-chunk tensor's Gram matrix is counted chunk-parallel before the merge (``Rounds``: the block sums
 and integer buckets of ``exactsum``, which add up the same in any order), a one-chunk tensor's by the kernel itself; the
-N coefficients come from the Gram matrix exactly as in ``spherical.py`` (the same Python code), and one pass
+N coefficients come from the Gram matrix exactly as in ``kernels.py`` (the same Python code), and one pass
 then writes ``theta_0 + sum_j k_j tau_j (+ (sum_j k_j - 1) theta_0 on raw weights)`` with the reference
 kernel's float32 operations in its order, and counts the update patterns as every compiled kernel does.
 NuSLERP's row and column modes run on the reference kernels (``nuslerp_flatten`` is reference-only).

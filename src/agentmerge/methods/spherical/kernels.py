@@ -6,7 +6,7 @@ Gram matrix ``G[i, j] = <x_i, x_j>``. Every step below is mergekit's, written on
 instead of on the vectors: a unit vector ``x_i / |x_i|`` is ``e_i / sqrt(G[i, i])``, ``<a, b> = a^T G b``.
 G is fixed-block float64 dot products added exactly and rounded once (``exactsum``), so a multi-chunk tensor
 (its G from ``prepare`` or the compiled rounds, one chunk in memory at a time) merges bit for bit like a
-one-chunk tensor, whatever the chunks; ``fused.sphere`` is the compiled twin.
+one-chunk tensor, whatever the chunks; ``compiled.py`` is the compiled twin.
 
 Karcher (mergekit ``karcher``; on the raw weights x_i = theta_i, equal weights a_i = 1/N, any base ignored):
   n_i = |x_i|; the inputs with n_i > tol count, their weights renormalised (a'_i); u = normalised

@@ -1,8 +1,8 @@
-"""SVD merge methods as kernels: TSV-M, Iso-C, Iso-CTS, CART (ResMerge: ``resmerge.py``; SVC: ``calibration.py``).
+"""SVD merge methods as kernels: TSV-M, Iso-C, Iso-CTS, CART (ResMerge: ``resmerge.py``; SVC: ``methods.svc``).
 
 One parameter name at a time; ``tau_i`` the task vectors (``m x n`` when 2-D, ``k = min(m, n)``), N models,
 ``P(A) = U_A V_A^T`` the polar factor of ``A = U_A S_A V_A^T``. Which tensors are decomposed is in
-``spectral_rules`` (2-D ones, by name for CART); every other tensor gets the rule written after "else".
+``rules.py`` (2-D ones, by name for CART); every other tensor gets the rule written after "else".
 A decomposed tensor is always one whole chunk (the plan makes it so, ``hooks.WholeTensor``).
 
 TSV-M (Gargiulo et al., arXiv 2412.00081), ``r = int(k * (1/N))`` as the reference computes it:
@@ -17,7 +17,7 @@ Iso-C (Marczak et al., arXiv 2502.04959): ``U S V^T = svd(sum_i tau_i)``,
 ``delta = alpha * mean(S) * U V^T``, else ``alpha * mean_i tau_i``. A sum of rank below k (low-rank agents,
 LoRA) leaves null directions that get mean(S) although nothing chose them: the merge warns.
 
-Iso-CTS (same paper), ``f = common_space_fraction``, sizes ``c`` and ``d`` by ``spectral_rules.cts_sizes``:
+Iso-CTS (same paper), ``f = common_space_fraction``, sizes ``c`` and ``d`` by ``rules.cts_sizes``:
 the top ``c`` triplets ``U_c, s_c, V_c`` of ``sum_i tau_i``; for each i the top ``d`` of
 ``tau_i - U_c U_c^T tau_i``; blocks ``[task 1 .. task N, common]`` side by side in U^, s^, V^, then
 ``delta = alpha * mean(s^) * P(U^) P(V^T)``, else ``alpha * mean_i tau_i``.

@@ -1,6 +1,6 @@
 """ResMerge (arXiv 2606.02252; the authors' ``resmerge-main.py``) as a kernel, holding one tensor per model.
 
-For a 2-D tensor that names no embedding, LM head or norm (``spectral_rules.resmerge_wanted``), with
+For a 2-D tensor that names no embedding, LM head or norm (``rules.resmerge_wanted``), with
 ``eps = 1e-8``, ``cos(a, b) = <a, b> / (|a| |b| + eps)`` and ``clamp01`` clamping to [0, 1]:
 
     split     tau_i = H_i + R_i, H_i the top ``rank_topk`` SVD components (H_i = R_i = 0 when tau_i = 0)

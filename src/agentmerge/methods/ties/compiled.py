@@ -74,7 +74,7 @@ class TiesForm:
 
 
 def dare_drop_arrays(spec: ChunkSpec, n: int) -> Drop:
-    """DARE's drop of ``baselines.dare_drop`` for one chunk: the same draws and the same float32 arithmetic.
+    """DARE's drop of ``kernels.dare_drop`` for one chunk: the same draws and the same float32 arithmetic.
 
     Element ``p`` of agent ``i`` survives iff ``u_i[p] >= f_i`` (``f_i`` the smallest float32 ``>= p_i``) and
     becomes ``tau * (1 / q_i)`` when ``q_i = 1 - p_i`` is a power of two, else ``float32(tau / q_i)`` in float64.

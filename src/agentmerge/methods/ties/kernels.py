@@ -2,7 +2,8 @@
 
 Every kernel gets one ``Chunk`` (elements ``start:stop`` of one tensor, the ``[N, E]`` stack of task
 vectors ``tau_i``) and returns the merged task vector ``tau*`` for those elements. Notation: ``w_i``
-model weights, ``lambda`` the scaling coefficient, ``d`` a tensor's element count, ``sgn`` the sign.
+model weights, ``lambda`` the scaling coefficient (the parameter ``scale``), ``d`` a tensor's element count,
+``sgn`` the sign.
 
 TIES (trim, elect, disjoint merge), per tensor and agent, with ``k_i = floor(density_i * d)``:
 
