@@ -9,7 +9,9 @@ Layers, lowest first (a module may import its own layer and the ones below, neve
     sweep              merge-and-evaluate trials on Ray
     cli                the command line (``agentmerge.cli``, ``agentmerge.__main__``)
 The package root re-exports names lazily; ``errors``, ``_version``, ``plugins`` and ``synthetic`` are leaves.
-The zoo (``agentmerge_zoo``) is a client: nothing in ``agentmerge`` imports it or names its modules; it plugs in
+``agentmerge.api`` is the documented surface for client code, above every layer (nothing in the library imports it).
+The zoo (``agentmerge_zoo``, its own distribution under ``zoo/``) is a client: it imports ``agentmerge`` and
+``agentmerge.api`` and nothing deeper; nothing in ``agentmerge`` imports it or names its modules; it plugs in
 through entry points (``plugins``).
 """
 
@@ -21,13 +23,15 @@ from pathlib import Path
 import agentmerge
 
 SRC = Path(agentmerge.__file__).parent
-ZOO = SRC.parent / "agentmerge_zoo"
+ZOO = Path(__file__).parents[1] / "zoo" / "src" / "agentmerge_zoo"
+PUBLIC = {"agentmerge", "agentmerge.api"}  # all of the library a client (the zoo) may import
 LAYERS = ("methods", "io", "config", "engine", "evaluation", "sweep", "cli")
 LEAVES = {"agentmerge.errors", "agentmerge._version", "agentmerge.plugins"}
 
 
 def _module(path: Path) -> str:
-    rel = path.relative_to(SRC.parent).with_suffix("")
+    root = ZOO.parent if path.is_relative_to(ZOO) else SRC.parent
+    rel = path.relative_to(root).with_suffix("")
     name = ".".join(rel.parts)
     return name.removesuffix(".__init__")
 
@@ -139,7 +143,7 @@ def layer(mod: str) -> str | None:
 def test_layer_table_covers_the_house() -> None:
     """Every module of the library is in a layer or is one of the few named leaves: no loose room."""
     loose = {m for m in import_graph() if layer(m) is None}
-    assert loose == {"agentmerge", "agentmerge.synthetic", *LEAVES}
+    assert loose == {*PUBLIC, "agentmerge.synthetic", *LEAVES}
 
 
 def test_imports_run_down_the_layers() -> None:
@@ -149,9 +153,11 @@ def test_imports_run_down_the_layers() -> None:
         here = layer(mod)
         for target in targets:
             there = layer(target)
-            if here == "zoo" or there is None or mod == "agentmerge":  # the root is the public face: it hands on
+            if here == "zoo":  # the client: itself and the public surface
+                ok = there == "zoo" or target in PUBLIC
+            elif there is None or mod in PUBLIC:  # the root and the api are the public face: they hand on
                 continue
-            if there == "zoo":
+            elif there == "zoo":
                 ok = False
             elif here is None:  # the leaves: synthetic writes models with io
                 ok = mod == "agentmerge.synthetic" and there in ("io", "methods")
@@ -173,6 +179,33 @@ def test_the_math_reads_no_files() -> None:
                 names = [node.module or ""] if isinstance(node, ast.ImportFrom) else [a.name for a in node.names]
                 bad += [f"{mod} imports {n}" for n in names if n.startswith(("agentmerge.io", "safetensors"))]
     assert bad == []
+
+
+def past_the_surface(graph: dict[str, set[str]]) -> list[str]:
+    """Imports of the zoo that reach past ``PUBLIC`` into the library, and library modules importing the api (the
+    api is for clients: a library module that used it would hide the layer it really depends on)."""
+    bad = []
+    for mod, targets in sorted(graph.items()):
+        client = layer(mod) == "zoo"
+        bad += [f"{mod} -> {t}" for t in sorted(targets) if client and layer(t) != "zoo" and t not in PUBLIC]
+        bad += [f"{mod} -> {t}" for t in sorted(targets) if not client and t == "agentmerge.api"]
+    return bad
+
+
+def test_the_zoo_imports_only_the_public_api() -> None:
+    """No exemption: the zoo uses ``agentmerge`` and ``agentmerge.api`` as any user's code would."""
+    assert past_the_surface(import_graph()) == []
+    assert past_the_surface(
+        {
+            "agentmerge_zoo.a": {"agentmerge", "agentmerge.api", "agentmerge_zoo.b", "agentmerge.sweep.spec"},
+            "agentmerge_zoo.b": {"agentmerge.errors"},
+            "agentmerge.cli.main": {"agentmerge.api"},
+        }
+    ) == [
+        "agentmerge.cli.main -> agentmerge.api",
+        "agentmerge_zoo.a -> agentmerge.sweep.spec",
+        "agentmerge_zoo.b -> agentmerge.errors",
+    ]
 
 
 def test_nothing_in_the_library_imports_the_zoo() -> None:
