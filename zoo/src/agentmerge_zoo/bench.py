@@ -24,7 +24,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from agentmerge.sweep.run import RaySession
+from agentmerge.api import RaySession
 from agentmerge_zoo.bench_sweeps import Entry, Records, Sweeps, bench_session, brief, failure, trial_metrics
 from agentmerge_zoo.benchplan import DILUTION_TAGS, FISHER_METHODS, PAIRS, BenchPlan, MethodRun, available_methods
 from agentmerge_zoo.build import Logger, build_zoo
@@ -107,7 +107,7 @@ class SeedBench:
         return self.out
 
     def _probe(self) -> None:
-        from agentmerge.engine.probe import probe
+        from agentmerge import probe
         from agentmerge_zoo.precision import magnitude_overlap, task_vector_stats
 
         agents = [str(self.zoo[f"agent_{d}"]) for d in self.domains]

@@ -8,7 +8,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from agentmerge.sweep.run import RaySession
+from agentmerge.api import RaySession
 from agentmerge_zoo.build import Logger
 from agentmerge_zoo.config import ZooConfig
 from agentmerge_zoo.evaluate import cache_key, file_digest
@@ -55,7 +55,7 @@ class Sweeps:
     def config(self, split: str, entries: list[Entry], n: int | None = None) -> Any:
         """The sweep of ``entries`` on ``split`` (val or test, ``n`` prompts per task, default the zoo's): this seed's
         agents, merged at its seed."""
-        from agentmerge.sweep.spec import sweep_from_dict
+        from agentmerge.api import sweep_from_dict
 
         domains = self.cfg.domains
         inputs = [self.zoo["base"], *(self.zoo[f"agent_{d}"] for d in domains)]
@@ -78,8 +78,9 @@ class Sweeps:
 
     def run(self, split: str, entries: list[Entry], n: int | None = None, folder: Path | None = None) -> Records:
         """Run one sweep (its recorded trials skipped) and return this sweep's records by trial name."""
-        from agentmerge.sweep.run import run_sweep
-        from agentmerge.sweep.spec import choose, trials
+        from agentmerge.api import run_sweep
+        from agentmerge.api import sweep_settings as choose
+        from agentmerge.api import sweep_trials as trials
 
         if not entries:
             return {}

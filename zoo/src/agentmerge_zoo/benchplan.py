@@ -93,7 +93,7 @@ class BenchPlan:
 def available_methods() -> set[str]:
     """Engine methods registered right now (empty if the engine is not importable)."""
     try:
-        from agentmerge.methods.registry import METHODS
+        from agentmerge import METHODS
     except ImportError:
         return set()
     return set(METHODS)

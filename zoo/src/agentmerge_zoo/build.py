@@ -20,8 +20,7 @@ from pathlib import Path
 import torch
 from transformers import AutoTokenizer
 
-from agentmerge.evaluation.generation import quiet_transformers
-from agentmerge.io import jsontext
+from agentmerge.api import dumps_json, quiet_transformers
 from agentmerge_zoo.config import ZooConfig, regime_recipes
 from agentmerge_zoo.grpo import EXPORTS, Recipe, TrainState, grpo_run
 from agentmerge_zoo.modeling import is_complete, load_model, read_stage, save_checkpoint
@@ -131,8 +130,8 @@ def build_agent(cfg: ZooConfig, out: Path, seed: int, domain: str, log: Logger) 
         meta.update({"seconds": seconds, "rl_seed": rl_seed(seed, domain), "recipe_tag": recipe_tag(variant)})
         meta["continued_from"] = resume.steps if resume is not None else 0
         save_checkpoint(model, folder, meta, export=variant.export)
-        (folder / "recipe.json").write_text(jsontext.dumps(variant.to_dict(), indent=2) + "\n")
-        (folder / "train_log.json").write_text(jsontext.dumps(history) + "\n")
+        (folder / "recipe.json").write_text(dumps_json(variant.to_dict(), indent=2) + "\n")
+        (folder / "train_log.json").write_text(dumps_json(history) + "\n")
     log(f"seed {seed}: {path.name} saved ({seconds} s)")
     return path
 

@@ -16,7 +16,7 @@ from typing import Any
 
 
 def check_parser(sub: Any) -> None:
-    from agentmerge.io.pathargs import input_arg, output_arg
+    from agentmerge.api import input_arg, output_arg
     from agentmerge_zoo.checksizes import CHECK_N, GROWTH
     from agentmerge_zoo.cli_common import DEFAULT_WORK, DEFAULT_ZOO, common_options, steps_option
 
@@ -47,7 +47,7 @@ def check_parser(sub: Any) -> None:
 
 
 def cmd_check(args: argparse.Namespace) -> int:
-    from agentmerge.errors import ConfigError
+    from agentmerge import ConfigError
     from agentmerge_zoo.build import stderr_logger
     from agentmerge_zoo.checksizes import CHECK_N
     from agentmerge_zoo.cli_common import set_threads, zoo_config

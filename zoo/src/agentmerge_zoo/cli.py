@@ -16,7 +16,7 @@ from dataclasses import replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from agentmerge.io.pathargs import input_arg, output_arg
+from agentmerge.api import input_arg, output_arg
 from agentmerge_zoo.cli_common import (
     DEFAULT_WORK,
     DEFAULT_ZOO,
@@ -27,7 +27,7 @@ from agentmerge_zoo.cli_common import (
 )
 
 if TYPE_CHECKING:
-    from agentmerge.sweep.run import RaySession
+    from agentmerge.api import RaySession
     from agentmerge_zoo.build import Logger
 
 CORE_METHODS = ("linear", "task_arithmetic", "ties", "dare_ties", "ram", "ram_plus")
@@ -190,7 +190,7 @@ def _regimes(args: argparse.Namespace) -> list[str]:
     names = [r.strip() for r in (args.regimes or default).split(",") if r.strip()]
     unknown = [r for r in names if r not in REGIMES]
     if unknown:
-        from agentmerge.errors import ConfigError
+        from agentmerge import ConfigError
 
         raise ConfigError(f"--regimes: unknown regime(s) {', '.join(unknown)}; use {', '.join(REGIMES)}")
     return names
@@ -213,7 +213,7 @@ def cmd_build(args: argparse.Namespace) -> int:
 
 
 def cmd_bench(args: argparse.Namespace) -> int:
-    from agentmerge.errors import ConfigError
+    from agentmerge import ConfigError
     from agentmerge_zoo.bench_sweeps import bench_session
     from agentmerge_zoo.build import stderr_logger
     from agentmerge_zoo.regime_report import render_combined_from_json
@@ -289,8 +289,8 @@ def _docs_lock(docs: Path) -> Iterator[None]:
 
 def method_labels(text: str) -> set[str]:
     """``--methods``: 'core' or comma-separated labels of the 3-agent table; an unknown one is a ConfigError."""
-    from agentmerge.config.userinput import did_you_mean
-    from agentmerge.errors import ConfigError
+    from agentmerge import ConfigError
+    from agentmerge.api import did_you_mean
     from agentmerge_zoo.benchplan import METHOD_RUNS
 
     if text.strip() == "core":

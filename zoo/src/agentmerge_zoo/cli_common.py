@@ -34,7 +34,7 @@ def set_threads(n: int | None) -> int:
 
 
 def zoo_config(smoke: bool, regime: str = "bf16", suite: str = "core", steps: str | None = None) -> Any:
-    from agentmerge.errors import ConfigError
+    from agentmerge import ConfigError
     from agentmerge_zoo.config import full_config, parse_steps, six_config, smoke_config, with_steps
     from agentmerge_zoo.tasks import SIX_DOMAINS
 

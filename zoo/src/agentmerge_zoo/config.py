@@ -14,7 +14,7 @@ from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
-from agentmerge.io import jsontext
+from agentmerge.api import dumps_json
 from agentmerge_zoo.grpo import Recipe
 from agentmerge_zoo.modeling import ModelShape
 from agentmerge_zoo.pretrain import PretrainConfig
@@ -88,7 +88,7 @@ class ZooConfig:
 
     @staticmethod
     def _hash(data: dict[str, Any]) -> str:
-        blob = jsontext.dumps(data, sort_keys=True).encode()
+        blob = dumps_json(data, sort_keys=True).encode()
         return hashlib.sha256(blob).hexdigest()[:16]
 
 

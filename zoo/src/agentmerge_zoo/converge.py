@@ -28,8 +28,8 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from agentmerge.evaluation.convergence import SCALES, check_agent
-from agentmerge.evaluation.evaluator import Score
+from agentmerge.api import CONVERGENCE_SCALES as SCALES
+from agentmerge.api import Score, check_agent
 from agentmerge_zoo.build import Logger, build_zoo
 from agentmerge_zoo.checksizes import CHECK_N, GROWTH, ROUNDS
 from agentmerge_zoo.config import ZooConfig, seed_dirs, with_steps

@@ -10,7 +10,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from agentmerge.io import jsontext
+from agentmerge.api import dumps_json
 from agentmerge_zoo.evaluate import mean_and_se
 
 
@@ -105,7 +105,7 @@ def write_rounds(path: Path, regime: str, history: Sequence[dict[str, Any]], ste
     """``path`` (JSON: the regime's rounds and final steps) and its Markdown next to it."""
     path.parent.mkdir(parents=True, exist_ok=True)
     data = {"regime": regime, "command": command, "steps": steps, "rounds": list(history)}
-    path.write_text(jsontext.dumps(data, indent=1) + "\n")
+    path.write_text(dumps_json(data, indent=1) + "\n")
     md = path.with_suffix(".md")
     head = ["# Convergence loop", "", f"Command: `{command}`", ""]
     md.write_text("\n".join([*head, *rounds_lines(regime, history), f"`--steps {steps}`", ""]))

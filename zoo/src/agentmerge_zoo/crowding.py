@@ -24,7 +24,7 @@ from typing import Any
 import torch
 from safetensors import safe_open
 
-from agentmerge.methods.deltas import overlap_count, task_vectors, update_mask
+from agentmerge.api import overlap_count, task_vectors, update_mask
 
 EPSILON = 1e-5  # RAM's default activity threshold
 

@@ -21,11 +21,8 @@ from typing import Any
 from tqdm import tqdm
 from transformers import AutoTokenizer
 
-from agentmerge.config.userinput import did_you_mean
-from agentmerge.errors import ConfigError
-from agentmerge.evaluation.fisher import transformers_step
-from agentmerge.evaluation.generation import quiet_transformers
-from agentmerge.io import jsontext
+from agentmerge import ConfigError
+from agentmerge.api import did_you_mean, dumps_json, quiet_transformers, transformers_step
 from agentmerge_zoo.generation import complete
 from agentmerge_zoo.modeling import load_model
 from agentmerge_zoo.splits import eval_set
@@ -131,7 +128,7 @@ def file_digest(path: Path) -> str:
 
 
 def cache_key(*parts: Any) -> str:
-    return hashlib.sha256(jsontext.dumps(parts, sort_keys=True, default=str).encode()).hexdigest()[:16]
+    return hashlib.sha256(dumps_json(parts, sort_keys=True, default=str).encode()).hexdigest()[:16]
 
 
 def evaluate_cached(
@@ -160,6 +157,6 @@ def evaluate_cached(
     cache.mkdir(parents=True, exist_ok=True)
     target = cache / f"{label or checkpoint.name}.{split}.{key}.json"
     tmp = target.with_name(f".{target.name}.{os.getpid()}.tmp")
-    tmp.write_text(jsontext.dumps(report.to_dict(), indent=1) + "\n")
+    tmp.write_text(dumps_json(report.to_dict(), indent=1) + "\n")
     tmp.replace(target)
     return report, False

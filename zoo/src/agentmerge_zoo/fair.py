@@ -26,7 +26,7 @@ def output_scale(method: str) -> str | None:
     """The method's output-scale parameter (the registry's ``Method.output_scale``); None when it has none or the
     engine does not have the method."""
     try:
-        from agentmerge.methods.registry import METHODS
+        from agentmerge import METHODS
     except ImportError:
         return None
     return METHODS[method].output_scale if method in METHODS else None
@@ -35,7 +35,7 @@ def output_scale(method: str) -> str | None:
 def merges_models(method: str, n: int) -> bool:
     """Whether the registry's method takes ``n`` models (False when the engine does not have it)."""
     try:
-        from agentmerge.methods.registry import METHODS
+        from agentmerge import METHODS
     except ImportError:
         return False
     if method not in METHODS:
@@ -46,7 +46,7 @@ def merges_models(method: str, n: int) -> bool:
 
 def resolved(method: str, params: Mapping[str, Any]) -> dict[str, Any]:
     """``params`` over the method's defaults: two settings merge alike when these are equal."""
-    from agentmerge.methods.registry import METHODS
+    from agentmerge import METHODS
 
     return {**METHODS[method].defaults(), **params} if method in METHODS else dict(params)
 

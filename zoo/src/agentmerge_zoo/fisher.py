@@ -19,8 +19,8 @@ from safetensors import safe_open
 from safetensors.torch import save_file
 from transformers import AutoTokenizer
 
-from agentmerge.evaluation import fisher
-from agentmerge.io.validate import FISHER_MARK, is_fisher
+from agentmerge.api import FISHER_MARK, FisherSample, is_fisher
+from agentmerge.api import diagonal_fisher as fisher_of_samples
 from agentmerge_zoo.batching import completion_mask
 from agentmerge_zoo.generation import generate_ids
 from agentmerge_zoo.modeling import load_model
@@ -34,14 +34,14 @@ def _sample_prompts(domain: str, n: int, seed: int) -> list[str]:
     return [task.sample(rng).prompt for _ in range(n)]
 
 
-def _own_completions(model: Any, tokenizer: Any, domain: str, n: int, seed: int) -> Iterator[fisher.Sample]:
+def _own_completions(model: Any, tokenizer: Any, domain: str, n: int, seed: int) -> Iterator[FisherSample]:
     """Per prompt: ``prompt ids + a completion the model samples`` (up to and including its end token)."""
     task = training_task(domain)
     for prompt in _sample_prompts(domain, n, seed):
         batch, completion = generate_ids(model, tokenizer, [prompt], task.max_new_tokens, sample=True)
         keep = completion_mask(completion, tokenizer.eos_token_id)[0].bool()
         prompt_ids = batch["input_ids"][0]
-        yield fisher.Sample(torch.cat([prompt_ids, completion[0][keep]]), prompt=len(prompt_ids))
+        yield FisherSample(torch.cat([prompt_ids, completion[0][keep]]), prompt=len(prompt_ids))
 
 
 def diagonal_fisher(checkpoint: Path, domain: str, n: int, seed: int) -> dict[str, torch.Tensor]:
@@ -49,7 +49,7 @@ def diagonal_fisher(checkpoint: Path, domain: str, n: int, seed: int) -> dict[st
     torch.manual_seed(seed)
     model = load_model(checkpoint)
     tokenizer = AutoTokenizer.from_pretrained(str(checkpoint))
-    estimate = fisher.diagonal_fisher(model, _own_completions(model, tokenizer, domain, n, seed))
+    estimate = fisher_of_samples(model, _own_completions(model, tokenizer, domain, n, seed))
     stored = dict(model.named_parameters())  # tied weights once, as the checkpoint stores them
     return {name: value.contiguous() for name, value in estimate.items() if name in stored}
 

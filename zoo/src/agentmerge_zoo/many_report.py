@@ -21,7 +21,7 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
-from agentmerge.io import jsontext
+from agentmerge.api import dumps_json
 from agentmerge_zoo.fair import defaults_view, has_tuned, tuned_view
 from agentmerge_zoo.report_md import pm, table
 from agentmerge_zoo.results import Stat, domain_score, is_baseline, stat
@@ -300,7 +300,7 @@ def write_many(res: dict[str, Any], docs: Path) -> tuple[Path, Path]:
     """results.json, many-agents.png and results.md under ``docs``."""
     docs.mkdir(parents=True, exist_ok=True)
     json_path, md_path, png = docs / "results.json", docs / "results.md", docs / "many-agents.png"
-    json_path.write_text(jsontext.dumps(res, indent=1) + "\n")
+    json_path.write_text(dumps_json(res, indent=1) + "\n")
     plot_many(res, png)
     md_path.write_text(render_many(res, png.name))
     return json_path, md_path

@@ -17,7 +17,7 @@ from typing import Any
 import torch
 import transformers
 
-from agentmerge.io import jsontext
+from agentmerge.api import dumps_json
 from agentmerge_zoo.vocab import BOS_ID, EOS_ID, PAD_ID, build_tokenizer, char_vocab
 
 AutoModelForCausalLM: Any = transformers.AutoModelForCausalLM
@@ -92,7 +92,7 @@ def save_checkpoint(model: Any, out: Path, meta: dict[str, Any], export: str = "
     GenerationConfig(
         bos_token_id=BOS_ID, eos_token_id=EOS_ID, pad_token_id=PAD_ID, do_sample=False, max_new_tokens=80
     ).save_pretrained(str(tmp))
-    (tmp / STAGE_FILE).write_text(jsontext.dumps(meta, indent=2, sort_keys=True) + "\n")
+    (tmp / STAGE_FILE).write_text(dumps_json(meta, indent=2, sort_keys=True) + "\n")
     if out.exists():
         shutil.rmtree(out)
     tmp.rename(out)

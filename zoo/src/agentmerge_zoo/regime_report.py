@@ -14,7 +14,7 @@ import math
 from pathlib import Path
 from typing import Any
 
-from agentmerge.io import jsontext
+from agentmerge.api import dumps_json
 from agentmerge_zoo.config import DOMAINS, REGIMES
 from agentmerge_zoo.converge_report import check_lines
 from agentmerge_zoo.fair import TUNED, is_tuned
@@ -73,7 +73,7 @@ def write_combined(combined: dict[str, Any], docs: Path) -> tuple[Path, Path]:
     json_path, md_path = docs / "results.json", docs / "results.md"
     ordered = {k: combined["regimes"][k] for k in REGIMES if k in combined["regimes"]}
     combined = {**combined, "regimes": ordered}
-    json_path.write_text(jsontext.dumps(jsonable(combined), indent=1) + "\n")
+    json_path.write_text(dumps_json(jsonable(combined), indent=1) + "\n")
     figure = plot_regime_map(combined, docs / "regime-map.png")
     md_path.write_text(render_combined(combined, figure.name if figure else None))
     return json_path, md_path

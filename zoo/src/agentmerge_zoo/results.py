@@ -13,7 +13,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from agentmerge.io import jsontext
+from agentmerge.api import dumps_json
 from agentmerge_zoo.benchplan import RAM_FAMILY
 from agentmerge_zoo.config import DOMAINS
 from agentmerge_zoo.evaluate import mean_and_se
@@ -382,7 +382,7 @@ def write_results(results: dict[str, Any], docs: Path) -> tuple[Path, Path]:
 
     docs.mkdir(parents=True, exist_ok=True)
     json_path, md_path = docs / "results.json", docs / "results.md"
-    json_path.write_text(jsontext.dumps(jsonable(results), indent=1, sort_keys=False) + "\n")
+    json_path.write_text(dumps_json(jsonable(results), indent=1, sort_keys=False) + "\n")
     md_path.write_text(render_markdown(results))
     return json_path, md_path
 

@@ -19,9 +19,8 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any, ClassVar
 
-from agentmerge.errors import ConfigError
-from agentmerge.evaluation.evaluator import Context, Evaluator, Score, set_threads
-from agentmerge.io.safety import check_report_path
+from agentmerge import ConfigError
+from agentmerge.api import Context, Evaluator, Score, check_report_path, set_threads
 
 SPLITS = {"test": "test", "validation": "val"}  # a spec's split -> the suite's own name of it
 
@@ -98,7 +97,7 @@ class ZooEvaluator(Evaluator):
 
 def check_command(args: argparse.Namespace) -> None:
     """Counts must be positive, and each checkpoint a loadable causal LM with a tokenizer (one-line errors)."""
-    from agentmerge.evaluation.fisher import check_causal_lm_folder, transformers_step
+    from agentmerge.api import check_causal_lm_folder, transformers_step
 
     for flag, value in (("--n", args.n), ("--batch-size", args.batch_size), ("--threads", args.threads)):
         if value is not None and value < 1:

@@ -30,7 +30,7 @@ from agentmerge_zoo.real.suite import HELD_OUT, TRAINED, lineup_of
 
 def lineup(seeds: Sequence[dict[str, Any]]) -> tuple[str, ...]:
     """The seeds' trained skills in agent order (the default lineup for no seed); a mix of lineups is an error."""
-    from agentmerge.errors import ConfigError
+    from agentmerge import ConfigError
 
     found = sorted({lineup_of(s) for s in seeds})
     if len(found) > 1:

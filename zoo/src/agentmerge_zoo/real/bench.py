@@ -25,7 +25,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from agentmerge.io import jsontext
+from agentmerge.api import dumps_json
 from agentmerge_zoo.real.evaluate import Report, evaluate_cached
 from agentmerge_zoo.real.suite import HELD_OUT, TRAINED
 
@@ -87,7 +87,7 @@ def score_trial(folder: Path) -> dict[str, float]:
     cache = Path(cfg["cache"]) if cfg.get("cache") else None
     report = evaluate_cached(folder, skills, cfg["split"], cfg["n"], cache)
     (root / "reports").mkdir(exist_ok=True)
-    (root / "reports" / f"{folder.name}.json").write_text(jsontext.dumps(report) + "\n")
+    (root / "reports" / f"{folder.name}.json").write_text(dumps_json(report) + "\n")
     return _metrics(report, cfg.get("trained", TRAINED))  # an eval file without it: the default lineup's
 
 
@@ -118,7 +118,7 @@ class SeedInputs:
 
 
 def trial_entry(name: str, method: str, params: dict[str, Any], inputs: SeedInputs, models: Sequence[int]) -> Any:
-    from agentmerge.sweep.spec import TrialEntry
+    from agentmerge.api import TrialEntry
 
     fisher = [str(inputs.fisher[inputs.trained[i]]) for i in models] if needs_fisher(method) else None
     return TrialEntry(name=name, method=method, params=params, models=list(models), fisher=fisher)
@@ -126,7 +126,7 @@ def trial_entry(name: str, method: str, params: dict[str, Any], inputs: SeedInpu
 
 def sweep_of(inputs: SeedInputs, entries: list[Any], threads: int) -> Any:
     """The sweep of ``entries`` over the seed's base and agents (one evaluator, no merged output kept)."""
-    from agentmerge.sweep.spec import SweepConfig
+    from agentmerge.api import SweepConfig
 
     return SweepConfig(
         base=str(inputs.base),
@@ -144,7 +144,7 @@ def _write_eval_file(root: Path, split: str, n: int, inputs: SeedInputs, trials:
     root.mkdir(parents=True, exist_ok=True)
     data: dict[str, Any] = {"split": split, "n": n, "cache": str(inputs.cache)}
     data |= {"skills": [*inputs.trained, *HELD_OUT], "trials": trials, "trained": list(inputs.trained)}
-    (root / EVAL_FILE).write_text(jsontext.dumps(data, indent=1) + "\n")
+    (root / EVAL_FILE).write_text(dumps_json(data, indent=1) + "\n")
 
 
 def run_trials(
@@ -159,7 +159,7 @@ def run_trials(
 ) -> dict[str, dict[str, Any]]:
     """Run the named trials as one sweep in ``root``, ``plan.concurrent`` at once; their records by name (earlier
     runs' included)."""
-    from agentmerge.sweep.run import run_sweep
+    from agentmerge.api import run_sweep
 
     _write_eval_file(root, split, n, inputs, skills)
     outcome = run_sweep(

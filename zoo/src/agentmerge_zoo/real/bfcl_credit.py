@@ -22,8 +22,11 @@ from collections import Counter
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from agentmerge.evaluation.bfcl.checker import normalised, verdict
-from agentmerge.evaluation.bfcl.decode import Call, DecodeError, decode
+from agentmerge.api import BfclCall as Call
+from agentmerge.api import BfclDecodeError as DecodeError
+from agentmerge.api import bfcl_decode as decode
+from agentmerge.api import bfcl_normalised as normalised
+from agentmerge.api import bfcl_verdict as verdict
 
 Expected = Mapping[str, Mapping[str, Sequence[Any]]]
 

@@ -20,8 +20,7 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
-from agentmerge.io import jsontext
-from agentmerge.io.pathargs import input_arg, output_arg
+from agentmerge.api import dumps_json, input_arg, output_arg
 
 
 def register_real(zoo_sub: Any) -> None:
@@ -126,7 +125,7 @@ def _seeds(text: str) -> list[int]:
 
 
 def cmd_base(args: argparse.Namespace) -> int:
-    from agentmerge.errors import ConfigError
+    from agentmerge import ConfigError
 
     if args.tiny:
         from agentmerge_zoo.real.tiny import make_tiny_base
@@ -153,7 +152,7 @@ def cmd_measure(args: argparse.Namespace) -> int:
     data = measure(args.base, args.n, args.steps, skills, args.lr_scale, _log(args.quiet), cfg)
     data["threads"] = args.threads
     args.json.parent.mkdir(parents=True, exist_ok=True)
-    args.json.write_text(jsontext.dumps(data, indent=1) + "\n")
+    args.json.write_text(dumps_json(data, indent=1) + "\n")
     print(f"wrote {args.json}")
     return 0
 
@@ -161,8 +160,8 @@ def cmd_measure(args: argparse.Namespace) -> int:
 def cmd_run(args: argparse.Namespace) -> int:
     import torch
 
-    from agentmerge.errors import ConfigError
-    from agentmerge.sweep.run import RaySession
+    from agentmerge import ConfigError
+    from agentmerge.api import RaySession
     from agentmerge_zoo.real.config import lineup_config, smoke_config
     from agentmerge_zoo.real.report import write_results
     from agentmerge_zoo.real.run import check_lineup, run_stages
@@ -191,9 +190,8 @@ def cmd_run(args: argparse.Namespace) -> int:
 
 def method_list(text: str, flag: str) -> tuple[str, ...]:
     """Comma-separated registry method names; an unknown one is a ConfigError (not silently dropped)."""
-    from agentmerge import METHODS
-    from agentmerge.config.userinput import did_you_mean
-    from agentmerge.errors import ConfigError
+    from agentmerge import METHODS, ConfigError
+    from agentmerge.api import did_you_mean
 
     names = tuple(m.strip() for m in text.split(",") if m.strip())
     for name in names:
@@ -205,7 +203,7 @@ def method_list(text: str, flag: str) -> tuple[str, ...]:
 
 
 def _smoke_base(args: argparse.Namespace) -> Path:
-    from agentmerge.errors import ConfigError
+    from agentmerge import ConfigError
     from agentmerge_zoo.real.tiny import make_tiny_base
 
     if not args.smoke:
@@ -237,7 +235,7 @@ def cmd_report(args: argparse.Namespace) -> int:
 def cmd_pilot(args: argparse.Namespace) -> int:
     import torch
 
-    from agentmerge.errors import ConfigError
+    from agentmerge import ConfigError
     from agentmerge_zoo.real.config import pilot_recipes
     from agentmerge_zoo.real.pilot import run_pilot
 

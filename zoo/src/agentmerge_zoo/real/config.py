@@ -13,7 +13,7 @@ import hashlib
 from dataclasses import asdict, dataclass, field, replace
 from typing import Any
 
-from agentmerge.io import jsontext
+from agentmerge.api import dumps_json
 from agentmerge_zoo.real.bench import BenchPlan
 from agentmerge_zoo.real.grpo_hf import Recipe
 from agentmerge_zoo.real.tasks import SKILLS_VERSION
@@ -65,7 +65,7 @@ class RealConfig:
     def fingerprint(self) -> str:
         """Short hash of the settings that decide the agents (recipes, skills version)."""
         data = {"recipes": [r.to_dict() for r in self.recipes], "skills": SKILLS_VERSION}
-        return hashlib.sha256(jsontext.dumps(data, sort_keys=True).encode()).hexdigest()[:12]
+        return hashlib.sha256(dumps_json(data, sort_keys=True).encode()).hexdigest()[:12]
 
 
 def bfcl_config() -> RealConfig:

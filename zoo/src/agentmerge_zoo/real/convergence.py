@@ -16,7 +16,7 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
-from agentmerge.evaluation.convergence import AgentCheck, ScalePoint, scaled_model
+from agentmerge.api import AgentCheck, ScalePoint, scaled_model
 from agentmerge_zoo.real.evaluate import evaluate_cached
 
 SCALES = (0.5, 1.0, 1.5, 2.0)

@@ -18,7 +18,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from agentmerge.io import jsontext
+from agentmerge.api import dumps_json
 from agentmerge_zoo.evaluate import cache_key, file_digest
 from agentmerge_zoo.real.sampling import greedy, prompt_ids
 from agentmerge_zoo.real.suite import skill
@@ -79,6 +79,6 @@ def evaluate_cached(folder: Path, skills: Sequence[str], split: str, n: int, cac
     cache.mkdir(parents=True, exist_ok=True)
     tmp = target.with_name(f".{target.name}.{os.getpid()}.tmp")
     record = {"checkpoint": str(folder), "split": split, "n": n, "seconds": time.perf_counter() - started}
-    tmp.write_text(jsontext.dumps(record | {"report": report}, indent=1) + "\n")
+    tmp.write_text(dumps_json(record | {"report": report}, indent=1) + "\n")
     tmp.replace(target)
     return report

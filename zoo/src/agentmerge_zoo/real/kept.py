@@ -13,14 +13,16 @@ import shutil
 from pathlib import Path
 from typing import Any
 
-from agentmerge.io import jsontext
+from agentmerge.api import dumps_json
 from agentmerge_zoo.real.bench import SeedInputs, sweep_of, trial_entry
 
 
 def merge_again(inputs: SeedInputs, method: str, out: Path, threads: int) -> Path:
     """The default merge of ``method`` over every agent, as its test trial made it, written to ``out``."""
     from agentmerge import merge
-    from agentmerge.sweep.spec import grid, merge_config, trials
+    from agentmerge.api import sweep_grid as grid
+    from agentmerge.api import sweep_trials as trials
+    from agentmerge.api import trial_merge_config as merge_config
 
     entry = trial_entry(method, method, {}, inputs, tuple(range(len(inputs.trained))))
     sweep = sweep_of(inputs, [entry], threads)
@@ -31,7 +33,7 @@ def merge_again(inputs: SeedInputs, method: str, out: Path, threads: int) -> Pat
 
 def kept_of(inputs: SeedInputs, method: str, folder: Path, threads: int) -> dict[str, Any]:
     """``Retention.to_dict()`` of the method's default merge (from ``folder``'s record when it is this seed's)."""
-    from agentmerge.engine.retention import retention
+    from agentmerge.api import retention
 
     record = folder / f"{method}.json"
     if record.is_file():
@@ -51,6 +53,6 @@ def kept_of(inputs: SeedInputs, method: str, folder: Path, threads: int) -> dict
         shutil.rmtree(scratch, ignore_errors=True)
     result = kept.to_dict() | {"merged": method}
     tmp = record.with_name(f".{record.name}.tmp")
-    tmp.write_text(jsontext.dumps({"fingerprint": inputs.fingerprint, "kept": result}) + "\n")
+    tmp.write_text(dumps_json({"fingerprint": inputs.fingerprint, "kept": result}) + "\n")
     tmp.replace(record)
     return result

@@ -25,7 +25,7 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
-from agentmerge.io import jsontext
+from agentmerge.api import dumps_json
 from agentmerge_zoo.real.evaluate import evaluate_cached, mean_se
 from agentmerge_zoo.real.grpo_hf import Recipe
 from agentmerge_zoo.real.train import MARKER, continues, train_agent
@@ -93,7 +93,7 @@ def run_pilot(
         row = stage_row(meta["curve"], report, base_report) | {"wall_seconds": time.perf_counter() - started}
         record["stages"].append(row)
         done.add(steps)
-        log(jsontext.dumps(row))
+        log(dumps_json(row))
         _write(record, out_json)
     last = max(done)
     if check and record.get("check", {}).get("steps") != last:
@@ -118,5 +118,5 @@ def _trained_steps(agent_dir: Path, recipe: Recipe, seed: int) -> int:
 def _write(record: dict[str, Any], path: Path) -> None:
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.with_name(path.name + ".tmp")
-    tmp.write_text(jsontext.dumps(record, indent=1) + "\n")
+    tmp.write_text(dumps_json(record, indent=1) + "\n")
     tmp.replace(path)

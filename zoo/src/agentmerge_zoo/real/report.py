@@ -9,8 +9,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from agentmerge.io import jsontext
-from agentmerge.methods.deltas import kept_by_count
+from agentmerge.api import dumps_json, kept_by_count
 from agentmerge_zoo.real.aggregate import aggregate, has_scale, lineup, row_name
 from agentmerge_zoo.real.report_bfcl import bfcl_differences, bfcl_table
 from agentmerge_zoo.real.skill_bfcl import TEST_CATEGORIES
@@ -312,7 +311,7 @@ def write_results(
 ) -> tuple[Path, Path]:
     """Aggregate the finished seeds' results into ``docs/results.{json,md}``; with ``expect``, the seeds' lineup
     must be that one (``--lineup``: a report of the wrong zoo's work folder is refused before anything is written)."""
-    from agentmerge.errors import ConfigError
+    from agentmerge import ConfigError
 
     results = [json.loads((work / f"seed{s}" / "result.json").read_text()) for s in seeds]
     if expect is not None and (found := lineup(results)) != tuple(expect):
@@ -322,7 +321,7 @@ def write_results(
     agg = aggregate(results)
     docs.mkdir(parents=True, exist_ok=True)
     payload = {"command": command, "aggregate": agg, "seeds": [_slim(r) for r in results]}
-    (docs / "results.json").write_text(jsontext.dumps(payload, indent=1) + "\n")
+    (docs / "results.json").write_text(dumps_json(payload, indent=1) + "\n")
     (docs / "results.md").write_text(render(results, agg, command) + "\n")
     plot_curves(results, docs / "curves.png")
     return docs / "results.json", docs / "results.md"

@@ -15,7 +15,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from agentmerge.io import jsontext
+from agentmerge.api import dumps_json
 from agentmerge_zoo.real.config import RealConfig
 from agentmerge_zoo.real.suite import HELD_OUT, lineup_of
 
@@ -116,14 +116,14 @@ def stage_check(cfg: RealConfig, base: Path, work: Path, seed: int, cache: Path,
     out["convergence"] = {s: check_agent(base, p, s, scratch, cfg.n_check, cache, log=log) for s, p in agents.items()}
     out["probe"] = _probe(base, agents)
     out["digests"] = digests
-    path.write_text(jsontext.dumps(out) + "\n")
+    path.write_text(dumps_json(out) + "\n")
     return out
 
 
 def stage_fisher(cfg: RealConfig, work: Path, seed: int) -> dict[str, Path]:
     """Each agent's diagonal Fisher on its own skill's training prompts with its greedy answers."""
 
-    from agentmerge.evaluation.fisher import estimate_fisher
+    from agentmerge.api import estimate_fisher
     from agentmerge_zoo.evaluate import file_digest
     from agentmerge_zoo.real.sampling import greedy, prompt_ids
     from agentmerge_zoo.real.suite import skill
@@ -188,12 +188,12 @@ def run_stages(
     bench = stage_bench(cfg, base, work, seed, cache, session, log)
     curves = {s: [{k: r[k] for k in CURVE_KEYS} for r in m["curve"]] for s, m in metas.items()}
     result = {"seed": seed, "config": cfg.to_dict(), "check": check, "bench": bench, "curves": curves}
-    (seed_dir(work, seed) / "result.json").write_text(jsontext.dumps(result) + "\n")
+    (seed_dir(work, seed) / "result.json").write_text(dumps_json(result) + "\n")
 
 
 def check_lineup(cfg: RealConfig, work: Path, seed: int) -> None:
     """Refuse a seed folder whose ``result.json`` is another lineup's (its check and sweeps would be overwritten)."""
-    from agentmerge.errors import ConfigError
+    from agentmerge import ConfigError
 
     done = seed_dir(work, seed) / "result.json"
     if done.is_file() and (theirs := lineup_of(json.loads(done.read_text()))) != cfg.trained:

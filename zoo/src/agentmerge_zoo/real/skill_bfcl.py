@@ -26,15 +26,17 @@ import random
 from dataclasses import dataclass, field
 from typing import Any
 
-from agentmerge.evaluation.bfcl import data as bfcl_data
-from agentmerge.evaluation.bfcl.checker import mode_of, verdict
-from agentmerge.evaluation.bfcl.prompt import render_call, system_prompt
+from agentmerge.api import BFCL_LIVE_AST, BFCL_NON_LIVE_AST, BfclItem, bfcl_load_category, bfcl_subset
+from agentmerge.api import bfcl_mode_of as mode_of
+from agentmerge.api import bfcl_render_call as render_call
+from agentmerge.api import bfcl_system_prompt as system_prompt
+from agentmerge.api import bfcl_verdict as verdict
 from agentmerge_zoo.real.bfcl_credit import credit
 from agentmerge_zoo.real.bfcl_gen import KINDS, generate
 from agentmerge_zoo.real.tasks import Example, Score
 
-TRAIN_LIVE = bfcl_data.LIVE_AST  # live_simple, live_multiple, live_parallel, live_parallel_multiple
-TEST_CATEGORIES = bfcl_data.NON_LIVE_AST  # simple_python, multiple, parallel, parallel_multiple
+TRAIN_LIVE = BFCL_LIVE_AST  # live_simple, live_multiple, live_parallel, live_parallel_multiple
+TEST_CATEGORIES = BFCL_NON_LIVE_AST  # simple_python, multiple, parallel, parallel_multiple
 LIVE_SHARE = 0.35
 SHOTS = 2
 
@@ -54,7 +56,7 @@ def _example(question: str, functions: Any, answer: Any, category: str, shots: t
     return Example(skill="bfcl", user=question, system=system_prompt(functions), shots=shots, data=data)
 
 
-def _of_item(item: bfcl_data.Item, shots: tuple[tuple[str, str], ...]) -> Example:
+def _of_item(item: BfclItem, shots: tuple[tuple[str, str], ...]) -> Example:
     user = "\n".join(m["content"] for m in item.messages if m["role"] == "user")
     return _example(user, item.functions, item.answer or (), item.category, shots)
 
@@ -65,13 +67,13 @@ class BfclSkill:
 
     name: str = "bfcl"
     max_new_tokens: int = 96
-    _live: list[bfcl_data.Item] = field(default_factory=list, repr=False)
+    _live: list[BfclItem] = field(default_factory=list, repr=False)
 
-    def live_items(self) -> list[bfcl_data.Item]:
+    def live_items(self) -> list[BfclItem]:
         """BFCL's live AST items with one user turn, loaded once from the pinned wheel."""
         if not self._live:
             for category in TRAIN_LIVE:
-                items = bfcl_data.load_category(category)
+                items = bfcl_load_category(category)
                 self._live += [it for it in items if it.answer and [m["role"] for m in it.messages] == ["user"]]
         return self._live
 
@@ -91,7 +93,7 @@ class BfclSkill:
         per = max(1, n // len(TEST_CATEGORIES))
         out = []
         for category in TEST_CATEGORIES:
-            for item in bfcl_data.subset(bfcl_data.load_category(category), per):
+            for item in bfcl_subset(bfcl_load_category(category), per):
                 out.append(_of_item(item, _demos(random.Random(f"agentmerge-real/bfcl-shots/{item.id}"))))
         return out
 

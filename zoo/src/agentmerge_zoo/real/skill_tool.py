@@ -25,7 +25,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from agentmerge.io import jsontext
+from agentmerge.api import dumps_json
 from agentmerge_zoo.real.tasks import Example, Score, normalise, strict_partial
 
 CITIES = [
@@ -240,7 +240,7 @@ class ToolSkill:
 
 def _demonstration(tool: Tool, rng: random.Random) -> tuple[str, str]:
     args = tool.draw(rng)
-    return rng.choice(tool.requests).format(**args), jsontext.dumps({"name": tool.name, "arguments": args})
+    return rng.choice(tool.requests).format(**args), dumps_json({"name": tool.name, "arguments": args})
 
 
 def parse_call(text: str) -> dict[str, Any] | None:

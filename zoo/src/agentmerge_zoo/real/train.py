@@ -24,7 +24,7 @@ from typing import Any
 
 import torch
 
-from agentmerge.io import jsontext
+from agentmerge.api import dumps_json
 from agentmerge_zoo.real.grpo_hf import Recipe, grpo_step, make_optimizer
 from agentmerge_zoo.real.suite import skill
 from agentmerge_zoo.real.tasks import train_stream
@@ -102,7 +102,7 @@ def _save_state(out: Path, model: Any, opt: torch.optim.Optimizer, recipe: Recip
     shutil.rmtree(tmp, ignore_errors=True)
     model.save_pretrained(str(tmp))
     torch.save(opt.state_dict(), tmp / "optim.pt")
-    (tmp / "state.json").write_text(jsontext.dumps({"recipe": recipe.to_dict(), "seed": seed, "curve": curve}) + "\n")
+    (tmp / "state.json").write_text(dumps_json({"recipe": recipe.to_dict(), "seed": seed, "curve": curve}) + "\n")
     shutil.rmtree(old, ignore_errors=True)
     if state.exists():
         state.rename(old)
@@ -115,7 +115,7 @@ def _export(model: Any, tokenizer: Any, out: Path, meta: dict[str, Any], dtype: 
     shutil.rmtree(tmp, ignore_errors=True)
     model.to(EXPORT_DTYPES[dtype]).save_pretrained(str(tmp))
     tokenizer.save_pretrained(str(tmp))
-    (tmp / MARKER).write_text(jsontext.dumps(meta, indent=1) + "\n")
+    (tmp / MARKER).write_text(dumps_json(meta, indent=1) + "\n")
     shutil.rmtree(out, ignore_errors=True)
     tmp.rename(out)
 
