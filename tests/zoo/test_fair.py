@@ -8,10 +8,11 @@ from typing import Any
 
 import pytest
 
+from agentmerge.api import choose_scale
 from agentmerge_zoo.bench import SeedBench
 from agentmerge_zoo.benchplan import METHOD_RUNS, BenchPlan, MethodRun
 from agentmerge_zoo.config import ZooConfig
-from agentmerge_zoo.fair import choose_value, defaults_view, output_scale, tuned_view
+from agentmerge_zoo.fair import defaults_view, output_scale, tuned_view
 from agentmerge_zoo.regime_map import regime_map_lines
 from agentmerge_zoo.regime_report import main_tables, tuned_rows
 from agentmerge_zoo.results import aggregate
@@ -23,11 +24,11 @@ def _metrics(code: float, tool: float, memory: float, held: float = 0.9) -> dict
     return {m: values[m.split(".")[0]] for m in metric_columns()}
 
 
-def test_choose_value_takes_the_best_and_breaks_ties_towards_one() -> None:
-    assert choose_value({0.5: 0.2, 1.0: 0.3, 2.0: 0.4}) == 2.0
-    assert choose_value({0.5: 0.4, 1.0: 0.4, 2.0: 0.4}) == 1.0  # identical merges: keep the default
-    assert choose_value({0.5: 0.4, 1.5: 0.4, 3.0: 0.1}) == 0.5  # as near to 1: the smaller
-    assert choose_value({}) is None
+def test_the_bench_chooses_with_the_librarys_rule_best_then_nearest_one() -> None:
+    assert choose_scale({0.5: 0.2, 1.0: 0.3, 2.0: 0.4}) == 2.0
+    assert choose_scale({0.5: 0.4, 1.0: 0.4, 2.0: 0.4}) == 1.0  # identical merges: keep the default
+    assert choose_scale({0.5: 0.4, 1.5: 0.4, 3.0: 0.1}) == 0.5  # as near to 1: the smaller
+    assert choose_scale({}) is None
 
 
 def test_field_methods_are_planned_and_scales_come_from_the_registry() -> None:

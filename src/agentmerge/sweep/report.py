@@ -18,6 +18,7 @@ from agentmerge.evaluation.report import md_cell
 from agentmerge.io import jsontext
 from agentmerge.methods.registry import METHODS
 from agentmerge.sweep import evaluators
+from agentmerge.sweep.fair_choice import fair_choice
 from agentmerge.sweep.spec import SweepConfig
 
 
@@ -133,11 +134,17 @@ def markdown(cfg: SweepConfig, records: Sequence[dict[str, Any]], plots: Sequenc
     return "\n".join(lines)
 
 
-def extrapolation_note(method: str, params: dict[str, Any]) -> str | None:
-    """A pointer to the convergence check when the winner scales its merged task vector up (output scale > 1)."""
+def scale_of(method: str, params: dict[str, Any]) -> tuple[str | None, float | None]:
+    """The method's output-scale parameter and its value in ``params`` (else its default); Nones without one."""
     name = METHODS[method].output_scale if method in METHODS else None
     value = params.get(name, METHODS[method].defaults().get(name)) if name else None
-    if not isinstance(value, int | float) or value <= 1:
+    return name, float(value) if isinstance(value, int | float) else None
+
+
+def extrapolation_note(method: str, params: dict[str, Any]) -> str | None:
+    """A pointer to the convergence check when the winner scales its merged task vector up (output scale > 1)."""
+    name, value = scale_of(method, params)
+    if value is None or value <= 1:
         return None
     return (
         f"Note: the best setting scales the merged task vector up ({name} = {value:g} > 1). Agents whose own "
@@ -147,17 +154,20 @@ def extrapolation_note(method: str, params: dict[str, Any]) -> str | None:
 
 
 def _fair(cfg: SweepConfig, ranked: Sequence[Row]) -> list[str]:
-    """The fair protocol's two views per method and model set: at its defaults, and its best setting."""
+    """The fair protocol's two views per method and model set: at its defaults, and its tuned setting, chosen by
+    the protocol's one rule (``fair_choice``: best mean, a tie to the output scale nearest 1, then the smaller)."""
     lines = ["## Defaults and tuned (one shared output-scale grid)\n"]
     lines += ["| method | models | defaults | tuned | tuned setting |", "|---|---|---|---|---|"]
-    seen: set[tuple[str, tuple[str, ...]]] = set()
-    for row in ranked:  # best first: the first row of a method and model set is its tuned one
-        key = (row.method, tuple(row.models))
-        if row.name or key in seen:
-            continue
-        seen.add(key)
-        default = next((r for r in ranked if (r.method, tuple(r.models)) == key and _at_defaults(r)), None)
-        cells = [row.method, md_cell(", ".join(row.models)), _value(default), _value(row), f"`{md_cell(row.label)}`"]
+    groups: dict[tuple[str, tuple[str, ...]], list[Row]] = {}
+    for row in ranked:  # best first, so the table lists the method and model sets in the ranking's order
+        if not row.name:
+            groups.setdefault((row.method, tuple(row.models)), []).append(row)
+    sign = 1.0 if cfg.direction == "max" else -1.0
+    for (method, models), group in groups.items():
+        tuned = fair_choice(group, lambda r: sign * r.mean, lambda r: scale_of(r.method, r.params)[1])
+        default = next((r for r in group if _at_defaults(r)), None)
+        label = f"`{md_cell(tuned.label)}`" if tuned else ""
+        cells = [method, md_cell(", ".join(models)), _value(default), _value(tuned), label]
         lines.append("| " + " | ".join(cells) + " |")
     return [*lines, ""]
 

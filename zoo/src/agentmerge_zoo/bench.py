@@ -24,13 +24,13 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from agentmerge.api import RaySession
+from agentmerge.api import RaySession, choose_scale
 from agentmerge_zoo.bench_sweeps import Entry, Records, Sweeps, bench_session, brief, failure, trial_metrics
 from agentmerge_zoo.benchplan import DILUTION_TAGS, FISHER_METHODS, PAIRS, BenchPlan, MethodRun, available_methods
 from agentmerge_zoo.build import Logger, build_zoo
 from agentmerge_zoo.config import DOMAINS, ZooConfig, seed_dirs
 from agentmerge_zoo.evaluate import agentic_average, evaluate_cached, file_digest
-from agentmerge_zoo.fair import TUNED, choose_value, output_scale, resolved
+from agentmerge_zoo.fair import TUNED, output_scale, resolved
 from agentmerge_zoo.fisher import diagonal_fisher, is_fisher_file, save_fisher
 from agentmerge_zoo.tasks import all_tasks, domain_tasks
 
@@ -174,12 +174,13 @@ class SeedBench:
         return [self.entry(f"ta_lambda{lam:g}", "task_arithmetic", {"lambda": lam}) for lam in grid] + out
 
     def read_val(self, records: Records) -> None:
-        """Choose each tuned value by the validation agentic average (``fair.choose_value`` under the fair protocol;
-        without it task arithmetic's lambda, the first best in grid order, as older benches did)."""
+        """Choose each tuned value by the validation agentic average (under the fair protocol by
+        ``agentmerge.api.choose_scale``, the library's one rule; without it task arithmetic's lambda, the first best
+        in grid order, as older benches did)."""
         available = available_methods()
         for run, scale in self.scaled(available):
             scores = self._val_scores(records, [(v, self.val_name(run, v)) for v in self.plan.ta_lambdas])
-            best = choose_value(scores)
+            best = choose_scale(scores)
             if best is not None:
                 entry = {"param": scale, "val_agentic_avg": {f"{v:g}": s for v, s in scores.items()}, "best": best}
                 self.out["val"][run.label] = entry | ({"best_lambda": best} if run.label == "task_arithmetic" else {})

@@ -5,9 +5,10 @@ alike.
   scale at the method's default (task arithmetic at lambda 1).
 - **tuned**: each method with an output scale (``Method.output_scale`` of the registry: TA / TIES / DARE /
   Breadcrumbs / DELLA / MagMax / Consensus ``lambda``, RAM / RAM+ ``scale``, and whatever a new method declares)
-  gets that parameter chosen from ONE shared grid (the plan's ``ta_lambdas``) by ONE rule, :func:`choose_value`:
-  the highest validation agentic average, a tie going to the value nearest 1 (then the smaller). A method
-  without an output scale is its defaults row in the tuned table too.
+  gets that parameter chosen from ONE shared grid (the plan's ``scales``) by ONE rule, the library's
+  ``agentmerge.api.choose_scale`` (the same rule the sweep's report uses): the highest validation agentic average,
+  a tie going to the value nearest 1 (then the smaller). A method without an output scale is its defaults row in
+  the tuned table too.
 
 A seed's record keeps the defaults rows under their labels and the tuned rows under ``LABEL.tuned``;
 :func:`tuned_view` renames them so that every table and paired difference can be computed for the tuned table
@@ -19,25 +20,19 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+from agentmerge import METHODS
+
 TUNED = ".tuned"
 
 
 def output_scale(method: str) -> str | None:
     """The method's output-scale parameter (the registry's ``Method.output_scale``); None when it has none or the
     engine does not have the method."""
-    try:
-        from agentmerge import METHODS
-    except ImportError:
-        return None
     return METHODS[method].output_scale if method in METHODS else None
 
 
 def merges_models(method: str, n: int) -> bool:
     """Whether the registry's method takes ``n`` models (False when the engine does not have it)."""
-    try:
-        from agentmerge import METHODS
-    except ImportError:
-        return False
     if method not in METHODS:
         return False
     spec = METHODS[method]
@@ -46,16 +41,7 @@ def merges_models(method: str, n: int) -> bool:
 
 def resolved(method: str, params: Mapping[str, Any]) -> dict[str, Any]:
     """``params`` over the method's defaults: two settings merge alike when these are equal."""
-    from agentmerge import METHODS
-
     return {**METHODS[method].defaults(), **params} if method in METHODS else dict(params)
-
-
-def choose_value(scores: Mapping[float, float]) -> float | None:
-    """The grid value with the best validation score; ties go to the value nearest 1, then the smaller one."""
-    if not scores:
-        return None
-    return max(scores, key=lambda v: (scores[v], -abs(v - 1.0), -v))
 
 
 def is_tuned(label: str) -> bool:
