@@ -16,9 +16,8 @@ Sweeps (docs/sweep.md)
     ``sweep_grid(cfg)``, ``sweep_settings(cfg)``: the settings of the grid, or of the file's ``search`` choice.
     ``sweep_trials(cfg, settings)``, ``trial_merge_config(cfg, trial)``: the trials (settings x seeds) and one
     trial's ``MergeConfig``. ``run_sweep``, ``RaySession``: run them on Ray (one session shared by several sweeps).
-    ``fair_choice(candidates, score, scale)``, ``choose_scale({scale: score})``: the fair protocol's one rule for
-    the best setting (``agentmerge.sweep.fair_choice``: best score, ties to the output scale nearest 1, then the
-    smaller).
+    ``choose_scale({scale: score})``: the fair protocol's one rule for the best output scale, the one the sweep's
+    page uses too (``agentmerge.sweep.fair_choice``: best score, ties to the scale nearest 1, then the smaller).
 Evaluators (docs/evaluate.md)
     ``Evaluator``, ``Score``, ``Context``: the interface a plug-in evaluator implements; ``set_threads``.
     ``quiet_transformers()``: transformers' warnings off while a checkpoint is scored.
@@ -72,7 +71,7 @@ if TYPE_CHECKING:
     from agentmerge.io.safety import check_report_path
     from agentmerge.io.validate import FISHER_MARK, is_fisher
     from agentmerge.methods.deltas import kept_by_count, overlap_count, task_vectors, update_mask
-    from agentmerge.sweep.fair_choice import choose_scale, fair_choice
+    from agentmerge.sweep.fair_choice import choose_scale
     from agentmerge.sweep.run import RaySession, run_sweep
     from agentmerge.sweep.spec import SweepConfig, TrialEntry, sweep_from_dict
     from agentmerge.sweep.spec import choose as sweep_settings
@@ -119,7 +118,7 @@ _WHERE: dict[str, tuple[str, str]] = {
     **_same("agentmerge.io.safety", "check_report_path"),
     **_same("agentmerge.io.validate", "FISHER_MARK", "is_fisher"),
     **_same("agentmerge.methods.deltas", "kept_by_count", "overlap_count", "task_vectors", "update_mask"),
-    **_same("agentmerge.sweep.fair_choice", "choose_scale", "fair_choice"),
+    **_same("agentmerge.sweep.fair_choice", "choose_scale"),
     **_same("agentmerge.sweep.run", "RaySession", "run_sweep"),
     **_same("agentmerge.sweep.spec", "SweepConfig", "TrialEntry", "sweep_from_dict"),
     "sweep_settings": ("agentmerge.sweep.spec", "choose"),
@@ -170,7 +169,6 @@ __all__ = [
     "did_you_mean",
     "dumps_json",
     "estimate_fisher",
-    "fair_choice",
     "input_arg",
     "is_fisher",
     "kept_by_count",
