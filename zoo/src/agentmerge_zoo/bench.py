@@ -163,7 +163,7 @@ class SeedBench:
             for r in self.tuned(available)
             for v in self.plan.tune_grid
         ]
-        grid = self.plan.ta_lambdas
+        grid = self.plan.scales
         if self.plan.fair:
             scaled = self.scaled(available)
             return [
@@ -179,15 +179,16 @@ class SeedBench:
         in grid order, as older benches did)."""
         available = available_methods()
         for run, scale in self.scaled(available):
-            scores = self._val_scores(records, [(v, self.val_name(run, v)) for v in self.plan.ta_lambdas])
+            scores = self._val_scores(records, [(v, self.val_name(run, v)) for v in self.plan.scales])
             best = choose_scale(scores)
             if best is not None:
                 entry = {"param": scale, "val_agentic_avg": {f"{v:g}": s for v, s in scores.items()}, "best": best}
-                self.out["val"][run.label] = entry | ({"best_lambda": best} if run.label == "task_arithmetic" else {})
+                self.out["val"][run.label] = entry
         if not self.plan.fair:
-            best_ta = self._best_on_val(records, "ta_lambda", self.plan.ta_lambdas)
+            best_ta = self._best_on_val(records, "ta_lambda", self.plan.scales)
             if best_ta is not None:
-                self.out["val"]["task_arithmetic"] = {"val_agentic_avg": best_ta[1], "best_lambda": best_ta[0]}
+                entry = {"param": "lambda", "val_agentic_avg": best_ta[1], "best": best_ta[0]}
+                self.out["val"]["task_arithmetic"] = entry
         for run in self.tuned(available):
             best_run = self._best_on_val(records, f"{run.label}_tune", self.plan.tune_grid)
             if best_run is not None:
@@ -227,7 +228,7 @@ class SeedBench:
             if chosen is None:
                 self.out["skipped"][run.label] = f"no {param} trial finished on validation"
                 return []
-            best = chosen.get("best", chosen.get("best_lambda"))
+            best = chosen["best"]
             return [self.entry(self.tuned_name(run, best), run.method, {**run.params, param: best})]
         if run.method in FISHER_METHODS and fisher is not None:
             return [self.entry(run.label, run.method, run.params, fisher=[str(fisher[d]) for d in self.domains])]
@@ -268,9 +269,7 @@ class SeedBench:
                 same = resolved(run.method, params) == resolved(run.method, run.params)
                 names[run.label + TUNED] = None if same else self.tuned_name(run, chosen["best"])
             return names
-        if run.method == "task_arithmetic":
-            return {run.label: self.tuned_name(run, self.out["val"][run.label]["best_lambda"])}
-        if run.tune:
+        if run.method == "task_arithmetic" or run.tune:  # read_val has just written "best"
             return {run.label: self.tuned_name(run, self.out["val"][run.label]["best"])}
         return {run.label: run.label}
 

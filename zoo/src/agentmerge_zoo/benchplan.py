@@ -77,7 +77,8 @@ class BenchPlan:
     """What the benchmark runs besides the zoo itself."""
 
     seeds: tuple[int, ...] = (0, 1, 2)
-    ta_lambdas: tuple[float, ...] = (0.5, 0.75, 1.0, 1.25, 1.5, 2.0, 2.5, 3.0)
+    # the one output-scale grid: every output scale's under the fair protocol, task arithmetic's alone without it
+    scales: tuple[float, ...] = (0.5, 0.75, 1.0, 1.25, 1.5, 2.0, 2.5, 3.0)
     # the grid of tuned runs (``MethodRun.tune``): TA's, and beyond it (RAM's scale chose 3, TA's top, every time)
     tune_grid: tuple[float, ...] = (0.5, 0.75, 1.0, 1.25, 1.5, 2.0, 2.5, 3.0, 4.0, 5.0, 6.0, 8.0, 10.0)
     fisher_prompts: int = 64

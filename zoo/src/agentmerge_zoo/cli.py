@@ -321,7 +321,7 @@ def _plan(smoke: bool, seeds: tuple[int, ...], regime: str, pairs: bool) -> Any:
         seeds=seeds,
         check_n=8,
         fisher_prompts=4,
-        ta_lambdas=(0.5, 1.0),
+        scales=(0.5, 1.0),
         methods=methods,
         ablation=small,
         pairs=pairs,

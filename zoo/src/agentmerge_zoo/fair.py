@@ -23,6 +23,8 @@ from typing import Any
 from agentmerge import METHODS
 
 TUNED = ".tuned"
+# results keys under their output-scale names, and what results files written before the rename call them
+OLD_KEYS = {"task_arithmetic_scale": "task_arithmetic_lambda", "ta_scale": "ta_lambda"}
 
 
 def output_scale(method: str) -> str | None:
@@ -42,6 +44,20 @@ def merges_models(method: str, n: int) -> bool:
 def resolved(method: str, params: Mapping[str, Any]) -> dict[str, Any]:
     """``params`` over the method's defaults: two settings merge alike when these are equal."""
     return {**METHODS[method].defaults(), **params} if method in METHODS else dict(params)
+
+
+def chosen_scale(entry: Mapping[str, Any]) -> float | None:
+    """The output scale chosen on validation in a seed's ``val`` entry: ``best`` (``best_lambda`` in task
+    arithmetic's entries of results written before the rename); None when none was chosen."""
+    value = entry.get("best", entry.get("best_lambda"))
+    return float(value) if isinstance(value, int | float) else None
+
+
+def read_key(results: Mapping[str, Any], key: str, default: Any = None) -> Any:
+    """``results[key]``, or its name in older results files (``OLD_KEYS``), else ``default``."""
+    if key in results:
+        return results[key]
+    return results.get(OLD_KEYS.get(key, key), default)
 
 
 def is_tuned(label: str) -> bool:

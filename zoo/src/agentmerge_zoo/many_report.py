@@ -147,7 +147,8 @@ def _minus(label: str, ref: str) -> Value:
 
 
 def _chosen(records: Sequence[dict[str, Any]], sizes: list[int]) -> dict[str, dict[str, Stat]]:
-    """The lambda / scale chosen on validation, averaged over a size's subsets."""
+    """The output scale chosen on validation, averaged over a size's subsets (``best``; task arithmetic's
+    ``best_lambda`` in older results, as ``fair.chosen_scale`` reads it)."""
     out: dict[str, dict[str, Stat]] = {}
     first = next(iter(records[0]["subsets"].values()))
     for label, chosen in first["val"].items():

@@ -17,7 +17,7 @@ from typing import Any
 from agentmerge.api import dumps_json
 from agentmerge_zoo.config import DOMAINS, REGIMES
 from agentmerge_zoo.converge_report import check_lines
-from agentmerge_zoo.fair import TUNED, is_tuned
+from agentmerge_zoo.fair import TUNED, chosen_scale, is_tuned, read_key
 from agentmerge_zoo.regime_map import cell, is_fair, plot_regime_map, regime_map_lines
 from agentmerge_zoo.report_md import (
     comparison_lines,
@@ -190,7 +190,7 @@ def pairs_lines(res: dict[str, Any]) -> list[str]:
         rows = [
             [label, *[cell(cells[d]) for d in domains], cell(cells["avg"])] for label, cells in entry["rows"].items()
         ]
-        lams = ", ".join(f"{v:g}" for v in entry["ta_lambda"] if isinstance(v, float) and math.isfinite(v))
+        lams = ", ".join(f"{v:g}" for v in read_key(entry, "ta_scale", []) if isinstance(v, float) and math.isfinite(v))
         lines += [f"**{pair}** (task arithmetic λ per seed: {lams})", ""]
         lines += table(["model", *[f"{d} (domain avg)" for d in domains], "pair avg (its metric columns)"], rows)
         diffs = "; ".join(f"{k}: {cell(v)}" for k, v in entry["diffs"].items())
@@ -308,7 +308,7 @@ def _regime_notes(res: dict[str, Any]) -> list[str]:
     pairs = pairs_lines({"pairs": res.get("pairs_tuned")})
     if pairs:
         lines += ["### Two-agent merges, tuned", "", "Each output scale chosen on the pair's validation.", "", *pairs]
-    lambdas = [f"{e['best_lambda']:g}" for e in res["task_arithmetic_lambda"] if e]
+    lambdas = [f"{v:g}" for e in read_key(res, "task_arithmetic_scale", []) if (v := chosen_scale(e)) is not None]
     if lambdas:
         lines.append(f"- task_arithmetic λ chosen on validation, per seed: {', '.join(lambdas)}.")
     for label, note in res["skipped"].items():

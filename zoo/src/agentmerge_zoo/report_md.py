@@ -6,6 +6,7 @@ import math
 from typing import Any
 
 from agentmerge_zoo.config import DOMAINS
+from agentmerge_zoo.fair import chosen_scale, read_key
 
 BAR_WIDTH = 40
 
@@ -164,7 +165,7 @@ def render_markdown(res: dict[str, Any]) -> str:
 
 def _notes(res: dict[str, Any]) -> list[str]:
     lines = ["## Notes", ""]
-    lambdas = [f"{e['best_lambda']:g}" for e in res["task_arithmetic_lambda"] if e]
+    lambdas = [f"{v:g}" for e in read_key(res, "task_arithmetic_scale", []) if (v := chosen_scale(e)) is not None]
     if lambdas:
         lines.append(f"- task_arithmetic: λ chosen on the validation split, per seed: {', '.join(lambdas)}.")
     if not res["skipped"]:

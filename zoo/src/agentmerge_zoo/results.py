@@ -17,7 +17,7 @@ from agentmerge.api import dumps_json
 from agentmerge_zoo.benchplan import RAM_FAMILY
 from agentmerge_zoo.config import DOMAINS
 from agentmerge_zoo.evaluate import mean_and_se
-from agentmerge_zoo.fair import TUNED, defaults_view, has_tuned, is_tuned, tuned_view
+from agentmerge_zoo.fair import TUNED, chosen_scale, defaults_view, has_tuned, is_tuned, tuned_view
 from agentmerge_zoo.tasks import metric_columns, metric_domain
 
 Stat = dict[str, Any]
@@ -88,7 +88,7 @@ def aggregate(records: Sequence[dict[str, Any]], meta: dict[str, Any]) -> dict[s
         "retention": {label: _retention(records, label) for label in labels},
         "probe": _probe(records),
         "dilution": _dilution(records),
-        "task_arithmetic_lambda": [r["val"].get("task_arithmetic", {}) for r in records],
+        "task_arithmetic_scale": [r["val"].get("task_arithmetic", {}) for r in records],
         "skipped": _skipped(records),
         "comparisons": _comparisons(defaults, main),
         "ablation": _ablation(records, labels),
@@ -178,8 +178,8 @@ def _pairs(records: Sequence[dict[str, Any]]) -> dict[str, Any]:
         for a in [x for x in RAM_FAMILY if x in labels]:
             if best:
                 diffs[f"{a} - {best}"] = stat([agentic(s["rows"][a]) - agentic(s["rows"][best]) for s in subs])
-        lambdas = [s["val"].get("task_arithmetic", {}).get("best_lambda") for s in subs]
-        out[pair] = {"domains": domains, "rows": rows, "best_baseline": best, "diffs": diffs, "ta_lambda": lambdas}
+        scales = [chosen_scale(s["val"].get("task_arithmetic", {})) for s in subs]
+        out[pair] = {"domains": domains, "rows": rows, "best_baseline": best, "diffs": diffs, "ta_scale": scales}
     return out
 
 
