@@ -8,7 +8,7 @@ import itertools
 import math
 import random
 
-from agentmerge.api import choose_scale, fair_choice
+from agentmerge.sweep.fair_choice import choose_scale, fair_choice
 from agentmerge.sweep.report import markdown
 from agentmerge.sweep.spec import sweep_from_dict
 
