@@ -194,7 +194,9 @@ def past_the_surface(graph: dict[str, set[str]]) -> list[str]:
 
 def test_the_zoo_imports_only_the_public_api() -> None:
     """No exemption: the zoo uses ``agentmerge`` and ``agentmerge.api`` as any user's code would."""
-    assert past_the_surface(import_graph()) == []
+    graph = import_graph()
+    assert "agentmerge_zoo.cli" in graph and "agentmerge_zoo.real.cli" in graph  # the check sees the zoo
+    assert past_the_surface(graph) == []
     assert past_the_surface(
         {
             "agentmerge_zoo.a": {"agentmerge", "agentmerge.api", "agentmerge_zoo.b", "agentmerge.sweep.spec"},
