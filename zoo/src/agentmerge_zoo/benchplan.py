@@ -92,9 +92,7 @@ class BenchPlan:
 
 
 def available_methods() -> set[str]:
-    """Engine methods registered right now (empty if the engine is not importable)."""
-    try:
-        from agentmerge import METHODS
-    except ImportError:
-        return set()
+    """Engine methods registered right now (the zoo depends on agentmerge: the registry is always there)."""
+    from agentmerge import METHODS
+
     return set(METHODS)
