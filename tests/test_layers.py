@@ -8,7 +8,8 @@ Layers, lowest first (a module may import its own layer and the ones below, neve
     evaluation         scoring checkpoints
     sweep              merge-and-evaluate trials on Ray
     cli                the command line (``agentmerge.cli``, ``agentmerge.__main__``)
-The package root re-exports names lazily; ``errors``, ``_version``, ``plugins`` and ``synthetic`` are leaves.
+The package root re-exports names lazily; ``errors``, ``_version``, ``plugins``, ``paramtext`` (the one grammar of a
+parameter value typed as text, read by ``methods`` and the CLI alike) and ``synthetic`` are leaves.
 The zoo (``agentmerge_zoo``) is a client: nothing in ``agentmerge`` imports it or names its modules; it plugs in
 through entry points (``plugins``).
 """
@@ -23,7 +24,7 @@ import agentmerge
 SRC = Path(agentmerge.__file__).parent
 ZOO = SRC.parent / "agentmerge_zoo"
 LAYERS = ("methods", "io", "config", "engine", "evaluation", "sweep", "cli")
-LEAVES = {"agentmerge.errors", "agentmerge._version", "agentmerge.plugins"}
+LEAVES = {"agentmerge.errors", "agentmerge._version", "agentmerge.plugins", "agentmerge.paramtext"}
 
 
 def _module(path: Path) -> str:
@@ -52,7 +53,10 @@ def import_graph() -> dict[str, set[str]]:
                 if node.level:
                     parts = package.split(".")[: len(package.split(".")) - node.level + 1]
                     base = ".".join([*parts, *([node.module] if node.module else [])])
-                names = [base, *(f"{base}.{a.name}" for a in node.names)]
+                # ``from pkg import submodule`` imports the submodule (the package runs first for any of its
+                # modules anyway); ``from pkg import name`` imports the package's own names
+                subs = [f"{base}.{a.name}" for a in node.names if f"{base}.{a.name}" in trees]
+                names = [*([base] if len(subs) < len(node.names) else []), *subs]
             graph[mod] |= {n for n in names if n in trees and n != mod}
     return graph
 
