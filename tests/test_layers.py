@@ -229,6 +229,35 @@ def test_nothing_below_the_cli_imports_it() -> None:
     assert users == set()
 
 
+def text_readers(tree: ast.Module) -> list[str]:
+    """What in ``tree`` reads a value from text its own way: a call of ``yaml.safe_load`` / ``yaml.load``, or a
+    function named as the grammar's (``parse_value``, ``parse_scalar``, ``parse_assignments``); in line order."""
+    found = []
+    for node in ast.walk(tree):
+        func = node.func if isinstance(node, ast.Call) else None
+        if isinstance(func, ast.Attribute) and func.attr in ("safe_load", "load") and _named(func.value, "yaml"):
+            found.append((node.lineno, f"yaml.{func.attr}"))
+        if isinstance(node, ast.FunctionDef) and node.name in ("parse_value", "parse_scalar", "parse_assignments"):
+            found.append((node.lineno, f"def {node.name}"))
+    return [f"line {line}: {what}" for line, what in sorted(found)]
+
+
+def _named(node: ast.expr, name: str) -> bool:
+    return isinstance(node, ast.Name) and node.id == name
+
+
+def test_one_grammar_reads_parameter_text() -> None:
+    """``--param`` values and parameter values left as text are read by ``agentmerge.paramtext`` alone; YAML parses
+    config files only (``config/limits.read_config_yaml``); no command keeps a grammar of its own."""
+    readers = {m: text_readers(tree) for m, (_, tree) in _trees().items() if layer(m) != "zoo"}
+    allowed = {"agentmerge.paramtext", "agentmerge.config.limits"}
+    assert {m: r for m, r in readers.items() if r and m not in allowed} == {}
+    assert text_readers(ast.parse("import yaml\nyaml.safe_load(v)\ndef parse_value(t): ...\n")) == [
+        "line 2: yaml.safe_load",
+        "line 3: def parse_value",
+    ]
+
+
 def test_the_layer_check_can_fail() -> None:
     assert layer("agentmerge.io.checkpoint") == "io" and layer("agentmerge_zoo.bench") == "zoo"
     assert LAYERS.index("io") > LAYERS.index("methods")

@@ -169,20 +169,32 @@ def cmd_merge(args: argparse.Namespace) -> int:
 # --------------------------------------------------------------------------- probe
 
 
+PROBE_FLAGS: dict[str, tuple[type, str]] = {  # the probe's --NAME flags: ram_plus parameters, their type and help
+    "epsilon": (float, "update threshold"),
+    "mask_dtype": (str, "grid of the update test: none, base, float32, bfloat16, float16"),
+    "mask_ulps": (int, "grid rule: an update moves theta_0 by >= k ulps"),
+    "epsilon_rule": (str, "fixed (--epsilon), percentile or valley, per agent and tensor"),
+    "epsilon_q": (float, "percentile rule: percent counted as no update"),
+    "r": (float, "RAM+ r for the reported lambda"),
+    "alpha": (float, "RAM+ alpha for the reported lambda"),
+}
+PROBE_PARAMS = (*PROBE_FLAGS, "form", "rescale_factor")  # what the probe reads of ram_plus's record
+
+
+def _ram_default(name: str) -> ParamValue:
+    """ram_plus's default of parameter ``name`` (the probe's help quotes the record, never a copy)."""
+    param = METHODS["ram_plus"].param(name)
+    assert param is not None, name
+    return param.default
+
+
 def _probe_parser(sub: Any) -> None:
     p = sub.add_parser("probe", help="density and overlap of task vectors")
     input_arg(p, "models", nargs="+", help="fine-tuned model folders")
     input_arg(p, "--base", required=True, help="base model folder")
-    p.add_argument("--epsilon", type=float, help=f"update threshold (default {_ram_default('epsilon'):g})")
-    p.add_argument("--mask-dtype", help="grid of the update test: none (default), base, float32, bfloat16, float16")
-    p.add_argument("--mask-ulps", type=int, help="grid rule: an update moves theta_0 by >= k ulps (default 1)")
-    p.add_argument("--epsilon-rule", help="fixed (--epsilon; default), percentile or valley, per agent and tensor")
-    p.add_argument("--epsilon-q", type=float, help="percentile rule: percent counted as no update (default 50)")
+    for name, (kind, text) in PROBE_FLAGS.items():  # ram_plus's parameters; defaults: its record's
+        p.add_argument(f"--{name.replace('_', '-')}", type=kind, help=f"{text} (default {_ram_default(name)})")
     p.add_argument("--seed", type=int, default=0, help="valley rule: seed of the subsample of large tensors")
-    p.add_argument("--r", type=float, help=f"RAM+ r for the reported lambda (default {_ram_default('r'):g})")
-    p.add_argument(
-        "--alpha", type=float, help=f"RAM+ alpha for the reported lambda (default {_ram_default('alpha'):g})"
-    )
     p.add_argument(
         "--param",
         action="append",
@@ -248,17 +260,6 @@ def cmd_probe(args: argparse.Namespace) -> int:
     if args.plot:
         write_report_with(args.plot, "--plot", lambda tmp: plot_probe(result, tmp))
     return 0
-
-
-PROBE_FLAGS = ("epsilon", "mask_dtype", "mask_ulps", "epsilon_rule", "epsilon_q", "r", "alpha")  # --NAME flags
-PROBE_PARAMS = (*PROBE_FLAGS, "form", "rescale_factor")  # what the probe reads of ram_plus's record
-
-
-def _ram_default(name: str) -> ParamValue:
-    """ram_plus's default of parameter ``name`` (the probe's help quotes the record, never a copy)."""
-    param = METHODS["ram_plus"].param(name)
-    assert param is not None, name
-    return param.default
 
 
 def _probe_given(args: argparse.Namespace) -> dict[str, tuple[object, str]]:
