@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import json
+import pickle
 from pathlib import Path
 from typing import Any
 
@@ -234,3 +235,19 @@ def test_a_copy_with_new_params_gets_new_records() -> None:
     assert again.tensor_params("attn")["density"] == 0.6 and cfg.shared_params["density"] == 0.3
     with pytest.raises(ValueError, match="density"):
         cfg.model_copy(update={"params": {"density": 2.0}})
+
+
+@pytest.mark.parametrize("method", ["ram_plus", "tsv", "ties"])
+def test_a_config_pickles_with_its_records(method: str) -> None:
+    """The records travel with the config (e.g. to a worker process); the table names its method, holds no hooks."""
+    cfg = config_from_dict(
+        {
+            "method": method,
+            "base": "b",
+            "models": [{"path": "a"}, {"path": "c"}],
+            "overrides": [{"pattern": "*mlp*", "params": {"lines_beta": 0.5}}],
+        }
+    )
+    again = pickle.loads(pickle.dumps(cfg))
+    assert again.tensor_params("x.mlp.w") == cfg.tensor_params("x.mlp.w") and again.shared_params == cfg.shared_params
+    assert again.tensor_params("x.mlp.up_down.w")["lines_beta"] == 0.5

@@ -23,7 +23,7 @@ from typing import Any
 
 from agentmerge.config.userinput import did_you_mean
 from agentmerge.errors import ConfigError
-from agentmerge.methods import Method, MethodParams, ParamValue
+from agentmerge.methods import METHODS, Method, MethodParams, ParamValue
 
 Group = tuple[int, ...]  # the indices of the overrides a tensor matches, in order
 
@@ -51,7 +51,7 @@ class ParamTable:
     """Every record a config's tensors and models get: ``shared`` (``params`` alone), one per group of overrides
     (``tensor``), one per model of a group (``models``)."""
 
-    method: Method
+    method: str  # its name in ``METHODS`` (not the entry: a config pickles, some entries' hooks do not)
     n_models: int
     params: Mapping[str, ParamValue]
     patterns: tuple[str, ...]  # the overrides' patterns, in order
@@ -73,7 +73,7 @@ class ParamTable:
         n = len(own)
         shared = resolve_record(method, params, n)
         patterns, layers = tuple(p for p, _ in overrides), tuple(v for _, v in overrides)
-        table = cls(method, n, params, patterns, layers, tuple(own), shared)
+        table = cls(method.name, n, params, patterns, layers, tuple(own), shared)
         table._groups[()] = shared
         for i, layer in enumerate(layers):
             table._groups[(i,)] = resolve_record(method, {**params, **layer}, n)
@@ -117,7 +117,7 @@ class ParamTable:
     def _resolve(self, given: Mapping[str, Any], group: Group, model: str = "") -> MethodParams:
         """A group's record, resolved after validation: a conflict of several overrides is one ``ConfigError``."""
         try:
-            return resolve_record(self.method, given, self.n_models)
+            return resolve_record(METHODS[self.method], given, self.n_models)
         except ValueError as e:
             where = [f"overrides[{i}] ({self.patterns[i]!r})" for i in group] + ([model] if model else [])
             raise ConfigError(f"the parameters of {', '.join(where)} together: {e}") from None
