@@ -251,3 +251,12 @@ def test_a_config_pickles_with_its_records(method: str) -> None:
     again = pickle.loads(pickle.dumps(cfg))
     assert again.tensor_params("x.mlp.w") == cfg.tensor_params("x.mlp.w") and again.shared_params == cfg.shared_params
     assert again.tensor_params("x.mlp.up_down.w")["lines_beta"] == 0.5
+
+
+def test_a_list_of_numbers_is_one_clear_error(tmp_path: Path) -> None:
+    flags = ["--method", "ties", "--base", "b", "--model", "a", "--model", "c", "-o", str(tmp_path / "o")]
+    args = build_parser().parse_args(["merge", *flags, "--param", "density=[0.1, 0.2]"])
+    with pytest.raises(ConfigError, match=r"params: density: give one value, not a list \(\[0.1, 0.2\]\)"):
+        config_from_dict(merge_config_data(args)[0], "flags")
+    groups = _cfg(method="ram_plus", params={"scope": "pattern", "groups": parse_value("[*mlp*, re:attn]")})
+    assert groups.shared_params["groups"] == "*mlp* re:attn"

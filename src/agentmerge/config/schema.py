@@ -87,11 +87,15 @@ class ModelSpec(_Frozen):
 
 
 def join_lists(params: Any) -> Any:
-    """A parameter given as a YAML list of strings (``groups``) -> one whitespace-separated string."""
+    """A parameter given as a list of strings (YAML, or ``--param groups=[a, b]``) -> one whitespace-separated
+    string; a list of anything else is refused by name (a parameter takes one value)."""
     if not isinstance(params, Mapping):
         return params
-    texts = {k: v for k, v in params.items() if isinstance(v, list) and all(isinstance(x, str) for x in v)}
-    return {**params, **{k: " ".join(v) for k, v in texts.items()}}
+    lists = {k: v for k, v in params.items() if isinstance(v, list)}
+    for k, v in lists.items():
+        if not all(isinstance(x, str) for x in v):
+            raise ValueError(f"{k}: give one value, not a list ({v!r}); only text parameters such as groups take one")
+    return {**params, **{k: " ".join(v) for k, v in lists.items()}}
 
 
 class Override(_Frozen):
