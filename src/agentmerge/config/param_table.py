@@ -40,7 +40,7 @@ def resolve_record(method: Method, given: Mapping[str, Any], n_models: int) -> M
             raise ValueError(
                 f"method {method.name!r} has no parameter {key!r}{did_you_mean(key, names)}; it takes: {known}"
             )
-        out[key] = p.check(value, method.name)
+        out[p.name] = p.check(value, method.name)  # under the parameter's own name, whatever name found it
     record = method.record.of(out)
     record.check(n_models)
     return record
