@@ -8,7 +8,8 @@ Layers, lowest first (a module may import its own layer and the ones below, neve
     evaluation         scoring checkpoints
     sweep              merge-and-evaluate trials on Ray
     cli                the command line (``agentmerge.cli``, ``agentmerge.__main__``)
-The package root re-exports names lazily; ``errors``, ``_version``, ``plugins`` and ``synthetic`` are leaves.
+The package root re-exports names lazily; ``errors``, ``_version``, ``plugins``, ``paramtext`` (the one grammar of a
+parameter value typed as text, read by ``methods`` and the CLI alike) and ``synthetic`` are leaves.
 ``agentmerge.api`` is the documented surface for client code, above every layer (nothing in the library imports it).
 The zoo (``agentmerge_zoo``, its own distribution under ``zoo/``) is a client: it imports ``agentmerge`` and
 ``agentmerge.api`` and nothing deeper; nothing in ``agentmerge`` imports it or names its modules; it plugs in
@@ -26,7 +27,7 @@ SRC = Path(agentmerge.__file__).parent
 ZOO = Path(__file__).parents[1] / "zoo" / "src" / "agentmerge_zoo"
 PUBLIC = {"agentmerge", "agentmerge.api"}  # all of the library a client (the zoo) may import
 LAYERS = ("methods", "io", "config", "engine", "evaluation", "sweep", "cli")
-LEAVES = {"agentmerge.errors", "agentmerge._version", "agentmerge.plugins"}
+LEAVES = {"agentmerge.errors", "agentmerge._version", "agentmerge.plugins", "agentmerge.paramtext"}
 
 
 def _module(path: Path) -> str:
@@ -56,7 +57,10 @@ def import_graph() -> dict[str, set[str]]:
                 if node.level:
                     parts = package.split(".")[: len(package.split(".")) - node.level + 1]
                     base = ".".join([*parts, *([node.module] if node.module else [])])
-                names = [base, *(f"{base}.{a.name}" for a in node.names)]
+                # ``from pkg import submodule`` imports the submodule (the package runs first for any of its
+                # modules anyway); ``from pkg import name`` imports the package's own names
+                subs = [f"{base}.{a.name}" for a in node.names if f"{base}.{a.name}" in trees]
+                names = [*([base] if len(subs) < len(node.names) else []), *subs]
             graph[mod] |= {n for n in names if n in trees and n != mod}
     return graph
 
@@ -258,6 +262,35 @@ def test_nothing_below_the_cli_imports_it() -> None:
         m for m, targets in import_graph().items() if layer(m) != "cli" and any(layer(t) == "cli" for t in targets)
     }
     assert users == set()
+
+
+def text_readers(tree: ast.Module) -> list[str]:
+    """What in ``tree`` reads a value from text its own way: a call of ``yaml.safe_load`` / ``yaml.load``, or a
+    function named as the grammar's (``parse_value``, ``parse_scalar``, ``parse_assignments``); in line order."""
+    found = []
+    for node in ast.walk(tree):
+        func = node.func if isinstance(node, ast.Call) else None
+        if isinstance(func, ast.Attribute) and func.attr in ("safe_load", "load") and _named(func.value, "yaml"):
+            found.append((node.lineno, f"yaml.{func.attr}"))
+        if isinstance(node, ast.FunctionDef) and node.name in ("parse_value", "parse_scalar", "parse_assignments"):
+            found.append((node.lineno, f"def {node.name}"))
+    return [f"line {line}: {what}" for line, what in sorted(found)]
+
+
+def _named(node: ast.expr, name: str) -> bool:
+    return isinstance(node, ast.Name) and node.id == name
+
+
+def test_one_grammar_reads_parameter_text() -> None:
+    """``--param`` values and parameter values left as text are read by ``agentmerge.paramtext`` alone; YAML parses
+    config files only (``config/limits.read_config_yaml``); no command keeps a grammar of its own."""
+    readers = {m: text_readers(tree) for m, (_, tree) in _trees().items() if layer(m) != "zoo"}
+    allowed = {"agentmerge.paramtext", "agentmerge.config.limits"}
+    assert {m: r for m, r in readers.items() if r and m not in allowed} == {}
+    assert text_readers(ast.parse("import yaml\nyaml.safe_load(v)\ndef parse_value(t): ...\n")) == [
+        "line 2: yaml.safe_load",
+        "line 3: def parse_value",
+    ]
 
 
 def test_the_layer_check_can_fail() -> None:

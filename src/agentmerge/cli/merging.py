@@ -18,9 +18,7 @@ from agentmerge.io.safety import (
     write_report,
     write_report_with,
 )
-from agentmerge.methods.params import POST_STEP_PARAMS, Param
-from agentmerge.methods.registry import METHODS
-from agentmerge.methods.spec import EPSILON_DEFAULT, ParamValue, check_mask
+from agentmerge.methods import METHODS, POST_STEP_PARAMS, Param, ParamValue, RamPlusParams
 
 # --------------------------------------------------------------------------- merge
 
@@ -171,26 +169,39 @@ def cmd_merge(args: argparse.Namespace) -> int:
 # --------------------------------------------------------------------------- probe
 
 
+PROBE_FLAGS: dict[str, tuple[type, str]] = {  # the probe's --NAME flags: ram_plus parameters, their type and help
+    "epsilon": (float, "update threshold"),
+    "mask_dtype": (str, "grid of the update test: none, base, float32, bfloat16, float16"),
+    "mask_ulps": (int, "grid rule: an update moves theta_0 by >= k ulps"),
+    "epsilon_rule": (str, "fixed (--epsilon), percentile or valley, per agent and tensor"),
+    "epsilon_q": (float, "percentile rule: percent counted as no update"),
+    "r": (float, "RAM+ r for the reported lambda"),
+    "alpha": (float, "RAM+ alpha for the reported lambda"),
+}
+PROBE_PARAMS = (*PROBE_FLAGS, "form", "rescale_factor")  # what the probe reads of ram_plus's record
+
+
+def _ram_default(name: str) -> ParamValue:
+    """ram_plus's default of parameter ``name`` (the probe's help quotes the record, never a copy)."""
+    param = METHODS["ram_plus"].param(name)
+    assert param is not None, name
+    return param.default
+
+
 def _probe_parser(sub: Any) -> None:
     p = sub.add_parser("probe", help="density and overlap of task vectors")
     input_arg(p, "models", nargs="+", help="fine-tuned model folders")
     input_arg(p, "--base", required=True, help="base model folder")
-    p.add_argument(
-        "--epsilon", type=float, default=EPSILON_DEFAULT, help=f"update threshold (default {EPSILON_DEFAULT:g})"
-    )
-    p.add_argument(
-        "--mask-dtype", default="none", help="grid of the update test: none, base, float32, bfloat16, float16"
-    )
-    p.add_argument(
-        "--mask-ulps", type=int, default=1, help="grid rule: an update moves theta_0 by >= k ulps (default 1)"
-    )
-    p.add_argument(
-        "--epsilon-rule", default="fixed", help="fixed (--epsilon), percentile or valley, per agent and tensor"
-    )
-    p.add_argument("--epsilon-q", type=float, default=50.0, help="percentile rule: percent counted as no update")
+    for name, (kind, text) in PROBE_FLAGS.items():  # ram_plus's parameters; defaults: its record's
+        p.add_argument(f"--{name.replace('_', '-')}", type=kind, help=f"{text} (default {_ram_default(name)})")
     p.add_argument("--seed", type=int, default=0, help="valley rule: seed of the subsample of large tensors")
-    p.add_argument("--r", type=float, default=0.1, help="RAM+ r for the reported lambda (default 0.1)")
-    p.add_argument("--alpha", type=float, default=2.0, help="RAM+ alpha for the reported lambda (default 2)")
+    p.add_argument(
+        "--param",
+        action="append",
+        default=[],
+        metavar="NAME=VALUE",
+        help=f"a ram_plus parameter the probe reads ({', '.join(PROBE_PARAMS)}), e.g. form=authors (repeat)",
+    )
     input_arg(
         p,
         "--merged",
@@ -213,26 +224,19 @@ def cmd_probe(args: argparse.Namespace) -> int:
         from agentmerge.engine.report import agents_table, plot_probe, probe_markdown, probe_rule_text, retention_table
         from agentmerge.engine.retention import retention
 
-    mask = check_probe_args(args)
+    ram = check_probe_args(args)
     result = probe(
-        args.base,
-        args.models,
-        epsilon=args.epsilon,
-        r=args.r,
-        alpha=args.alpha,
-        threads=args.threads,
-        quiet=args.quiet,
-        mask=mask,
+        args.base, args.models, epsilon=ram.epsilon, ram=ram, threads=args.threads, quiet=args.quiet, mask=ram,
         seed=args.seed,
-    )
+    )  # fmt: skip
     labels = [a.name for a in result.agents]
     kept = (
         retention(
             args.base,
             args.models,
             args.merged,
-            epsilon=args.epsilon,
-            mask=mask,
+            epsilon=ram.epsilon,
+            mask=ram,
             labels=labels,
             threads=args.threads,
             quiet=args.quiet,
@@ -258,29 +262,48 @@ def cmd_probe(args: argparse.Namespace) -> int:
     return 0
 
 
-def check_probe_args(args: argparse.Namespace) -> dict[str, ParamValue]:
-    """probe's parameters are checked as merge checks them (ram_plus's ranges), and no report lands in an input.
+def _probe_given(args: argparse.Namespace) -> dict[str, tuple[object, str]]:
+    """The ram_plus parameters the probe's flags and ``--param`` items give: ``{name: (value, the flag)}``."""
+    given: dict[str, tuple[object, str]] = {
+        name: (getattr(args, name), f"--{name.replace('_', '-')}")
+        for name in PROBE_FLAGS
+        if getattr(args, name) is not None
+    }
+    for name, item in parse_params(args.param).items():
+        if name not in PROBE_PARAMS:
+            raise ConfigError(
+                f"--param {name}: the probe reads only these ram_plus parameters: {', '.join(PROBE_PARAMS)}"
+            )
+        given[name] = (item, f"--param {name}")
+    return given
 
-    Returns the mask parameters, checked.
+
+def check_probe_args(args: argparse.Namespace) -> RamPlusParams:
+    """probe's parameters, checked as merge checks them, as ram_plus's record (its defaults for the ones not given);
+    and no report lands in an input.
+
+    Flags (``--r 0.2``) and ``--param NAME=VALUE`` (``form=authors``) both set them; an error names the flag.
     """
+    from agentmerge.config.param_table import resolve_record
+
     spec = METHODS["ram_plus"]
-    mask: dict[str, ParamValue] = {}
-    for name in ("epsilon", "mask_dtype", "mask_ulps", "epsilon_rule", "epsilon_q", "r", "alpha"):
+    checked: dict[str, ParamValue] = {}
+    for name, (value, flag) in _probe_given(args).items():
         param = spec.param(name)
-        assert param is not None
+        assert param is not None, name
         try:
-            mask[name] = param.check(getattr(args, name), "probe")
+            checked[name] = param.check(value, "probe")
         except ValueError as e:
-            raise ConfigError(f"--{name.replace('_', '-')}: {e}") from None
+            raise ConfigError(f"{flag}: {e}") from None
     try:
-        check_mask(mask)
+        record = RamPlusParams.of(resolve_record(spec, checked, len(args.models)))
     except ValueError as e:
         raise ConfigError(f"probe: {e}") from None
     check_threads(args.threads)
     for flag, path in (("--json", args.json_out), ("--markdown", args.markdown), ("--plot", args.plot)):
         if path:
             check_report_path(Path(path), flag)
-    return {k: mask[k] for k in ("mask_dtype", "mask_ulps", "epsilon_rule", "epsilon_q")}
+    return record
 
 
 # --------------------------------------------------------------------------- methods

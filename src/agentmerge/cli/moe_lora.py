@@ -14,6 +14,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
+from agentmerge.cli.common import parse_params
 from agentmerge.errors import CheckpointError, ConfigError
 from agentmerge.io import jsontext
 from agentmerge.io.pathargs import input_arg, output_arg
@@ -96,26 +97,10 @@ def moe_data(args: argparse.Namespace) -> tuple[dict[str, Any], str]:
     if args.method:
         merge["method"] = args.method
     if args.param:
-        merge["params"] = {**(merge.get("params") or {}), **_params(args.param)}
+        merge["params"] = {**(merge.get("params") or {}), **parse_params(args.param)}
     if merge:
         data["merge"] = merge
     return data, source if is_file else "moe"
-
-
-def _params(items: list[str]) -> dict[str, Any]:
-    """``NAME=VALUE`` pairs, each value read as YAML (``0.1`` a number, ``true`` a bool, ``ties`` a string)."""
-    import yaml
-
-    out = {}
-    for item in items:
-        key, sep, value = item.partition("=")
-        if not sep or not key.strip():
-            raise ConfigError(f"--param {item!r}: write NAME=VALUE, e.g. --param r=0.1")
-        try:
-            out[key.strip()] = yaml.safe_load(value)
-        except yaml.YAMLError:
-            out[key.strip()] = value
-    return out
 
 
 def cmd_moe(args: argparse.Namespace) -> int:

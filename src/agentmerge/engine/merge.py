@@ -279,7 +279,7 @@ def _result(cfg: MergeConfig, plan: MergePlan, collected: Collected, out: Path, 
     return MergeResult(
         out_dir=out,
         method=cfg.method,
-        params=cfg.tensor_params(""),
+        params=dict(cfg.shared_params),  # params alone: an override, even of pattern "*", is a tensor group's
         seconds=seconds,
         tensors=len(plan.jobs),
         merged_tensors=len(plan.merged),

@@ -20,12 +20,12 @@ from agentmerge.io.checkpoint import Readable
 from agentmerge.io.shards import PlannedTensor
 from agentmerge.io.tensorfile import dtype_from_name
 from agentmerge.io.vocab import ResizedTensor, VocabPlan
+from agentmerge.methods import Method, MethodParams
 from agentmerge.methods.deltas import RNG_BLOCK
 from agentmerge.methods.fused.jit import available
 from agentmerge.methods.hooks import MaskLevels, Pass
 from agentmerge.methods.lines import check_layers, layer_count
 from agentmerge.methods.masks import grid_of
-from agentmerge.methods.method import Method
 from agentmerge.methods.poststeps import active_steps
 from agentmerge.methods.spec import ChunkSpec, MaskRule, Params, TensorStats, mask_rule, update_threshold
 
@@ -207,7 +207,7 @@ def chunk_elements(cfg: MergeConfig, n_models: int, threads: int) -> int:
 def plan_jobs(cfg: MergeConfig, ref: Readable, chunk: int, vocab: VocabPlan | None = None) -> list[TensorJob]:
     """Decide, per tensor of the reference, its output dtype, whether it is merged, its chunks and parameters."""
     out_dtype = dtype_from_name(cfg.dtype) if cfg.dtype else None
-    multiple, record = cfg.spec.chunk_multiple, cfg.spec.record  # each tensor's parameters: one typed record
+    multiple = cfg.spec.chunk_multiple
     jobs = []
     for name, info in ref.tensors.items():
         floating = info.dtype.is_floating_point
@@ -217,12 +217,12 @@ def plan_jobs(cfg: MergeConfig, ref: Readable, chunk: int, vocab: VocabPlan | No
         if multiple is not None and merged:  # round up to the method's unit
             unit = multiple(info.shape)
             step = -(-chunk // unit) * unit
-        params = record.of(resolve_mask(cfg.tensor_params(name), info.dtype)) if merged else {}
+        params = resolve_mask(cfg.tensor_params(name), info.dtype) if merged else {}  # the config's typed record
         whole = whole_work(cfg, name, info.shape, params) if merged else WholeWork()
         if whole.whole:
             step = max(info.numel, 1)
         ranges = tuple((s, min(s + step, info.numel)) for s in range(0, info.numel, step)) or ((0, 0),)
-        model_params = tuple(record.of(resolve_mask(p, info.dtype)) for p in cfg.model_params(name)) if merged else ()
+        model_params = tuple(resolve_mask(p, info.dtype) for p in cfg.model_params(name)) if merged else ()
         rule = mask_rule(params, cfg.seed) if merged else MaskRule()
         resized = vocab.tensors.get(name) if vocab is not None else None
         weights = cfg.tensor_weights(name) if merged else None
@@ -276,10 +276,12 @@ def whole_work(cfg: MergeConfig, name: str, shape: tuple[int, ...], params: Para
 
 
 def resolve_mask(params: Params, base_dtype: torch.dtype) -> Params:
-    """``mask_dtype: base`` made the base tensor's grid (``masks.grid_of``); other parameters unchanged."""
+    """``mask_dtype: base`` made the base tensor's grid (``masks.grid_of``); other parameters unchanged. A record
+    stays a record of its type."""
     if params.get("mask_dtype") != "base":
         return params
-    return {**params, "mask_dtype": grid_of(base_dtype)}
+    grid = {**params, "mask_dtype": grid_of(base_dtype)}
+    return type(params).of(grid) if isinstance(params, MethodParams) else grid
 
 
 def planned_tensors(jobs: Sequence[TensorJob]) -> list[PlannedTensor]:

@@ -84,8 +84,8 @@ def probe_markdown(p: ProbeResult, kept: list[Retention] | None = None) -> str:
     """The full probe report: summary table, per module type and per layer densities; with ``kept``, how much of
     each agent's update each merged model kept."""
     parts = [
-        f"# Task-vector probe\n\nbase: `{p.base}`; epsilon = {p.epsilon:g}; RAM+ lambda with r = {p.r:g}, "
-        f"alpha = {p.alpha:g}. w.k: share of an agent's updated elements that exactly k other agents also updated.",
+        f"# Task-vector probe\n\nbase: `{p.base}`; epsilon = {p.epsilon:g}; RAM+ lambda with {p.lambda_text}. "
+        "w.k: share of an agent's updated elements that exactly k other agents also updated.",
         "## What counted as an update\n\n" + probe_rule_text(p),
         "## Whole model\n\n" + agents_table(p.agents, p.independent),
         "## Density % per module type\n\n" + density_grid(p.per_module, "module"),

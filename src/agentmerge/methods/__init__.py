@@ -4,3 +4,20 @@ kernel module per family (``ram``, ``baselines``), what they report (``scales``)
 (``deltas``, ``masks``, ``stats``, ``groups``) and compiled twins (``fused``). Pure tensor math: nothing here
 reads or writes a file.
 """
+
+from agentmerge.methods.method import Method
+from agentmerge.methods.params import POST_STEP_NAMES, POST_STEP_PARAMS, MethodParams, Param, Params, ParamValue
+from agentmerge.methods.records import RamPlusParams
+from agentmerge.methods.registry import METHODS
+
+__all__ = [
+    "METHODS",
+    "POST_STEP_NAMES",
+    "POST_STEP_PARAMS",
+    "Method",
+    "MethodParams",
+    "Param",
+    "ParamValue",
+    "Params",
+    "RamPlusParams",
+]

@@ -29,6 +29,8 @@ from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field, fields
 from typing import Any, ClassVar, Self
 
+from agentmerge.paramtext import parse_value
+
 ParamValue = float | int | str | bool
 Params = Mapping[str, ParamValue]
 
@@ -67,7 +69,7 @@ class Param:
                 raise ValueError(f"{where} must be true or false (got {value!r})")
             return value
         if isinstance(value, str):
-            value = _number(value)
+            value = parse_value(value)  # "1e-3" from a YAML file: the one grammar of --param
         if isinstance(value, bool) or not isinstance(value, int | float):
             raise ValueError(f"{where} must be a number (got {value!r})")
         try:
@@ -89,13 +91,6 @@ class Param:
             hi = "inf" if self.high is None else f"{self.high}"
             bracket = "(" if self.low_open else "["
             raise ValueError(f"{where} = {number} is out of range {bracket}{lo}, {hi}]")
-
-
-def _number(text: str) -> float | str:
-    try:
-        return float(text)
-    except ValueError:
-        return text
 
 
 # The post-steps every method takes on its merged task vector, fields of every record (``MethodParams``):
