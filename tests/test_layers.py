@@ -226,7 +226,7 @@ def test_nothing_below_the_cli_imports_it() -> None:
 
 
 def test_the_layer_check_can_fail() -> None:
-    assert layer("agentmerge.io.checkpoint") == "io" and layer("agentmerge_zoo.bench") == "zoo"
+    assert layer("agentmerge.io.formats.checkpoint") == "io" and layer("agentmerge_zoo.bench") == "zoo"
     assert LAYERS.index("io") > LAYERS.index("methods")
 
 

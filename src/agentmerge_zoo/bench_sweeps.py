@@ -55,7 +55,7 @@ class Sweeps:
     def config(self, split: str, entries: list[Entry], n: int | None = None) -> Any:
         """The sweep of ``entries`` on ``split`` (val or test, ``n`` prompts per task, default the zoo's): this seed's
         agents, merged at its seed."""
-        from agentmerge.sweep.spec import sweep_from_dict
+        from agentmerge.sweep.sweepfile import sweep_from_dict
 
         domains = self.cfg.domains
         inputs = [self.zoo["base"], *(self.zoo[f"agent_{d}"] for d in domains)]
@@ -79,7 +79,7 @@ class Sweeps:
     def run(self, split: str, entries: list[Entry], n: int | None = None, folder: Path | None = None) -> Records:
         """Run one sweep (its recorded trials skipped) and return this sweep's records by trial name."""
         from agentmerge.sweep.run import run_sweep
-        from agentmerge.sweep.spec import choose, trials
+        from agentmerge.sweep.sweepfile import choose, trials
 
         if not entries:
             return {}

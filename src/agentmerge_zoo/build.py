@@ -21,7 +21,7 @@ import torch
 from transformers import AutoTokenizer
 
 from agentmerge.evaluation.generation import quiet_transformers
-from agentmerge.io import jsontext
+from agentmerge.io.guards import jsontext
 from agentmerge_zoo.config import ZooConfig, regime_recipes
 from agentmerge_zoo.grpo import EXPORTS, Recipe, TrainState, grpo_run
 from agentmerge_zoo.modeling import is_complete, load_model, read_stage, save_checkpoint

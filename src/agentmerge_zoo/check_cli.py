@@ -16,7 +16,7 @@ from typing import Any
 
 
 def check_parser(sub: Any) -> None:
-    from agentmerge.io.pathargs import input_arg, output_arg
+    from agentmerge.io.guards.pathargs import input_arg, output_arg
     from agentmerge_zoo.checksizes import CHECK_N, GROWTH
     from agentmerge_zoo.cli_common import DEFAULT_WORK, DEFAULT_ZOO, common_options, steps_option
 

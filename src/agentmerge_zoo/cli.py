@@ -16,7 +16,7 @@ from dataclasses import replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from agentmerge.io.pathargs import input_arg, output_arg
+from agentmerge.io.guards.pathargs import input_arg, output_arg
 from agentmerge_zoo.cli_common import (
     DEFAULT_WORK,
     DEFAULT_ZOO,

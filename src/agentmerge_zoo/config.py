@@ -14,7 +14,7 @@ from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
-from agentmerge.io import jsontext
+from agentmerge.io.guards import jsontext
 from agentmerge_zoo.grpo import Recipe
 from agentmerge_zoo.modeling import ModelShape
 from agentmerge_zoo.pretrain import PretrainConfig

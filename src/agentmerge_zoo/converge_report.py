@@ -10,7 +10,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from agentmerge.io import jsontext
+from agentmerge.io.guards import jsontext
 from agentmerge_zoo.evaluate import mean_and_se
 
 

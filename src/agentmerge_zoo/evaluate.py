@@ -25,7 +25,7 @@ from agentmerge.config.userinput import did_you_mean
 from agentmerge.errors import ConfigError
 from agentmerge.evaluation.fisher import transformers_step
 from agentmerge.evaluation.generation import quiet_transformers
-from agentmerge.io import jsontext
+from agentmerge.io.guards import jsontext
 from agentmerge_zoo.generation import complete
 from agentmerge_zoo.modeling import load_model
 from agentmerge_zoo.splits import eval_set

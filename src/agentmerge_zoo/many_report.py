@@ -21,7 +21,7 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
-from agentmerge.io import jsontext
+from agentmerge.io.guards import jsontext
 from agentmerge_zoo.fair import defaults_view, has_tuned, tuned_view
 from agentmerge_zoo.report_md import pm, table
 from agentmerge_zoo.results import Stat, domain_score, is_baseline, stat

@@ -17,7 +17,7 @@ from typing import Any
 import torch
 import transformers
 
-from agentmerge.io import jsontext
+from agentmerge.io.guards import jsontext
 from agentmerge_zoo.vocab import BOS_ID, EOS_ID, PAD_ID, build_tokenizer, char_vocab
 
 AutoModelForCausalLM: Any = transformers.AutoModelForCausalLM

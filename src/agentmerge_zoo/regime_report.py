@@ -14,7 +14,7 @@ import math
 from pathlib import Path
 from typing import Any
 
-from agentmerge.io import jsontext
+from agentmerge.io.guards import jsontext
 from agentmerge_zoo.config import DOMAINS, REGIMES
 from agentmerge_zoo.converge_report import check_lines
 from agentmerge_zoo.fair import TUNED, is_tuned

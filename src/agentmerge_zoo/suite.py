@@ -21,7 +21,7 @@ from typing import Any, ClassVar
 
 from agentmerge.errors import ConfigError
 from agentmerge.evaluation.evaluator import Context, Evaluator, Score, set_threads
-from agentmerge.io.safety import check_report_path
+from agentmerge.io.guards.safety import check_report_path
 
 SPLITS = {"test": "test", "validation": "val"}  # a spec's split -> the suite's own name of it
 

@@ -16,14 +16,14 @@ import torch
 
 from agentmerge.config.schema import MergeConfig
 from agentmerge.errors import CheckpointError, MergeError
-from agentmerge.io.checkpoint import Checkpoint, Readable
-from agentmerge.io.headers import read_json_object
-from agentmerge.io.localpath import is_adapter
-from agentmerge.io.lora import LoraModel, split_model_plus_adapter
-from agentmerge.io.tensorfile import TensorInfo
-from agentmerge.io.trainer import open_weights
-from agentmerge.io.validate import all_finite, check_derived_values, check_finite, check_fisher_role
-from agentmerge.io.vocab import VocabPlan, plan_vocab
+from agentmerge.io.formats.checkpoint import Checkpoint, Readable
+from agentmerge.io.formats.localpath import is_adapter
+from agentmerge.io.formats.lora import LoraModel, split_model_plus_adapter
+from agentmerge.io.formats.open import open_weights
+from agentmerge.io.formats.tensorfile import TensorInfo
+from agentmerge.io.formats.vocab import VocabPlan, plan_vocab
+from agentmerge.io.guards.strict_json import read_json_object
+from agentmerge.io.guards.validate import all_finite, check_derived_values, check_finite, check_fisher_role
 
 
 class Inputs:

@@ -41,9 +41,9 @@ from typing import Any
 
 from agentmerge.config.userinput import did_you_mean
 from agentmerge.errors import ConfigError
-from agentmerge.io.bounded import text_lines
-from agentmerge.io.headers import MAX_JSON_DEPTH, json_depth, loads_strict
-from agentmerge.io.userregex import UserPattern
+from agentmerge.io.guards.bounded import text_lines
+from agentmerge.io.guards.strict_json import MAX_JSON_DEPTH, json_depth, loads_strict
+from agentmerge.io.guards.userregex import UserPattern
 
 MATCHES = ("exact", "normalised", "contains", "regex", "numeric", "json")
 SETTINGS = ("match", "max_new_tokens", "system", "tolerance")

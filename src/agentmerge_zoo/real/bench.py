@@ -25,7 +25,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from agentmerge.io import jsontext
+from agentmerge.io.guards import jsontext
 from agentmerge_zoo.real.evaluate import Report, evaluate_cached
 from agentmerge_zoo.real.suite import HELD_OUT, TRAINED
 
@@ -118,7 +118,7 @@ class SeedInputs:
 
 
 def trial_entry(name: str, method: str, params: dict[str, Any], inputs: SeedInputs, models: Sequence[int]) -> Any:
-    from agentmerge.sweep.spec import TrialEntry
+    from agentmerge.sweep.sweepfile import TrialEntry
 
     fisher = [str(inputs.fisher[inputs.trained[i]]) for i in models] if needs_fisher(method) else None
     return TrialEntry(name=name, method=method, params=params, models=list(models), fisher=fisher)
@@ -126,7 +126,7 @@ def trial_entry(name: str, method: str, params: dict[str, Any], inputs: SeedInpu
 
 def sweep_of(inputs: SeedInputs, entries: list[Any], threads: int) -> Any:
     """The sweep of ``entries`` over the seed's base and agents (one evaluator, no merged output kept)."""
-    from agentmerge.sweep.spec import SweepConfig
+    from agentmerge.sweep.sweepfile import SweepConfig
 
     return SweepConfig(
         base=str(inputs.base),

@@ -20,8 +20,8 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
-from agentmerge.io import jsontext
-from agentmerge.io.pathargs import input_arg, output_arg
+from agentmerge.io.guards import jsontext
+from agentmerge.io.guards.pathargs import input_arg, output_arg
 
 
 def register_real(zoo_sub: Any) -> None:

@@ -13,7 +13,7 @@ import hashlib
 from dataclasses import asdict, dataclass, field, replace
 from typing import Any
 
-from agentmerge.io import jsontext
+from agentmerge.io.guards import jsontext
 from agentmerge_zoo.real.bench import BenchPlan
 from agentmerge_zoo.real.grpo_hf import Recipe
 from agentmerge_zoo.real.tasks import SKILLS_VERSION

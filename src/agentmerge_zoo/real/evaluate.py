@@ -18,7 +18,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from agentmerge.io import jsontext
+from agentmerge.io.guards import jsontext
 from agentmerge_zoo.evaluate import cache_key, file_digest
 from agentmerge_zoo.real.sampling import greedy, prompt_ids
 from agentmerge_zoo.real.suite import skill

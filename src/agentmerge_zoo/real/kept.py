@@ -13,14 +13,14 @@ import shutil
 from pathlib import Path
 from typing import Any
 
-from agentmerge.io import jsontext
+from agentmerge.io.guards import jsontext
 from agentmerge_zoo.real.bench import SeedInputs, sweep_of, trial_entry
 
 
 def merge_again(inputs: SeedInputs, method: str, out: Path, threads: int) -> Path:
     """The default merge of ``method`` over every agent, as its test trial made it, written to ``out``."""
     from agentmerge import merge
-    from agentmerge.sweep.spec import grid, merge_config, trials
+    from agentmerge.sweep.sweepfile import grid, merge_config, trials
 
     entry = trial_entry(method, method, {}, inputs, tuple(range(len(inputs.trained))))
     sweep = sweep_of(inputs, [entry], threads)

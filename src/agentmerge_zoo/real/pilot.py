@@ -25,7 +25,7 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
-from agentmerge.io import jsontext
+from agentmerge.io.guards import jsontext
 from agentmerge_zoo.real.evaluate import evaluate_cached, mean_se
 from agentmerge_zoo.real.grpo_hf import Recipe
 from agentmerge_zoo.real.train import MARKER, continues, train_agent

@@ -9,7 +9,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from agentmerge.io import jsontext
+from agentmerge.io.guards import jsontext
 from agentmerge.methods.deltas import kept_by_count
 from agentmerge_zoo.real.aggregate import aggregate, has_scale, lineup, row_name
 from agentmerge_zoo.real.report_bfcl import bfcl_differences, bfcl_table

@@ -15,7 +15,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from agentmerge.io import jsontext
+from agentmerge.io.guards import jsontext
 from agentmerge_zoo.real.config import RealConfig
 from agentmerge_zoo.real.suite import HELD_OUT, lineup_of
 

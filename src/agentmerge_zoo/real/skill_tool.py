@@ -25,7 +25,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from agentmerge.io import jsontext
+from agentmerge.io.guards import jsontext
 from agentmerge_zoo.real.tasks import Example, Score, normalise, strict_partial
 
 CITIES = [

@@ -24,7 +24,7 @@ from typing import Any
 
 import torch
 
-from agentmerge.io import jsontext
+from agentmerge.io.guards import jsontext
 from agentmerge_zoo.real.grpo_hf import Recipe, grpo_step, make_optimizer
 from agentmerge_zoo.real.suite import skill
 from agentmerge_zoo.real.tasks import train_stream

@@ -28,22 +28,22 @@ import torch
 from agentmerge.engine.coverage import check_planned, check_written
 from agentmerge.engine.inputs import check_compatible, open_model
 from agentmerge.engine.moe.arch import MoeNames, moe_config, moe_family
-from agentmerge.engine.moe.plan import LayerPlan, MoePlan, Slot, check_mlp_shapes, make_plan, shared_size
+from agentmerge.engine.moe.moe_config import MoeConfig
+from agentmerge.engine.moe.moe_plan import LayerPlan, MoePlan, Slot, check_mlp_shapes, make_plan, shared_size
 from agentmerge.engine.moe.record import MoeResult, merge_record, model_card
 from agentmerge.engine.moe.router import MAX_TOKENS, Calibration, Router, mlp, route, router_rows
-from agentmerge.engine.moe.spec import MoeConfig
 from agentmerge.engine.parallel import torch_threads
 from agentmerge.errors import CheckpointError, MergeError
-from agentmerge.io.atomic import atomic_output_dir
-from agentmerge.io.checkpoint import Checkpoint, Readable, resolve_model_path
-from agentmerge.io.headers import read_json_object
-from agentmerge.io.safety import check_output_target
-from agentmerge.io.shards import plan_shards
-from agentmerge.io.tensorfile import TensorInfo
-from agentmerge.io.trainer import trainer_config_folder
-from agentmerge.io.units import TOKENIZER_FILES
-from agentmerge.io.validate import check_finite, check_output_chunk
-from agentmerge.io.writer import ShardWriter, copy_aux_files
+from agentmerge.io.formats.checkpoint import Checkpoint, Readable, resolve_model_path
+from agentmerge.io.formats.open import trainer_config_folder
+from agentmerge.io.formats.tensorfile import TensorInfo
+from agentmerge.io.guards.safety import check_output_target
+from agentmerge.io.guards.strict_json import read_json_object
+from agentmerge.io.guards.units import TOKENIZER_FILES
+from agentmerge.io.guards.validate import check_finite, check_output_chunk
+from agentmerge.io.output.atomic import atomic_output_dir
+from agentmerge.io.output.shards import plan_shards
+from agentmerge.io.output.writer import ShardWriter, copy_aux_files
 
 CHUNK = 1 << 20
 STATIC = ".static-merge"

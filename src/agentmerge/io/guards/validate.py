@@ -1,0 +1,119 @@
+"""Checks that keep a broken model from being written with exit status 0.
+
+- ``check_finite`` (with ``all_finite``): the one finiteness rule for what a command reads. Every floating
+  value of every input (``merge``'s models and base, ``moe``'s static merge and agents' experts, ``extract-lora``'s
+  model and base, ``convert``'s source) must be finite; the first NaN or Inf stops the command naming the file,
+  tensor and element, before anything is written (one sum over the values, the exact test only when it is not
+  finite).
+- ``check_tokenizer_source``: a ``tokenizer_source`` must be a model folder that holds tokenizer files.
+- ``check_output_chunk``: every output chunk is finite in the output dtype before it is written (one sum over
+  values already in hand, the exact ``torch.isfinite`` test only when that sum is not finite), else the merge
+  stops naming the tensor.
+- ``check_derived_values``: values agentmerge derives or copies from something that is not a whole model (a
+  LoRA update ``W + s B A``, a ``modules_to_save`` tensor, an agent's added vocabulary rows) must be finite
+  and at most ``MAX_DERIVED_VALUE`` in size: the bound of a merge weight (``config.schema.MAX_WEIGHT``), far
+  above any trained weight (fp16 cannot even hold 1e6), so a larger value is a typo (``lora_alpha: 1e9``)
+  or a broken adapter, and the merge stops naming the tensor before anything is written.
+- ``check_fisher_role``: a Fisher file is never read as a model, and a model never as a Fisher file.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+import torch
+
+from agentmerge.errors import AgentMergeError, CheckpointError, ConfigError, MergeError
+
+if TYPE_CHECKING:
+    from agentmerge.io.formats.checkpoint import Checkpoint
+
+FISHER_MARK = ("agentmerge", "fisher")
+MAX_DERIVED_VALUE = 1e6  # (key, value) in the safetensors __metadata__ of every Fisher file
+
+
+def check_tokenizer_source(ref: str) -> Path:
+    """The tokenizer source's folder; ``ConfigError`` when it is missing, not a folder or holds no tokenizer."""
+    from agentmerge.io.formats.checkpoint import resolve_model_path
+    from agentmerge.io.guards.units import TOKENIZER_FILES
+
+    folder = resolve_model_path(ref)
+    if not folder.is_dir():
+        raise ConfigError(f"tokenizer_source {ref}: not a folder; give the model folder whose tokenizer to copy")
+    if not any((folder / name).is_file() for name in TOKENIZER_FILES):
+        raise ConfigError(
+            f"tokenizer_source {ref}: holds no tokenizer files ({', '.join(TOKENIZER_FILES[:3])}...); "
+            "the output would have no tokenizer; give a model folder that has one"
+        )
+    return folder
+
+
+def all_finite(x: torch.Tensor) -> bool:
+    """Whether every value of a float tensor is finite (one reduction; the exact test only if the sum is not)."""
+    return math.isfinite(float(x.sum())) or bool(torch.isfinite(x).all())
+
+
+def check_finite(
+    where: str, values: torch.Tensor, start: int = 0, error: type[AgentMergeError] = CheckpointError
+) -> torch.Tensor:
+    """``values`` unchanged, or ``error`` when a floating one is NaN or Inf; ``where`` names file and tensor."""
+    if not values.dtype.is_floating_point or values.numel() == 0 or all_finite(values):
+        return values
+    flat = values.reshape(-1)
+    first = int(torch.nonzero(~torch.isfinite(flat))[0, 0])
+    raise error(
+        f"{where}: element {start + first} is {float(flat[first])} (NaN or Inf); this input is broken, "
+        "re-export it; nothing was written"
+    )
+
+
+def check_output_chunk(name: str, start: int, values: torch.Tensor) -> None:
+    """``MergeError`` when a chunk about to be written holds NaN or Inf (overflow of the output dtype)."""
+    if not values.dtype.is_floating_point or values.numel() == 0:
+        return
+    if math.isfinite(float(values.sum())):  # a finite sum has no NaN or Inf in it (~0.1 ms per 1M elements)
+        return
+    if not bool(torch.isfinite(values).all()):  # the exact test only when the sum is not finite
+        bad = int(torch.nonzero(~torch.isfinite(values))[0, 0]) + start
+        dtype = str(values.dtype).removeprefix("torch.")
+        raise MergeError(
+            f"tensor {name!r}: output element {bad} is NaN or Inf in {dtype} (the merge overflows); "
+            "lower the weights or lambda, or write a wider dtype; nothing was written"
+        )
+
+
+def check_derived_values(where: str, start: int, values: torch.Tensor) -> None:
+    """``CheckpointError`` when ``values`` (elements ``start..``) hold NaN, Inf or ``|v| > MAX_DERIVED_VALUE``."""
+    if values.numel() == 0:
+        return
+    low, high = torch.aminmax(values)  # NaN propagates into both and fails the test below
+    if float(low) >= -MAX_DERIVED_VALUE and float(high) <= MAX_DERIVED_VALUE:
+        return
+    bad = values.isnan() | (values.abs() > MAX_DERIVED_VALUE)
+    first = int(torch.nonzero(bad)[0, 0])
+    raise CheckpointError(
+        f"{where}: element {start + first} is {float(values[first]):g}, beyond +-{MAX_DERIVED_VALUE:g} "
+        "(a trained weight never is: a wrong lora_alpha, or a broken adapter or agent); nothing was written"
+    )
+
+
+def is_fisher(metadata: Mapping[str, str]) -> bool:
+    return metadata.get(FISHER_MARK[0]) == FISHER_MARK[1]
+
+
+def check_fisher_role(ckpt: Checkpoint, fisher: bool) -> None:
+    """A Fisher file given as a model, or a model given as a Fisher file, is refused."""
+    marked = any(is_fisher(m) for m in ckpt.metadata.values())
+    if fisher and not marked:
+        raise CheckpointError(
+            f"{ckpt.path}: not a Fisher file made by `agentmerge fisher` (no {FISHER_MARK[0]}={FISHER_MARK[1]} "
+            "metadata); pass the folder `agentmerge fisher --out` wrote"
+        )
+    if not fisher and marked:
+        raise CheckpointError(
+            f"{ckpt.path}: is a Fisher file (from `agentmerge fisher`), not model weights; "
+            "pass it with --fisher (fisher: PATH), and the model itself as the model"
+        )
