@@ -14,7 +14,7 @@ from agentmerge.cli import main
 from agentmerge.errors import MergeError
 from agentmerge.evaluation.fisher import Sample, diagonal_fisher, load_causal_lm, write_fisher
 from agentmerge.io.formats.checkpoint import Checkpoint
-from agentmerge.io.guards.validate import FISHER_MARK
+from agentmerge.io.formats.roles import FISHER_MARK
 
 Family = tuple[Path, list[Path]]
 

@@ -29,9 +29,9 @@ from agentmerge.config.mergekit import from_mergekit
 from agentmerge.config.schema import config_from_dict, load_config
 from agentmerge.errors import AgentMergeError, CheckpointError, ConfigError, MergeError
 from agentmerge.io.formats.checkpoint import Checkpoint
+from agentmerge.io.formats.roles import FISHER_MARK
 from agentmerge.io.formats.tensorfile import read_safetensors_header
 from agentmerge.io.guards.safety import TMP_MARKER, output_lock
-from agentmerge.io.guards.validate import FISHER_MARK
 
 SHAPES = {"embed.weight": (16, 8), "layers.0.mlp.weight": (8, 8), "layers.0.norm.weight": (8,)}
 

@@ -21,7 +21,7 @@ from agentmerge.engine.merge import merge
 from agentmerge.engine.merge_dryrun import plan_merge
 from agentmerge.engine.merge_plan import make_plan
 from agentmerge.errors import ConfigError
-from agentmerge.io.guards.validate import FISHER_MARK
+from agentmerge.io.formats.roles import FISHER_MARK
 from agentmerge.methods.fused.jit import available
 from agentmerge.methods.groups import group_of, layer_of, module_type
 from agentmerge.methods.registry import METHODS

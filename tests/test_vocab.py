@@ -11,8 +11,8 @@ from safetensors.torch import save_file
 
 from agentmerge import MergeConfig, ModelSpec, merge
 from agentmerge.errors import MergeError
+from agentmerge.io.formats.roles import FISHER_MARK
 from agentmerge.io.formats.vocab import ResizedTensor, new_rows
-from agentmerge.io.guards.validate import FISHER_MARK
 from agentmerge.methods.registry import METHODS
 from vocabmodels import VOCAB_TENSORS, agent, base_model, tensors, truncated
 

@@ -20,7 +20,7 @@ from safetensors.torch import save_file
 from transformers import AutoTokenizer
 
 from agentmerge.evaluation import fisher
-from agentmerge.io.guards.validate import FISHER_MARK, is_fisher
+from agentmerge.io.formats.roles import FISHER_MARK, is_fisher
 from agentmerge_zoo.batching import completion_mask
 from agentmerge_zoo.generation import generate_ids
 from agentmerge_zoo.modeling import load_model

@@ -20,10 +20,11 @@ from agentmerge.io.formats.checkpoint import Checkpoint, Readable
 from agentmerge.io.formats.localpath import is_adapter
 from agentmerge.io.formats.lora import LoraModel, split_model_plus_adapter
 from agentmerge.io.formats.open import open_weights
+from agentmerge.io.formats.roles import check_fisher_role
 from agentmerge.io.formats.tensorfile import TensorInfo
 from agentmerge.io.formats.vocab import VocabPlan, plan_vocab
 from agentmerge.io.guards.strict_json import read_json_object
-from agentmerge.io.guards.validate import all_finite, check_derived_values, check_finite, check_fisher_role
+from agentmerge.io.guards.validate import all_finite, check_derived_values, check_finite
 
 
 class Inputs:

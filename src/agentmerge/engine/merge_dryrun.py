@@ -22,8 +22,8 @@ from agentmerge.engine.merge_plan import MergePlan, make_plan, planned_tensors
 from agentmerge.engine.render import input_lines
 from agentmerge.engine.sources import output_sources
 from agentmerge.io.formats.checkpoint import Readable
+from agentmerge.io.formats.roles import check_tokenizer_source
 from agentmerge.io.guards.safety import check_output_target, check_writable_parent
-from agentmerge.io.guards.validate import check_tokenizer_source
 from agentmerge.io.output.shards import plan_shards
 
 PROBE_BYTES = 64 * 1024 * 1024

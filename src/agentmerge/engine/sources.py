@@ -38,11 +38,11 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from agentmerge.errors import CheckpointError, MergeError
+from agentmerge.io.formats.roles import check_tokenizer_source
 from agentmerge.io.formats.vocab import VocabPlan, added_token_table
 from agentmerge.io.guards import jsontext
 from agentmerge.io.guards.strict_json import read_json_object
 from agentmerge.io.guards.units import TOKENIZER_FILES
-from agentmerge.io.guards.validate import check_tokenizer_source
 
 if TYPE_CHECKING:
     from agentmerge.config.schema import MergeConfig

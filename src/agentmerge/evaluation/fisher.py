@@ -29,10 +29,10 @@ import torch
 from agentmerge.errors import AgentMergeError
 from agentmerge.io.formats.checkpoint import Checkpoint
 from agentmerge.io.formats.open import open_weights, trainer_config_folder
+from agentmerge.io.formats.roles import FISHER_MARK, check_fisher_role
 from agentmerge.io.formats.tensorfile import dtype_from_name
 from agentmerge.io.guards import jsontext
 from agentmerge.io.guards.units import parse_size
-from agentmerge.io.guards.validate import FISHER_MARK, check_fisher_role
 from agentmerge.io.output.atomic import atomic_output_dir
 from agentmerge.io.output.shards import PlannedTensor, plan_shards
 from agentmerge.io.output.writer import ShardWriter

@@ -11,8 +11,8 @@ Rules (``check_output_target``):
 
 Files a command writes (reports, configs, plots; ``refuse_write_over``) are never an input (by path, symlink or
 hard link), never inside a model input's folder, never inside the command's own output folder, and never the
-file another of its output flags names. ``agentmerge.io.guards.pathargs`` applies these rules to every command's declared
-output arguments before it runs.
+file another of its output flags names. ``guards.pathargs`` applies these rules to every command's declared output
+arguments before it runs.
 
 Two runs writing the same output name take turns: ``output_lock`` holds an exclusive ``flock`` on a hidden
 ``.NAME.lock`` sibling for the whole run, so the second one fails at once instead of silently replacing

@@ -5,7 +5,6 @@
   model and base, ``convert``'s source) must be finite; the first NaN or Inf stops the command naming the file,
   tensor and element, before anything is written (one sum over the values, the exact test only when it is not
   finite).
-- ``check_tokenizer_source``: a ``tokenizer_source`` must be a model folder that holds tokenizer files.
 - ``check_output_chunk``: every output chunk is finite in the output dtype before it is written (one sum over
   values already in hand, the exact ``torch.isfinite`` test only when that sum is not finite), else the merge
   stops naming the tensor.
@@ -14,41 +13,19 @@
   and at most ``MAX_DERIVED_VALUE`` in size: the bound of a merge weight (``config.schema.MAX_WEIGHT``), far
   above any trained weight (fp16 cannot even hold 1e6), so a larger value is a typo (``lora_alpha: 1e9``)
   or a broken adapter, and the merge stops naming the tensor before anything is written.
-- ``check_fisher_role``: a Fisher file is never read as a model, and a model never as a Fisher file.
+
+What a folder or file is for (a tokenizer source, a Fisher file) is checked in ``formats.roles``.
 """
 
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping
-from pathlib import Path
-from typing import TYPE_CHECKING
 
 import torch
 
-from agentmerge.errors import AgentMergeError, CheckpointError, ConfigError, MergeError
+from agentmerge.errors import AgentMergeError, CheckpointError, MergeError
 
-if TYPE_CHECKING:
-    from agentmerge.io.formats.checkpoint import Checkpoint
-
-FISHER_MARK = ("agentmerge", "fisher")
-MAX_DERIVED_VALUE = 1e6  # (key, value) in the safetensors __metadata__ of every Fisher file
-
-
-def check_tokenizer_source(ref: str) -> Path:
-    """The tokenizer source's folder; ``ConfigError`` when it is missing, not a folder or holds no tokenizer."""
-    from agentmerge.io.formats.checkpoint import resolve_model_path
-    from agentmerge.io.guards.units import TOKENIZER_FILES
-
-    folder = resolve_model_path(ref)
-    if not folder.is_dir():
-        raise ConfigError(f"tokenizer_source {ref}: not a folder; give the model folder whose tokenizer to copy")
-    if not any((folder / name).is_file() for name in TOKENIZER_FILES):
-        raise ConfigError(
-            f"tokenizer_source {ref}: holds no tokenizer files ({', '.join(TOKENIZER_FILES[:3])}...); "
-            "the output would have no tokenizer; give a model folder that has one"
-        )
-    return folder
+MAX_DERIVED_VALUE = 1e6  # the bound of a merge weight, far above any trained weight
 
 
 def all_finite(x: torch.Tensor) -> bool:
@@ -98,22 +75,3 @@ def check_derived_values(where: str, start: int, values: torch.Tensor) -> None:
         f"{where}: element {start + first} is {float(values[first]):g}, beyond +-{MAX_DERIVED_VALUE:g} "
         "(a trained weight never is: a wrong lora_alpha, or a broken adapter or agent); nothing was written"
     )
-
-
-def is_fisher(metadata: Mapping[str, str]) -> bool:
-    return metadata.get(FISHER_MARK[0]) == FISHER_MARK[1]
-
-
-def check_fisher_role(ckpt: Checkpoint, fisher: bool) -> None:
-    """A Fisher file given as a model, or a model given as a Fisher file, is refused."""
-    marked = any(is_fisher(m) for m in ckpt.metadata.values())
-    if fisher and not marked:
-        raise CheckpointError(
-            f"{ckpt.path}: not a Fisher file made by `agentmerge fisher` (no {FISHER_MARK[0]}={FISHER_MARK[1]} "
-            "metadata); pass the folder `agentmerge fisher --out` wrote"
-        )
-    if not fisher and marked:
-        raise CheckpointError(
-            f"{ckpt.path}: is a Fisher file (from `agentmerge fisher`), not model weights; "
-            "pass it with --fisher (fisher: PATH), and the model itself as the model"
-        )
