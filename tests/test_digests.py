@@ -19,8 +19,8 @@ from agentmerge import MergeConfig, ModelSpec, merge
 from agentmerge.cli import main
 from agentmerge.engine.provenance import duplicate_inputs, input_warnings
 from agentmerge.errors import ConfigError
+from agentmerge.io.cache import digests
 from agentmerge.io.cache.digests import Digest, InputDigests, hash_mode
-from agentmerge.io.cache.store import digests
 
 SMALL_WINDOW = mmap.ALLOCATIONGRANULARITY  # so that a small file spans several mapped windows
 

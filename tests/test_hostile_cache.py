@@ -22,8 +22,9 @@ from tests.hostile import bounded_python, model_folder
 from tests.test_hostile_adapters import adapter
 
 from agentmerge import MergeConfig, ModelSpec, merge, probe
+from agentmerge.io.cache import digests
 from agentmerge.io.cache.digests import InputDigests
-from agentmerge.io.cache.store import cache_dir, digests
+from agentmerge.io.cache.store import cache_dir
 
 
 @pytest.fixture
