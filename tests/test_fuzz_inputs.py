@@ -25,8 +25,9 @@ from agentmerge.errors import AgentMergeError
 from agentmerge.evaluation.taskfile import first_json, load_tasks
 from agentmerge.io.cache.store import InputSetStore
 from agentmerge.io.formats.checkpoint import Checkpoint
+from agentmerge.io.formats.dcp import DcpCheckpoint
 from agentmerge.io.formats.lora import LoraModel
-from agentmerge.io.formats.open import DcpCheckpoint, VerlCheckpoint
+from agentmerge.io.formats.verl import VerlCheckpoint
 from agentmerge.sweep.results import read_records
 
 EXAMPLES = int(os.environ.get("AGENTMERGE_FUZZ_EXAMPLES", "100"))

@@ -23,7 +23,9 @@ from tests.hostile import bounded_python, model_folder, not_a_file, one_line_err
 
 from agentmerge.errors import CheckpointError
 from agentmerge.io.formats.checkpoint import Checkpoint
-from agentmerge.io.formats.open import DcpCheckpoint, VerlCheckpoint, open_weights
+from agentmerge.io.formats.dcp import DcpCheckpoint
+from agentmerge.io.formats.open import open_weights
+from agentmerge.io.formats.verl import VerlCheckpoint
 
 STATE = {"model.embed_tokens.weight": (8, 4), "model.norm.weight": (4,)}
 
@@ -109,7 +111,7 @@ def test_the_loaded_device_mesh_is_always_the_inert_one() -> None:
     (checked in a fresh interpreter too: there the first load imports torch.distributed.tensor, which adds it)."""
     out = bounded_python(
         "from torch import _weights_only_unpickler as unpickler\n"
-        "from agentmerge.io import verl\n"
+        "from agentmerge.io.formats import verl\n"
         "with verl._only_dtensor_globals():\n"
         "    mapped = unpickler._get_user_allowed_globals()['torch.distributed.device_mesh.DeviceMesh']\n"
         "print('inert:', mapped is verl._saved_mesh())\n"
@@ -278,7 +280,7 @@ def test_dcp_files_that_are_fifos_are_refused_without_hanging(tmp_path: Path, na
     (folder / name).unlink()
     os.mkfifo(folder / name)
     out = bounded_python(
-        "from agentmerge.io.formats.open import DcpCheckpoint\n"
+        "from agentmerge.io.formats.dcp import DcpCheckpoint\n"
         "from agentmerge.errors import CheckpointError\n"
         f"try:\n    c = DcpCheckpoint({str(folder)!r})\n    [c.read(n) for n in c.tensors]\n"
         "except CheckpointError as e:\n    print('refused:', e)\n",

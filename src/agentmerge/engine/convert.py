@@ -16,10 +16,10 @@ from pathlib import Path
 import torch
 
 from agentmerge.engine.coverage import check_written
-from agentmerge.engine.inputs import open_model
 from agentmerge.errors import CheckpointError
 from agentmerge.io.formats.checkpoint import Readable
 from agentmerge.io.formats.lora import LoraModel, split_model_plus_adapter
+from agentmerge.io.formats.open import open_model
 from agentmerge.io.formats.tensorfile import dtype_from_name
 from agentmerge.io.guards.safety import check_output_target
 from agentmerge.io.guards.units import TOKENIZER_FILES, parse_size

@@ -29,10 +29,11 @@ from typing import Any
 import torch
 
 from agentmerge._version import __version__
-from agentmerge.engine.inputs import check_compatible, open_model
+from agentmerge.engine.inputs import check_compatible
 from agentmerge.engine.provenance import input_ref
 from agentmerge.errors import CheckpointError, ConfigError, MergeError
 from agentmerge.io.formats.checkpoint import Readable
+from agentmerge.io.formats.open import open_model
 from agentmerge.io.formats.peft_layout import (
     ADAPTER_FILE,
     PREFIX,

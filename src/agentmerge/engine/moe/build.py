@@ -26,7 +26,7 @@ from typing import Any
 import torch
 
 from agentmerge.engine.coverage import check_planned, check_written
-from agentmerge.engine.inputs import check_compatible, open_model
+from agentmerge.engine.inputs import check_compatible
 from agentmerge.engine.moe.arch import MoeNames, moe_config, moe_family
 from agentmerge.engine.moe.moe_config import MoeConfig
 from agentmerge.engine.moe.moe_plan import LayerPlan, MoePlan, Slot, check_mlp_shapes, make_plan, shared_size
@@ -35,7 +35,7 @@ from agentmerge.engine.moe.router import MAX_TOKENS, Calibration, Router, mlp, r
 from agentmerge.engine.parallel import torch_threads
 from agentmerge.errors import CheckpointError, MergeError
 from agentmerge.io.formats.checkpoint import Checkpoint, Readable, resolve_model_path
-from agentmerge.io.formats.open import trainer_config_folder
+from agentmerge.io.formats.open import open_model, trainer_config_folder
 from agentmerge.io.formats.tensorfile import TensorInfo
 from agentmerge.io.guards.safety import check_output_target
 from agentmerge.io.guards.strict_json import read_json_object
