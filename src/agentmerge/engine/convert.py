@@ -1,6 +1,6 @@
 """``agentmerge convert SRC DST``: any readable input written as a plain Hugging Face safetensors folder.
 
-SRC is anything the merge reads (``trainer.open_weights``): a verl actor folder, a torch distributed
+SRC is anything the merge reads (``io.formats.open.open_model``): a verl actor folder, a torch distributed
 checkpoint, a safetensors or ``pytorch_model.bin`` folder, or ``MODEL+ADAPTER`` (a LoRA adapter applied to
 its model). Tensors are copied chunk by chunk (``CHUNK`` elements), cast once to ``dtype`` (floating tensors
 only; ``keep`` writes the stored dtype), into shards planned up front by ``shards.plan_shards``, inside a

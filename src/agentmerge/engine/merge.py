@@ -1,6 +1,6 @@
 """The driver: open inputs -> plan -> statistics pass -> write pass (chunks through the kernel) -> finish the folder.
 
-The plan (``plan.py``) is frozen before any weight is read. The statistics pass (``passes.py``) runs the
+The plan (``merge_plan.py``) is frozen before any weight is read. The statistics pass (``passes.py``) runs the
 passes the plan lists (the method's own, declared in its registry entry) and collects what whole tensors
 and the whole model must tell a kernel before it sees one chunk. The write pass then runs one job per chunk: it reads
 the chunk's range from the base and each model (``pread``), merges it with the compiled kernel (or the

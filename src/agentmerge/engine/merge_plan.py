@@ -3,7 +3,7 @@
 Every tensor is treated as a flat array and cut into element ranges ("chunks") small enough that
 ``threads`` chunks in flight fit the memory budget; a tensor the method or a post-step needs whole (an SVD:
 ``Needs.whole``, ``PostStep.whole``) is one chunk, run after the pool when it is larger than a thread's share.
-The plan is frozen before any weight is read; the driver (``merge.py``) and the dry run (``dryrun.py``) both
+The plan is frozen before any weight is read; the driver (``merge.py``) and the dry run (``merge_dryrun.py``) both
 work from it.
 """
 

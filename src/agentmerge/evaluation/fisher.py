@@ -61,7 +61,7 @@ class Sample:
 
 def load_causal_lm(path: str | Path) -> Any:
     """A transformers causal LM in float32, eval mode, on the CPU; a trainer checkpoint (verl, DCP) is built
-    from its config.json and given its weights (``trainer.open_weights``)."""
+    from its config.json and given its weights (``open.open_weights``)."""
     from transformers import AutoConfig, AutoModelForCausalLM
 
     folder = trainer_config_folder(path)

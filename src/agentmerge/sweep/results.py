@@ -1,8 +1,8 @@
 """``DIR/results.jsonl`` read back field by field, and the only folders a sweep ever removes.
 
 A resumed sweep trusts nothing it reads back: each record must have the fields ``run_trial`` writes, of the types
-it writes them: ``trial`` a 16-digit hex id (``spec.trial_of``), ``name`` (when present) a trial name by the rule
-of the sweep file (``spec.TRIAL_NAME``), ``method`` a string, ``params`` a mapping of names to plain values,
+it writes them: ``trial`` a 16-digit hex id (``sweepfile.trial_of``), ``name`` (when present) a trial name by the rule
+of the sweep file (``sweepfile.TRIAL_NAME``), ``method`` a string, ``params`` a mapping of names to plain values,
 ``models`` a list of strings, ``seed`` a whole number, ``status`` ``ok`` or ``failed``, ``error`` a string,
 ``metrics`` a mapping of names to finite numbers, ``seconds`` and ``merge_seconds`` finite numbers >= 0, ``kept``
 (when present) a list of finite numbers or nulls, ``point`` and ``stderr`` (a search's, when present) mappings of names

@@ -47,7 +47,7 @@ class Results:
         self.path = path
 
     def records(self) -> list[dict[str, Any]]:
-        """Every complete record, each field checked (``records.read_records``; a torn line from a kill skipped)."""
+        """Every complete record, each field checked (``results.read_records``; a torn line from a kill skipped)."""
         return read_records(self.path)
 
     def append(self, record: dict[str, Any]) -> None:

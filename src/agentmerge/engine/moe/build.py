@@ -1,11 +1,11 @@
 """The ``moe`` driver: static merge -> plan -> one layer at a time (copy, route, experts) -> finish the folder.
 
 1. The inputs are checked before anything is written: a dense Llama / Mistral / Qwen2 base (``arch``), the same
-   MLP shapes in every agent, prompts for every agent (``spec``), a shared expert only where the output has one.
+   MLP shapes in every agent, prompts for every agent (``moe_config``), a shared expert only where the output has one.
 2. The static merge (``agentmerge.merge.merge`` with the config's method, RAM by default) is written into the
    hidden output folder, or an existing merge (``static``) is used. Its attention, embeddings, norms and head
    are the MoE's; its MLP is the shared expert when ``shared_expert: merged``.
-3. The output is planned whole (``plan.py``), then written one layer at a time: the layer's static tensors, its
+3. The output is planned whole (``moe_plan.py``), then written one layer at a time: the layer's static tensors, its
    router from the prompts' hidden states at that layer (``router.py``), each agent's MLP as an expert, and the
    shared expert; the prompts move on through the layer as the output will compute it. Memory holds one layer's
    attention and one expert's MLP in float32, plus the prompts' hidden states.

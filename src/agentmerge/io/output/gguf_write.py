@@ -1,4 +1,4 @@
-"""A model folder (anything ``trainer.open_weights`` reads) written as one GGUF file llama.cpp loads.
+"""A model folder (anything ``formats.open.open_weights`` reads) written as one GGUF file llama.cpp loads.
 
 Streamed and atomic: every tensor's GGUF name, shape, type and byte size are known up front (the header
 and tensor table are written first), then each tensor is read whole, converted and appended, one at a
