@@ -9,13 +9,15 @@ from __future__ import annotations
 
 import math
 import struct
+from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import torch
 
 from agentmerge.errors import CheckpointError
-from agentmerge.io.guards.strict_json import check_data_covered, header_metadata, parse_header_json
+from agentmerge.io.guards.strict_json import loads_strict
 
 SAFE_DTYPES: dict[str, torch.dtype] = {
     "F64": torch.float64,
@@ -114,12 +116,12 @@ def read_safetensors_file(path: Path) -> tuple[dict[str, TensorInfo], dict[str, 
                 "(corrupt or truncated file)"
             )
         raw = f.read(n)
-    header = parse_header_json(path, raw)
-    metadata = header_metadata(path, header.pop("__metadata__", None))
+    header = _parse_header_json(path, raw)
+    metadata = _header_metadata(path, header.pop("__metadata__", None))
     data_start, data_len = 8 + n, size - 8 - n
     infos = {name: _parse_entry(path, name, entry, data_start) for name, entry in header.items()}
     _check_ranges(path, infos, data_start, data_len)
-    check_data_covered(path, infos, data_start, data_len)
+    _check_data_covered(path, infos, data_start, data_len)
     return infos, metadata
 
 
@@ -162,3 +164,40 @@ def _file_size(path: Path) -> int:
         return path.stat().st_size
     except OSError as e:
         raise CheckpointError(f"{path}: cannot read ({e.strerror})") from None
+
+
+def _parse_header_json(path: Path, raw: bytes) -> dict[str, Any]:
+    """The header object of a safetensors file, as strict as the safetensors library."""
+    header = loads_strict(raw, f"{path}: safetensors header")
+    if not isinstance(header, dict):
+        raise CheckpointError(f"{path}: the safetensors header is not a JSON object")
+    if not raw.startswith(b"{"):  # the safetensors library refuses leading whitespace too
+        raise CheckpointError(
+            f"{path}: the safetensors header is not valid JSON for safetensors (must start with '{{')"
+        )
+    return header
+
+
+def _header_metadata(path: Path, meta: object) -> dict[str, str]:
+    """``__metadata__``: absent, null or a mapping of strings to strings (else refused, as the library does)."""
+    if meta is None:
+        return {}
+    if not isinstance(meta, Mapping) or not all(isinstance(v, str) for v in meta.values()):
+        raise CheckpointError(f"{path}: __metadata__ must map strings to strings (got {str(meta)[:80]}); re-export it")
+    return dict(meta)
+
+
+def _check_data_covered(path: Path, infos: Mapping[str, TensorInfo], data_start: int, data_len: int) -> None:
+    """The tensors must cover the data bytes exactly, from 0 to the end of the file (no gaps, no trailing bytes)."""
+    spans = sorted((i.offset - data_start, i.offset - data_start + i.nbytes, i.name) for i in infos.values())
+    pos = 0
+    for begin, end, name in spans:
+        if begin != pos:
+            raise CheckpointError(
+                f"{path}: bytes {pos}:{begin} before tensor {name!r} belong to no tensor (corrupt file)"
+            )
+        pos = end
+    if pos != data_len:
+        raise CheckpointError(
+            f"{path}: {data_len - pos} trailing bytes after the last tensor belong to no tensor (corrupt file)"
+        )

@@ -1,5 +1,5 @@
-"""Strict JSON for the files agentmerge reads: safetensors headers (parsed as the safetensors library
-parses them), config.json and index files, adapter configs, task lines, cache entries, sweep results.
+"""Strict JSON for the files agentmerge reads: safetensors headers (``formats.tensorfile`` adds the safetensors
+library's own rules), config.json and index files, adapter configs, task lines, cache entries, sweep results.
 Every failure is one line (``CheckpointError`` unless the caller names another type), never a
 ``RecursionError`` (deeply nested JSON) or ``ValueError`` (a 5000-digit integer) traceback; a value nested
 deeper than ``MAX_JSON_DEPTH`` levels is refused too, so no later walk of it can recurse too deep.
@@ -8,7 +8,6 @@ deeper than ``MAX_JSON_DEPTH`` levels is refused too, so no later walk of it can
 from __future__ import annotations
 
 import json
-from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
@@ -81,43 +80,6 @@ def strict_bool(
         return value
     hint = " (a quoted string: write it without quotes)" if isinstance(value, str) else ""
     raise error(f"{where} must be true or false (got {str(value)[:40]!r}){hint}")
-
-
-def parse_header_json(path: Path, raw: bytes) -> dict[str, Any]:
-    """The header object of a safetensors file, as strict as the safetensors library."""
-    header = loads_strict(raw, f"{path}: safetensors header")
-    if not isinstance(header, dict):
-        raise CheckpointError(f"{path}: the safetensors header is not a JSON object")
-    if not raw.startswith(b"{"):  # the safetensors library refuses leading whitespace too
-        raise CheckpointError(
-            f"{path}: the safetensors header is not valid JSON for safetensors (must start with '{{')"
-        )
-    return header
-
-
-def header_metadata(path: Path, meta: object) -> dict[str, str]:
-    """``__metadata__``: absent, null or a mapping of strings to strings (else refused, as the library does)."""
-    if meta is None:
-        return {}
-    if not isinstance(meta, Mapping) or not all(isinstance(v, str) for v in meta.values()):
-        raise CheckpointError(f"{path}: __metadata__ must map strings to strings (got {str(meta)[:80]}); re-export it")
-    return dict(meta)
-
-
-def check_data_covered(path: Path, infos: Mapping[str, Any], data_start: int, data_len: int) -> None:
-    """The tensors must cover the data bytes exactly, from 0 to the end of the file (no gaps, no trailing bytes)."""
-    spans = sorted((i.offset - data_start, i.offset - data_start + i.nbytes, i.name) for i in infos.values())
-    pos = 0
-    for begin, end, name in spans:
-        if begin != pos:
-            raise CheckpointError(
-                f"{path}: bytes {pos}:{begin} before tensor {name!r} belong to no tensor (corrupt file)"
-            )
-        pos = end
-    if pos != data_len:
-        raise CheckpointError(
-            f"{path}: {data_len - pos} trailing bytes after the last tensor belong to no tensor (corrupt file)"
-        )
 
 
 def read_json_file(path: Path, what: str = "file") -> Any:
