@@ -21,9 +21,9 @@ from agentmerge.io.formats.checkpoint import Readable
 from agentmerge.io.formats.lora import LoraModel, split_model_plus_adapter
 from agentmerge.io.formats.open import open_model
 from agentmerge.io.formats.tensorfile import dtype_from_name
+from agentmerge.io.guards.finite import check_finite
 from agentmerge.io.guards.safety import check_output_target
 from agentmerge.io.guards.units import TOKENIZER_FILES, parse_size
-from agentmerge.io.guards.validate import check_finite
 from agentmerge.io.output.atomic import atomic_output_dir
 from agentmerge.io.output.shards import PlannedTensor, plan_shards
 from agentmerge.io.output.writer import ShardWriter, finish_model_files

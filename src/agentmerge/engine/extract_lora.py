@@ -47,8 +47,8 @@ from agentmerge.io.formats.peft_layout import (
 )
 from agentmerge.io.formats.tensorfile import dtype_from_name
 from agentmerge.io.guards import jsontext
+from agentmerge.io.guards.finite import check_finite, check_output_chunk
 from agentmerge.io.guards.safety import check_output_target
-from agentmerge.io.guards.validate import check_finite, check_output_chunk
 from agentmerge.io.output.atomic import atomic_output_dir
 from agentmerge.io.output.shards import PlannedTensor, plan_shards
 from agentmerge.io.output.writer import ShardWriter

@@ -20,8 +20,8 @@ from agentmerge.io.formats.open import open_model, open_weights
 from agentmerge.io.formats.roles import check_fisher_role
 from agentmerge.io.formats.tensorfile import TensorInfo
 from agentmerge.io.formats.vocab import VocabPlan, plan_vocab
+from agentmerge.io.guards.finite import all_finite, check_derived_values, check_finite
 from agentmerge.io.guards.strict_json import read_json_object
-from agentmerge.io.guards.validate import all_finite, check_derived_values, check_finite
 
 
 class Inputs:

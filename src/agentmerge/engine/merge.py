@@ -40,8 +40,8 @@ from agentmerge.io.formats.checkpoint import Checkpoint
 from agentmerge.io.formats.gguf_read import GgufCheckpoint
 from agentmerge.io.formats.roles import check_tokenizer_source
 from agentmerge.io.formats.vocab import new_rows
+from agentmerge.io.guards.finite import check_output_chunk
 from agentmerge.io.guards.safety import check_output_target
-from agentmerge.io.guards.validate import check_output_chunk
 from agentmerge.io.output.atomic import atomic_output_dir
 from agentmerge.io.output.gguf_write import check_out_type, export_gguf
 from agentmerge.io.output.shards import plan_shards

@@ -37,10 +37,10 @@ from agentmerge.errors import CheckpointError, MergeError
 from agentmerge.io.formats.checkpoint import Checkpoint, Readable, resolve_model_path
 from agentmerge.io.formats.open import open_model, trainer_config_folder
 from agentmerge.io.formats.tensorfile import TensorInfo
+from agentmerge.io.guards.finite import check_finite, check_output_chunk
 from agentmerge.io.guards.safety import check_output_target
 from agentmerge.io.guards.strict_json import read_json_object
 from agentmerge.io.guards.units import TOKENIZER_FILES
-from agentmerge.io.guards.validate import check_finite, check_output_chunk
 from agentmerge.io.output.atomic import atomic_output_dir
 from agentmerge.io.output.shards import plan_shards
 from agentmerge.io.output.writer import ShardWriter, copy_aux_files

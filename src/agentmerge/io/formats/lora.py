@@ -34,7 +34,7 @@ from agentmerge.io.formats.localpath import ADAPTER_CONFIG, is_adapter
 from agentmerge.io.formats.lora_config import LoraSettings, read_lora_config
 from agentmerge.io.formats.tensorfile import TensorInfo
 from agentmerge.io.guards.bounded import check_reference, regular_file_size
-from agentmerge.io.guards.validate import check_derived_values
+from agentmerge.io.guards.finite import check_derived_values
 
 _PREFIX = "base_model.model."
 _LORA_KEY = re.compile(r"^(?P<module>.+)\.(?P<part>lora_A|lora_B|lora_embedding_A|lora_embedding_B)(?:\.weight)?$")
