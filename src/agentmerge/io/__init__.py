@@ -3,7 +3,7 @@
 - ``guards``: what keeps hostile input out and broken output from being written: files read within bounds
   (``bounded``), strict JSON in (``strict_json``) and out (``jsontext``), users' regular expressions with a time
   limit (``userregex``), sizes and dtype names (``units``), which paths are inputs and outputs and what may be
-  replaced (``pathargs``, ``safety``), the finiteness rules (``validate``).
+  replaced (``pathargs``, ``safety``), the finiteness rules (``finite``).
 - ``cache``: agentmerge's cache folder (``store``) and the input digests merge.json records (``digests``).
 - ``formats``: every input format read as one tensor surface (``checkpoint.Readable``): safetensors
   (``tensorfile``, ``checkpoint``), Hub references (``hubref``, ``localpath``), PEFT LoRA adapters (``lora``,

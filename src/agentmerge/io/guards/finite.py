@@ -1,4 +1,4 @@
-"""Checks that keep a broken model from being written with exit status 0.
+"""The finiteness rules: checks that keep a broken model from being written with exit status 0.
 
 - ``check_finite`` (with ``all_finite``): the one finiteness rule for what a command reads. Every floating
   value of every input (``merge``'s models and base, ``moe``'s static merge and agents' experts, ``extract-lora``'s
