@@ -38,7 +38,7 @@ from agentmerge.engine.convert import convert
 from agentmerge.engine.extract_lora import extract_lora
 from agentmerge.engine.merge import merge
 from agentmerge.engine.moe.build import build_moe
-from agentmerge.engine.moe.spec import moe_config_from_dict
+from agentmerge.engine.moe.moe_config import moe_config_from_dict
 from agentmerge_zoo.evaluate import agentic_average, evaluate_cached
 from agentmerge_zoo.splits import eval_set, held_out_prompts, train_stream
 from agentmerge_zoo.tasks import CORE_DOMAINS, all_tasks, metric_domain

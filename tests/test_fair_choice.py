@@ -9,8 +9,8 @@ import math
 import random
 
 from agentmerge.sweep.fair_choice import choose_scale, fair_choice
-from agentmerge.sweep.report import markdown
-from agentmerge.sweep.spec import sweep_from_dict
+from agentmerge.sweep.sweep_report import markdown
+from agentmerge.sweep.sweepfile import sweep_from_dict
 
 
 def naive(scores: dict[float, float]) -> float:

@@ -2,7 +2,8 @@
 
 Layers, lowest first (a module may import its own layer and the ones below, never above):
     methods            pure tensor math, the one registry (no file I/O)
-    io                 checkpoints in and out
+    io                 checkpoints in and out, itself in four floors (``IO_FLOORS``):
+                         guards < cache < formats < output
     config             what the user asks for (schema, mergekit files)
     engine             the streamed merge, probe, dry run
     evaluation         scoring checkpoints
@@ -108,7 +109,7 @@ def test_no_import_circles() -> None:
 
 def test_probe_dry_run_and_streaming_do_not_import_the_driver() -> None:
     graph = import_graph()
-    for name in ("probe", "dryrun", "inputs", "parallel", "caches", "counting", "plan", "report"):
+    for name in ("probe", "merge_dryrun", "inputs", "parallel", "caches", "counting", "merge_plan", "render"):
         mod = f"agentmerge.engine.{name}"
         assert "agentmerge.engine.merge" not in graph[mod], mod
 
@@ -203,13 +204,13 @@ def test_the_zoo_imports_only_the_public_api() -> None:
     assert past_the_surface(graph) == []
     assert past_the_surface(
         {
-            "agentmerge_zoo.a": {"agentmerge", "agentmerge.api", "agentmerge_zoo.b", "agentmerge.sweep.spec"},
+            "agentmerge_zoo.a": {"agentmerge", "agentmerge.api", "agentmerge_zoo.b", "agentmerge.sweep.sweepfile"},
             "agentmerge_zoo.b": {"agentmerge.errors"},
             "agentmerge.cli.main": {"agentmerge.api"},
         }
     ) == [
         "agentmerge.cli.main -> agentmerge.api",
-        "agentmerge_zoo.a -> agentmerge.sweep.spec",
+        "agentmerge_zoo.a -> agentmerge.sweep.sweepfile",
         "agentmerge_zoo.b -> agentmerge.errors",
     ]
 
@@ -257,6 +258,55 @@ def test_the_library_names_no_zoo_module() -> None:
     ]
 
 
+# --------------------------------------------------------------------------- io's floors and one name per module
+
+IO_FLOORS = ("guards", "cache", "formats", "output")  # lowest first, as LAYERS
+
+# names that two library modules may share, with the reason (an __init__ is named by its package, so none yet)
+SHARED_NAMES: dict[str, str] = {}
+
+
+def io_floor(mod: str) -> str | None:
+    """The floor of a module under ``agentmerge.io`` (its first subpackage); None for ``agentmerge.io`` itself and
+    for modules outside io."""
+    parts = mod.split(".")
+    return parts[2] if parts[:2] == ["agentmerge", "io"] and len(parts) > 2 else None
+
+
+def test_every_io_module_is_on_a_floor() -> None:
+    """io holds no loose module: what it reads (formats), writes (output), keeps (cache) and checks (guards) shows."""
+    io_mods = {m for m in import_graph() if io_floor(m) is not None}
+    assert {m for m in io_mods if io_floor(m) not in IO_FLOORS} == set()
+    assert io_floor("agentmerge.io.formats.checkpoint") == "formats" and io_floor("agentmerge.io") is None
+
+
+def test_io_floors_run_down() -> None:
+    """guards import no other floor, cache only guards, formats guards and cache, output any of them."""
+    up = []
+    for mod, targets in import_graph().items():
+        here = io_floor(mod)
+        for target in targets:
+            there = io_floor(target)
+            if here in IO_FLOORS and there in IO_FLOORS and IO_FLOORS.index(there) > IO_FLOORS.index(here):
+                up.append(f"{mod} -> {target}")
+    assert up == []
+
+
+def shared_names(modules: list[str]) -> dict[str, list[str]]:
+    """Last name -> the modules (or packages) that bear it, for names more than one bears and not allowed."""
+    bearers: dict[str, list[str]] = {}
+    for mod in modules:
+        bearers.setdefault(mod.rpartition(".")[2], []).append(mod)
+    return {n: sorted(ms) for n, ms in bearers.items() if len(ms) > 1 and n not in SHARED_NAMES}
+
+
+def test_no_two_library_modules_share_a_name() -> None:
+    """A name says what a module holds: ``report`` / ``spec`` / ``plan`` in three packages said nothing."""
+    library = [m for m in import_graph() if layer(m) != "zoo"]
+    assert shared_names(library) == {}
+    assert shared_names(["a.spec", "b.spec", "a", "b.c.a", "d"]) == {"spec": ["a.spec", "b.spec"], "a": ["a", "b.c.a"]}
+
+
 def test_nothing_below_the_cli_imports_it() -> None:
     users = {
         m for m, targets in import_graph().items() if layer(m) != "cli" and any(layer(t) == "cli" for t in targets)
@@ -294,7 +344,7 @@ def test_one_grammar_reads_parameter_text() -> None:
 
 
 def test_the_layer_check_can_fail() -> None:
-    assert layer("agentmerge.io.checkpoint") == "io" and layer("agentmerge_zoo.bench") == "zoo"
+    assert layer("agentmerge.io.formats.checkpoint") == "io" and layer("agentmerge_zoo.bench") == "zoo"
     assert LAYERS.index("io") > LAYERS.index("methods")
 
 
@@ -313,7 +363,7 @@ def test_few_loose_files_and_no_big_rooms() -> None:
 # --------------------------------------------------------------------------- the engine runs every method alike
 
 # the driver, the dry run, the report and the engine modules under them (the probe is RAM+'s own tool)
-METHOD_BLIND = ("merge", "dryrun", "report", "plan", "passes", "counting", "inputs", "parallel", "caches")
+METHOD_BLIND = ("merge", "merge_dryrun", "render", "merge_plan", "passes", "counting", "inputs", "parallel", "caches")
 
 
 def method_literals(source: str, names: set[str]) -> list[str]:

@@ -16,7 +16,7 @@ from agentmerge.cli import main
 from agentmerge.config.param_table import resolve_record
 from agentmerge.engine.counting import mask_levels, overlap_stats
 from agentmerge.engine.inputs import Inputs
-from agentmerge.engine.plan import make_plan
+from agentmerge.engine.merge_plan import make_plan
 from agentmerge.methods.deltas import update_mask
 from agentmerge.methods.fused.jit import available
 from agentmerge.methods.masks import (

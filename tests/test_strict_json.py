@@ -1,4 +1,4 @@
-"""Every JSON text agentmerge and its zoo write is strict JSON (issue 42): one writer, ``io.jsontext.dumps``."""
+"""Every JSON text agentmerge and its zoo write is strict JSON (issue 42): one writer, ``io.guards.jsontext.dumps``."""
 
 from __future__ import annotations
 
@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 import agentmerge
-from agentmerge.io import jsontext
+from agentmerge.io.guards import jsontext
 
 SRC = Path(agentmerge.__file__).resolve().parent
 ROOTS = (SRC, Path(__file__).resolve().parents[1] / "zoo" / "src" / "agentmerge_zoo")  # the library and the zoo

@@ -9,7 +9,7 @@ the zoo to this), so the library's modules can move without breaking it: a name 
 
 Each name is imported on first use (like ``agentmerge``'s own), so ``import agentmerge.api`` costs nothing.
 A few are spelled more fully than in their module, so that a flat list reads well (``sweep_grid`` is
-``sweep.spec.grid``; the ``bfcl_`` names are the BFCL evaluator's).
+``sweep.sweepfile.grid``; the ``bfcl_`` names are the BFCL evaluator's).
 
 Sweeps (docs/sweep.md)
     ``SweepConfig``, ``TrialEntry``, ``sweep_from_dict``: a sweep file, one explicit trial, a sweep from a dict.
@@ -66,18 +66,18 @@ if TYPE_CHECKING:
     from agentmerge.evaluation.fisher import Sample as FisherSample
     from agentmerge.evaluation.fisher import check_causal_lm_folder, diagonal_fisher, estimate_fisher, transformers_step
     from agentmerge.evaluation.generation import quiet_transformers
-    from agentmerge.io.jsontext import dumps as dumps_json
-    from agentmerge.io.pathargs import input_arg, output_arg
-    from agentmerge.io.safety import check_report_path
-    from agentmerge.io.validate import FISHER_MARK, is_fisher
+    from agentmerge.io.formats.roles import FISHER_MARK, is_fisher
+    from agentmerge.io.guards.jsontext import dumps as dumps_json
+    from agentmerge.io.guards.pathargs import input_arg, output_arg
+    from agentmerge.io.guards.safety import check_report_path
     from agentmerge.methods.deltas import kept_by_count, overlap_count, task_vectors, update_mask
     from agentmerge.sweep.fair_choice import choose_scale
     from agentmerge.sweep.run import RaySession, run_sweep
-    from agentmerge.sweep.spec import SweepConfig, TrialEntry, sweep_from_dict
-    from agentmerge.sweep.spec import choose as sweep_settings
-    from agentmerge.sweep.spec import grid as sweep_grid
-    from agentmerge.sweep.spec import merge_config as trial_merge_config
-    from agentmerge.sweep.spec import trials as sweep_trials
+    from agentmerge.sweep.sweepfile import SweepConfig, TrialEntry, sweep_from_dict
+    from agentmerge.sweep.sweepfile import choose as sweep_settings
+    from agentmerge.sweep.sweepfile import grid as sweep_grid
+    from agentmerge.sweep.sweepfile import merge_config as trial_merge_config
+    from agentmerge.sweep.sweepfile import trials as sweep_trials
 
 
 def _same(module: str, *names: str) -> dict[str, tuple[str, str]]:
@@ -113,18 +113,18 @@ _WHERE: dict[str, tuple[str, str]] = {
         "transformers_step",
     ),
     **_same("agentmerge.evaluation.generation", "quiet_transformers"),
-    "dumps_json": ("agentmerge.io.jsontext", "dumps"),
-    **_same("agentmerge.io.pathargs", "input_arg", "output_arg"),
-    **_same("agentmerge.io.safety", "check_report_path"),
-    **_same("agentmerge.io.validate", "FISHER_MARK", "is_fisher"),
+    "dumps_json": ("agentmerge.io.guards.jsontext", "dumps"),
+    **_same("agentmerge.io.guards.pathargs", "input_arg", "output_arg"),
+    **_same("agentmerge.io.guards.safety", "check_report_path"),
+    **_same("agentmerge.io.formats.roles", "FISHER_MARK", "is_fisher"),
     **_same("agentmerge.methods.deltas", "kept_by_count", "overlap_count", "task_vectors", "update_mask"),
     **_same("agentmerge.sweep.fair_choice", "choose_scale"),
     **_same("agentmerge.sweep.run", "RaySession", "run_sweep"),
-    **_same("agentmerge.sweep.spec", "SweepConfig", "TrialEntry", "sweep_from_dict"),
-    "sweep_settings": ("agentmerge.sweep.spec", "choose"),
-    "sweep_grid": ("agentmerge.sweep.spec", "grid"),
-    "trial_merge_config": ("agentmerge.sweep.spec", "merge_config"),
-    "sweep_trials": ("agentmerge.sweep.spec", "trials"),
+    **_same("agentmerge.sweep.sweepfile", "SweepConfig", "TrialEntry", "sweep_from_dict"),
+    "sweep_settings": ("agentmerge.sweep.sweepfile", "choose"),
+    "sweep_grid": ("agentmerge.sweep.sweepfile", "grid"),
+    "trial_merge_config": ("agentmerge.sweep.sweepfile", "merge_config"),
+    "sweep_trials": ("agentmerge.sweep.sweepfile", "trials"),
 }
 
 

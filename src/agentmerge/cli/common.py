@@ -54,7 +54,7 @@ def parse_weights(text: str) -> list[float]:
 
 
 def check_fisher_args(args: argparse.Namespace) -> None:
-    """fisher's counts must be positive (its output folder is checked against its inputs by ``io.pathargs``)."""
+    """fisher's counts must be positive (its output folder is checked against its inputs by ``io.guards.pathargs``)."""
     if args.samples is not None and args.samples < 1:
         raise ConfigError(f"--samples must be at least 1 (got {args.samples})")
     if args.max_tokens < 1:

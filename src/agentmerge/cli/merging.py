@@ -10,10 +10,10 @@ from typing import Any
 
 from agentmerge.cli.common import check_threads, heavy_imports, parse_params, parse_weights
 from agentmerge.errors import CheckpointError, ConfigError
-from agentmerge.io import jsontext
-from agentmerge.io.digests import HASH_MODES
-from agentmerge.io.pathargs import check_paths, input_arg, output_arg
-from agentmerge.io.safety import (
+from agentmerge.io.cache.digests import HASH_MODES
+from agentmerge.io.guards import jsontext
+from agentmerge.io.guards.pathargs import check_paths, input_arg, output_arg
+from agentmerge.io.guards.safety import (
     check_report_path,
     write_report,
     write_report_with,
@@ -129,11 +129,11 @@ def _read_config_file(path: str) -> dict[str, Any]:
 
 def cmd_merge(args: argparse.Namespace) -> int:
     from agentmerge.config.schema import config_from_dict, input_refs
-    from agentmerge.io.localpath import missing_local_inputs
+    from agentmerge.io.formats.localpath import missing_local_inputs
 
     data, out = merge_config_data(args)
     if args.gguf is not None:
-        from agentmerge.io.gguf_write import check_out_type
+        from agentmerge.io.output.gguf_write import check_out_type
 
         check_out_type(args.gguf, "--gguf")
     cfg = config_from_dict(data, args.config or "flags")
@@ -141,8 +141,8 @@ def cmd_merge(args: argparse.Namespace) -> int:
     if missing:  # before the engine (torch) is imported
         raise CheckpointError("; ".join(missing))
     with heavy_imports():
-        from agentmerge.engine.dryrun import plan_merge
         from agentmerge.engine.merge import merge
+        from agentmerge.engine.merge_dryrun import plan_merge
 
         if cfg.spec.compiled_at is not None:
             cfg.spec.compiled_at.get()  # its compiled kernels (numba), loaded with the collector paused too
@@ -159,7 +159,7 @@ def cmd_merge(args: argparse.Namespace) -> int:
         print(jsontext.dumps(result.to_dict(), indent=2))
     elif not args.quiet:
         from agentmerge.engine.provenance import input_warnings
-        from agentmerge.engine.report import merge_summary
+        from agentmerge.engine.render import merge_summary
 
         record = json.loads((result.out_dir / "merge.json").read_text())
         print(merge_summary(cfg, result, input_warnings(cfg, record)), file=sys.stderr)
@@ -221,7 +221,7 @@ def _probe_parser(sub: Any) -> None:
 def cmd_probe(args: argparse.Namespace) -> int:
     with heavy_imports():
         from agentmerge.engine.probe import probe
-        from agentmerge.engine.report import agents_table, plot_probe, probe_markdown, probe_rule_text, retention_table
+        from agentmerge.engine.render import agents_table, plot_probe, probe_markdown, probe_rule_text, retention_table
         from agentmerge.engine.retention import retention
 
     ram = check_probe_args(args)
@@ -406,7 +406,7 @@ def _convert_weights_parser(sub: Any) -> None:
 
 
 def cmd_convert_weights(args: argparse.Namespace) -> int:
-    from agentmerge.io.units import parse_size
+    from agentmerge.io.guards.units import parse_size
 
     try:
         parse_size(args.max_shard_size)
@@ -431,14 +431,14 @@ def _export_gguf_parser(sub: Any) -> None:
 
 
 def cmd_export_gguf(args: argparse.Namespace) -> int:
-    from agentmerge.io.gguf_write import check_out_type
+    from agentmerge.io.output.gguf_write import check_out_type
 
     qtype = check_out_type(args.type)
     out = Path(args.output).expanduser()
     check_report_path(out, "-o")
     with heavy_imports():
-        from agentmerge.io.gguf_write import export_with
-        from agentmerge.io.trainer import open_weights
+        from agentmerge.io.formats.open import open_weights
+        from agentmerge.io.output.gguf_write import export_with
 
     tok = Path(args.tokenizer_gguf).expanduser() if args.tokenizer_gguf else None
     if tok is not None and not tok.is_file():

@@ -28,8 +28,8 @@ from agentmerge.config.mergekit import Converted
 from agentmerge.config.mergekit_names import MERGEKIT, MethodMap, Scalar
 from agentmerge.config.schema import MergeConfig, ModelSpec
 from agentmerge.errors import ConfigError
-from agentmerge.io.localpath import is_adapter
-from agentmerge.io.units import FLOAT_DTYPE_NAMES
+from agentmerge.io.formats.localpath import is_adapter
+from agentmerge.io.guards.units import FLOAT_DTYPE_NAMES
 from agentmerge.methods import METHODS, POST_STEP_NAMES
 
 MERGEKIT_DTYPES = ("bfloat16", "float16", "float32")

@@ -41,7 +41,7 @@ from agentmerge.config.mergekit import from_mergekit, is_mergekit
 from agentmerge.config.param_table import ParamTable
 from agentmerge.config.userinput import did_you_mean, read_yaml
 from agentmerge.errors import ConfigError
-from agentmerge.io.units import FLOAT_DTYPE_NAMES, check_dtype_name, parse_size
+from agentmerge.io.guards.units import FLOAT_DTYPE_NAMES, check_dtype_name, parse_size
 from agentmerge.methods import METHODS, Method, MethodParams, ParamValue
 from agentmerge.methods.lines import lines_on
 from agentmerge.methods.poststeps import check_base

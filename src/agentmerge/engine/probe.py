@@ -31,10 +31,10 @@ import torch
 
 from agentmerge.engine.counting import mask_levels, overlap_stats
 from agentmerge.engine.inputs import Inputs
+from agentmerge.engine.merge_plan import resolve_mask
 from agentmerge.engine.parallel import torch_threads
-from agentmerge.engine.plan import resolve_mask
 from agentmerge.engine.quantnote import measure, note
-from agentmerge.io.checkpoint import Readable
+from agentmerge.io.formats.checkpoint import Readable
 from agentmerge.methods import RamPlusParams
 from agentmerge.methods.deltas import rho_from_histogram
 from agentmerge.methods.groups import layer_of, module_type
