@@ -27,8 +27,8 @@ from typing import Any
 import torch
 
 from agentmerge.cli import main as agentmerge
-from agentmerge.io.checkpoint import Readable
-from agentmerge.io.trainer import open_weights
+from agentmerge.io.formats.checkpoint import Readable
+from agentmerge.io.formats.open import open_weights
 
 CHUNK = 1 << 22  # elements per read, as the engine's default chunk
 

@@ -1,6 +1,6 @@
 """The agents as a mixture of experts, and the best merge as LoRA adapters, measured on the char zoo.
 
-    PYTHONPATH=src python benchmarks/moe_lora_zoo.py --zoo .zoo-cache --seeds 0,1,2 --work moe-work \
+    PYTHONPATH=src:zoo/src python benchmarks/moe_lora_zoo.py --zoo .zoo-cache --seeds 0,1,2 --work moe-work \
         [--n-test 1000] [--n-val 300] [--lambdas 0.5,1,1.5,2,2.5,3] [--threads 1] [--docs docs/moe-lora]
 
 Needs the built zoo (``agentmerge zoo build --out ZOO --seed S`` for each seed; the core zoo's bf16 agents).
@@ -38,7 +38,7 @@ from agentmerge.engine.convert import convert
 from agentmerge.engine.extract_lora import extract_lora
 from agentmerge.engine.merge import merge
 from agentmerge.engine.moe.build import build_moe
-from agentmerge.engine.moe.spec import moe_config_from_dict
+from agentmerge.engine.moe.moe_config import moe_config_from_dict
 from agentmerge_zoo.evaluate import agentic_average, evaluate_cached
 from agentmerge_zoo.splits import eval_set, held_out_prompts, train_stream
 from agentmerge_zoo.tasks import CORE_DOMAINS, all_tasks, metric_domain
@@ -370,7 +370,7 @@ def main() -> None:
         print(f"seed {seed} done", flush=True)
     (args.work / "results.json").write_text(json.dumps(runs, indent=1) + "\n")
     command = (
-        f"PYTHONPATH=src python benchmarks/moe_lora_zoo.py --zoo {args.zoo} --seeds {args.seeds} --work {args.work} "
+        f"PYTHONPATH=src:zoo/src python benchmarks/moe_lora_zoo.py --zoo {args.zoo} --seeds {args.seeds} --work {args.work} "
         f"--n-test {args.n_test} --n-val {args.n_val} --lambdas {','.join(f'{x:g}' for x in args.lambdas)}"
     )
     text = markdown(runs, command)

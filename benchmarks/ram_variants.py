@@ -21,7 +21,7 @@ from safetensors.torch import load_file, save_file
 
 from agentmerge.config.schema import MergeConfig, ModelSpec
 from agentmerge.engine.merge import merge
-from agentmerge.io.validate import FISHER_MARK
+from agentmerge.io.formats.roles import FISHER_MARK
 from agentmerge.synthetic import Architecture, write_family
 
 ARCH = Architecture(vocab=4096, hidden=256, intermediate=768, layers=8, heads=8, kv_heads=2)

@@ -38,7 +38,7 @@ SVDS_ALONE = """
 import sys, time, torch
 from concurrent.futures import ThreadPoolExecutor
 from agentmerge import MergeConfig, ModelSpec
-from agentmerge.engine.plan import make_plan
+from agentmerge.engine.merge_plan import make_plan
 from agentmerge.methods.linalg import svd
 from agentmerge.engine.inputs import Inputs
 from agentmerge.engine.parallel import torch_threads

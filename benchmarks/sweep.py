@@ -66,7 +66,7 @@ def sweep_file(work: Path, base: Path, agents: list[Path], trials: int) -> Path:
 def plain_loop(path: Path, work: Path) -> float:
     from agentmerge.engine.merge import merge
     from agentmerge.sweep import evaluators
-    from agentmerge.sweep.spec import choose, load_sweep, merge_config, trials
+    from agentmerge.sweep.sweepfile import choose, load_sweep, merge_config, trials
 
     cfg = load_sweep(path)
     score = evaluators.resolve(cfg.evaluate, [str(path.parent)])

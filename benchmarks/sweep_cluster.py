@@ -73,7 +73,7 @@ def sweep_file(work: Path, n: int) -> Path:
 def plain_loop(path: Path, work: Path) -> dict[str, float]:
     """The trials run one after the other here: wall seconds per trial and their mean in-trial seconds."""
     from agentmerge.sweep.run import run_trial
-    from agentmerge.sweep.spec import choose, load_sweep, trials
+    from agentmerge.sweep.sweepfile import choose, load_sweep, trials
 
     cfg = load_sweep(path)
     data = cfg.model_dump(mode="json")

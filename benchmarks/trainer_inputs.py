@@ -105,7 +105,9 @@ def main() -> None:
     verl, dcp_dir, nbytes = write_inputs(work, args.layers, args.world)
     print(f"model: {nbytes / 1e6:.0f} MB of fp32 weights; {args.world} verl rank files\n")
     print("| input | convert --dtype bf16 wall s | peak RssAnon MB | peak RSS MB |\n|---|---|---|---|")
-    seconds, anon, rss = peak_memory([sys.executable, "-c", "import agentmerge.engine.convert, agentmerge.io.trainer"])
+    seconds, anon, rss = peak_memory(
+        [sys.executable, "-c", "import agentmerge.engine.convert, agentmerge.io.formats.open"]
+    )
     print(f"| (imports only) | {seconds:.1f} | {anon / 1e6:.0f} | {rss / 1e6:.0f} |")
     for label, src in (("verl", verl), ("dcp", dcp_dir), ("safetensors (the verl output)", work / "out-verl")):
         out = work / f"out-{label.split()[0]}-2" if label.startswith("safetensors") else work / f"out-{label}"

@@ -12,7 +12,7 @@ import torch
 from transformers import AutoModelForCausalLM
 
 from agentmerge import MergeConfig, ModelSpec, merge, probe
-from agentmerge.engine.report import agents_table
+from agentmerge.engine.render import agents_table
 from agentmerge.synthetic import write_family
 
 

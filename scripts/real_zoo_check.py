@@ -4,7 +4,8 @@ At 32 prompts two SE of a difference is about 24 points, so the bench's check pa
 than that at s = 1.5. This reruns it for finished seeds' agents at ``--n`` prompts (the first 32 are the bench's),
 scales 1 and 1.5 by default (what the verdict compares), with the bench's evaluation and cache:
 
-    PYTHONPATH=src python scripts/real_zoo_check.py --work real-work --seeds 0,1 --n 128 --json docs/real/check-128.json
+    PYTHONPATH=src:zoo/src python scripts/real_zoo_check.py --work real-work --seeds 0,1 --n 128 \\
+        --json docs/real/check-128.json
 """
 
 from __future__ import annotations

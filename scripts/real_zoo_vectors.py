@@ -6,7 +6,7 @@
   F_code / sum_i F_i on the elements it updated (|tau| > 1e-5), averaged with weights tau^2 (what Fisher merging
   keeps of it, by that weight).
 
-    PYTHONPATH=src python scripts/real_zoo_vectors.py --work real-work --seed 1
+    PYTHONPATH=src:zoo/src python scripts/real_zoo_vectors.py --work real-work --seed 1
 """
 
 from __future__ import annotations

@@ -1,6 +1,7 @@
 """How many of the convergence check's validation prompts (past the first n_val) occur in the training streams.
 
-    PYTHONPATH=src python scripts/zoo_check_overlap.py [--seed 0] [--regime fp32_bf16] [--n 1000] [--rl-factor 8]
+    PYTHONPATH=src:zoo/src python scripts/zoo_check_overlap.py [--seed 0] [--regime fp32_bf16] [--n 1000] \\
+        [--rl-factor 8]
 
 The training streams skip only the first ``n_val`` validation prompts; the check scores ``n`` (docs/zoo.md, "The
 fair bench"). Counts the check's later prompts that the pretraining stream and each agent's RL stream (at

@@ -6,7 +6,7 @@
 # WORK/{regime}/seed{S}, every evaluation is cached under WORK/evals, so rerunning the same command after a kill
 # only does what is missing.
 #
-#   PYTHONPATH=src nohup nice -n 10 bash scripts/zoo_fair_run.sh > fair-run.log 2>&1 &
+#   PYTHONPATH=src:zoo/src nohup nice -n 10 bash scripts/zoo_fair_run.sh > fair-run.log 2>&1 &
 #
 # Per regime: (1) `zoo check --rounds ROUNDS`: check every seed's agents, give the agents that fail in some seed
 # GROWTH x more steps (all seeds alike), check again; its rounds go to DOCS/convergence/{regime}.{json,md};

@@ -3,7 +3,7 @@
 # .zoo-cache/, every merge is a sweep trial recorded in bench-work/{regime}/seed{S}/sweep-*/results.jsonl and
 # every evaluation is cached under bench-work/evals, so rerunning this script only does what is missing.
 #
-#   PYTHONPATH=src nohup nice -n 10 bash scripts/zoo_full_run.sh > full-run.log 2>&1 &
+#   PYTHONPATH=src:zoo/src nohup nice -n 10 bash scripts/zoo_full_run.sh > full-run.log 2>&1 &
 #
 # Seeds run as separate processes (two at a time on a 2-core machine): phase 1 is each regime's 3-agent
 # table, probe, dilution and (paper_like) RAM+ ablation; phase 2 adds the three 2-agent pairs. The last

@@ -9,7 +9,7 @@ set -euo pipefail
 PY=${PY:-python}
 SEEDS=${SEEDS:-"0 1 2"}
 REGIME=${REGIME:-fp32_bf16}
-export PYTHONPATH=${PYTHONPATH:-src}
+export PYTHONPATH=${PYTHONPATH:-src:zoo/src}
 M=(--regime "$REGIME" --threads 1 --max-concurrent 1)
 for seed in $SEEDS; do
     "$PY" -m agentmerge zoo many "${M[@]}" --seeds "$seed" --docs "bench-work/docs-many-s$seed" > "bench-work/many-s$seed.log" 2>&1 &

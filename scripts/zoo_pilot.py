@@ -1,6 +1,6 @@
 """Pilot runs for the zoo's precision regimes: train candidate recipes on one seed, report density and gain.
 
-Usage: PYTHONPATH=src python scripts/zoo_pilot.py --seed 0 --threads 1 \\
+Usage: PYTHONPATH=src:zoo/src python scripts/zoo_pilot.py --seed 0 --threads 1 \\
     code:bf16:1e-5:160 tool:fp32_master:3e-6:100 ...
 
 Each candidate is ``domain:storage:lr:steps``; a float32-master candidate is reported for both exports (one

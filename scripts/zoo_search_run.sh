@@ -5,7 +5,7 @@
 # Resumable: the zoo build skips its finished stages, the sweep and the search skip their recorded trials, and the
 # evaluations are cached under WORK/evals; one process at a time (one trial in flight).
 #
-#   PYTHONPATH=src nohup nice -n 10 bash scripts/zoo_search_run.sh > logs/zoo-search.log 2>&1 &
+#   PYTHONPATH=src:zoo/src nohup nice -n 10 bash scripts/zoo_search_run.sh > logs/zoo-search.log 2>&1 &
 #
 # Environment: PY (python), ZOO (.zoo-cache), WORK (search-work), SEED (0), REGIME (fp32_bf16),
 # STEPS (the agents' RL steps, e.g. code=20,tool=20,memory=20; empty: the regime's), N (validation prompts per

@@ -9,7 +9,7 @@ set -euo pipefail
 PY=${PY:-python}
 SEEDS=${SEEDS:-"0 1 2"}
 REGIMES=${REGIMES:-bf16,paper_like,fp32_bf16,fp32_fp32}
-export PYTHONPATH=${PYTHONPATH:-src}
+export PYTHONPATH=${PYTHONPATH:-src:zoo/src}
 V=(--regimes "$REGIMES" --threads 1 --max-concurrent 1 --quiet --no-pairs --no-ablation --methods core --variants)
 # one base per seed serves both regimes: build each seed's zoo before its seed process starts
 for seed in $SEEDS; do "$PY" -m agentmerge zoo build --seed "$seed" --regime paper_like --threads 1 --quiet > /dev/null; done

@@ -14,13 +14,36 @@ import pytest
 
 from agentmerge.synthetic import write_family
 
-PYPROJECT = Path(__file__).parents[1] / "pyproject.toml"
+ROOT = Path(__file__).parents[1]
+PYPROJECTS = (ROOT / "pyproject.toml", ROOT / "zoo" / "pyproject.toml")  # agentmerge, and the zoo's distribution
+ZOO_SRC = ROOT / "zoo" / "src"
 
 
 def declared_entry_points() -> dict[str, dict[str, str]]:
-    """The plug-in entry points this checkout's pyproject.toml declares: group -> {name: "module:attr"}."""
-    project = tomllib.loads(PYPROJECT.read_text())["project"]
-    return {group: dict(eps) for group, eps in project.get("entry-points", {}).items()}
+    """The plug-in entry points this checkout's two pyproject.toml files declare: group -> {name: "module:attr"}."""
+    found: dict[str, dict[str, str]] = {}
+    for path in PYPROJECTS:
+        project = tomllib.loads(path.read_text())["project"]
+        for group, eps in project.get("entry-points", {}).items():
+            found.setdefault(group, {}).update(eps)
+    return found
+
+
+def _put_first(folder: Path) -> None:
+    """``folder`` first on the import path of this process and of the ones it starts (CLI subprocesses, Ray)."""
+    sys.path.insert(0, str(folder))
+    os.environ["PYTHONPATH"] = os.pathsep.join(p for p in (str(folder), os.environ.get("PYTHONPATH", "")) if p)
+
+
+def _see_this_checkouts_zoo() -> None:
+    """The zoo is a distribution of its own (``zoo/``): with ``PYTHONPATH=src`` alone, or an install made from
+    another checkout, ``agentmerge_zoo`` would be missing or another checkout's; use this checkout's."""
+    from importlib.util import find_spec
+
+    spec = find_spec("agentmerge_zoo")
+    here = ZOO_SRC / "agentmerge_zoo" / "__init__.py"
+    if spec is None or spec.origin is None or Path(spec.origin).resolve() != here.resolve():
+        _put_first(ZOO_SRC)
 
 
 def _see_this_checkouts_entry_points() -> None:
@@ -42,10 +65,10 @@ def _see_this_checkouts_entry_points() -> None:
     (dist / "METADATA").write_text("Metadata-Version: 2.1\nName: agentmerge-checkout-entry-points\nVersion: 0\n")
     sections = [f"[{g}]\n" + "".join(f"{n} = {v}\n" for n, v in eps.items()) for g, eps in declared.items()]
     (dist / "entry_points.txt").write_text("\n".join(sections))
-    sys.path.insert(0, str(folder))
-    os.environ["PYTHONPATH"] = os.pathsep.join(p for p in (str(folder), os.environ.get("PYTHONPATH", "")) if p)
+    _put_first(folder)
 
 
+_see_this_checkouts_zoo()
 _see_this_checkouts_entry_points()
 
 

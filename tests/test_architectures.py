@@ -24,7 +24,7 @@ from agentmerge import MergeConfig, ModelSpec, merge
 from agentmerge.engine import merge as merge_module
 from agentmerge.engine.coverage import check_written
 from agentmerge.errors import MergeError
-from agentmerge.io.shards import PlannedTensor
+from agentmerge.io.output.shards import PlannedTensor
 
 transformers = pytest.importorskip("transformers")
 PROMPT = torch.tensor([[10, 11, 12, 13, 14, 15]])

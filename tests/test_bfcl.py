@@ -13,9 +13,9 @@ from agentmerge.cli import main
 from agentmerge.errors import ConfigError
 from agentmerge.evaluation import kinds
 from agentmerge.evaluation.bfcl import data, prompt
+from agentmerge.evaluation.bfcl.bfcl_evaluator import BfclEvaluator
 from agentmerge.evaluation.bfcl.checker import Verdict, grade
 from agentmerge.evaluation.bfcl.decode import DecodeError, decode
-from agentmerge.evaluation.bfcl.evaluator import BfclEvaluator
 from agentmerge.evaluation.bfcl.metrics import category_score, summaries
 from agentmerge.evaluation.evaluator import Context
 from agentmerge.evaluation.wheeldata import BFCL_WHEEL, wheel_path

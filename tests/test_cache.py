@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from agentmerge.io.cache import InputSetStore, cache_dir
+from agentmerge.io.cache.store import InputSetStore, cache_dir
 from agentmerge.methods.masks import Levels, levels_from_json, levels_to_json
 
 

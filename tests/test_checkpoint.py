@@ -11,13 +11,13 @@ import torch
 from safetensors.torch import load_file, save_file
 
 from agentmerge.errors import CheckpointError
-from agentmerge.io import writer as writer_module
-from agentmerge.io.atomic import atomic_output_dir
-from agentmerge.io.checkpoint import Checkpoint
-from agentmerge.io.shards import PlannedTensor, plan_shards
-from agentmerge.io.tensorfile import read_safetensors_header
-from agentmerge.io.units import parse_size
-from agentmerge.io.writer import ShardWriter
+from agentmerge.io.formats.checkpoint import Checkpoint
+from agentmerge.io.formats.tensorfile import read_safetensors_header
+from agentmerge.io.guards.units import parse_size
+from agentmerge.io.output import writer as writer_module
+from agentmerge.io.output.atomic import atomic_output_dir
+from agentmerge.io.output.shards import PlannedTensor, plan_shards
+from agentmerge.io.output.writer import ShardWriter
 
 
 def tensors() -> dict[str, torch.Tensor]:

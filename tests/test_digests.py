@@ -19,8 +19,8 @@ from agentmerge import MergeConfig, ModelSpec, merge
 from agentmerge.cli import main
 from agentmerge.engine.provenance import duplicate_inputs, input_warnings
 from agentmerge.errors import ConfigError
-from agentmerge.io import digests
-from agentmerge.io.digests import Digest, InputDigests, hash_mode
+from agentmerge.io.cache import digests
+from agentmerge.io.cache.digests import Digest, InputDigests, hash_mode
 
 SMALL_WINDOW = mmap.ALLOCATIONGRANULARITY  # so that a small file spans several mapped windows
 
@@ -223,7 +223,7 @@ def test_failed_merge_cancels_hashing(
     tiny_family: tuple[Path, list[Path]], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     from agentmerge.errors import CheckpointError
-    from agentmerge.io.safety import output_lock
+    from agentmerge.io.guards.safety import output_lock
 
     cancelled: list[bool] = []
     monkeypatch.setattr(InputDigests, "cancel", lambda self: cancelled.append(True))

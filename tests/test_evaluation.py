@@ -8,8 +8,8 @@ from pathlib import Path
 import pytest
 
 from agentmerge.cli import main
+from agentmerge.evaluation.eval_report import eval_markdown
 from agentmerge.evaluation.generation import Generator
-from agentmerge.evaluation.report import eval_markdown
 from agentmerge.evaluation.scoring import EvalRun, Scores, evaluate, mean_se
 from agentmerge.evaluation.taskfile import Example, TaskFileError, load_tasks
 from tinylm import constant_lm

@@ -11,8 +11,8 @@ import torch
 
 from agentmerge.cli import main
 from agentmerge.engine.extract_lora import extract_lora
-from agentmerge.io.checkpoint import Checkpoint
-from agentmerge.io.lora import LoraModel
+from agentmerge.io.formats.checkpoint import Checkpoint
+from agentmerge.io.formats.lora import LoraModel
 from agentmerge.methods.lowrank import choose_rank, factorize
 
 peft = pytest.importorskip("peft")

@@ -23,10 +23,10 @@ from safetensors.torch import load_file, save_file
 
 from agentmerge import MergeConfig, ModelSpec, merge
 from agentmerge.errors import CheckpointError
-from agentmerge.io.checkpoint import Checkpoint
-from agentmerge.io.shards import PlannedTensor, plan_shards
-from agentmerge.io.tensorfile import read_safetensors_header
-from agentmerge.io.writer import copy_aux_files
+from agentmerge.io.formats.checkpoint import Checkpoint
+from agentmerge.io.formats.tensorfile import read_safetensors_header
+from agentmerge.io.output.shards import PlannedTensor, plan_shards
+from agentmerge.io.output.writer import copy_aux_files
 
 SRC = Path(__file__).resolve().parents[1] / "src" / "agentmerge"
 

@@ -1,6 +1,6 @@
 """Nothing broken is written with exit status 0 (issue 42): one finiteness rule for every reader, strict JSON.
 
-``io.validate.check_finite`` is the rule ``merge``, ``moe``, ``extract-lora`` and ``convert`` read inputs with:
+``io.guards.finite.check_finite`` is the rule ``merge``, ``moe``, ``extract-lora`` and ``convert`` read inputs with:
 a NaN or Inf anywhere stops the command in one line naming the file and tensor, and nothing is written.
 """
 
@@ -190,7 +190,7 @@ def test_convert_refuses_non_finite_sources(
 
 def test_the_rule_names_the_element() -> None:
     from agentmerge.errors import CheckpointError
-    from agentmerge.io.validate import check_finite
+    from agentmerge.io.guards.finite import check_finite
 
     values = torch.zeros(10)
     assert check_finite("f: t", values) is values

@@ -13,8 +13,8 @@ from agentmerge import MergeConfig, ModelSpec, merge
 from agentmerge.cli import main
 from agentmerge.errors import MergeError
 from agentmerge.evaluation.fisher import Sample, diagonal_fisher, load_causal_lm, write_fisher
-from agentmerge.io.checkpoint import Checkpoint
-from agentmerge.io.validate import FISHER_MARK
+from agentmerge.io.formats.checkpoint import Checkpoint
+from agentmerge.io.formats.roles import FISHER_MARK
 
 Family = tuple[Path, list[Path]]
 

@@ -19,7 +19,7 @@ from hypothesis import strategies as st
 from agentmerge.config.mergekit import from_mergekit
 from agentmerge.config.schema import config_from_dict, load_config
 from agentmerge.errors import AgentMergeError
-from agentmerge.io.tensorfile import read_safetensors_header
+from agentmerge.io.formats.tensorfile import read_safetensors_header
 
 EXAMPLES = int(os.environ.get("AGENTMERGE_FUZZ_EXAMPLES", "200"))  # raise it for a long local fuzzing run
 FUZZ = settings(max_examples=EXAMPLES, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])

@@ -23,11 +23,12 @@ from tests.test_hostile_adapters import adapter
 
 from agentmerge.errors import AgentMergeError
 from agentmerge.evaluation.taskfile import first_json, load_tasks
-from agentmerge.io.cache import InputSetStore
-from agentmerge.io.checkpoint import Checkpoint
-from agentmerge.io.lora import LoraModel
-from agentmerge.io.trainer import DcpCheckpoint, VerlCheckpoint
-from agentmerge.sweep.records import read_records
+from agentmerge.io.cache.store import InputSetStore
+from agentmerge.io.formats.checkpoint import Checkpoint
+from agentmerge.io.formats.dcp import DcpCheckpoint
+from agentmerge.io.formats.lora import LoraModel
+from agentmerge.io.formats.verl import VerlCheckpoint
+from agentmerge.sweep.results import read_records
 
 EXAMPLES = int(os.environ.get("AGENTMERGE_FUZZ_EXAMPLES", "100"))
 FUZZ = settings(max_examples=EXAMPLES, deadline=None, suppress_health_check=list(HealthCheck), database=None)

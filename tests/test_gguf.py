@@ -21,11 +21,11 @@ import transformers
 from agentmerge.cli import main
 from agentmerge.engine.quantnote import QuantError, measure, note, step_of
 from agentmerge.errors import AgentMergeError, CheckpointError, ConfigError
-from agentmerge.io.checkpoint import Checkpoint
-from agentmerge.io.gguf_names import permute_rows, unpermute_rows
-from agentmerge.io.gguf_read import GgufCheckpoint
-from agentmerge.io.gguf_write import export_gguf, export_with
-from agentmerge.io.trainer import open_weights
+from agentmerge.io.formats.checkpoint import Checkpoint
+from agentmerge.io.formats.gguf_names import permute_rows, unpermute_rows
+from agentmerge.io.formats.gguf_read import GgufCheckpoint
+from agentmerge.io.formats.open import open_weights
+from agentmerge.io.output.gguf_write import export_gguf, export_with
 from ggufmodels import CHAT, nudged, tiny_model
 
 TEXT = "the model and the merge: token<|im_end|> Ünïcode 123"
@@ -245,7 +245,7 @@ def test_output_types_not_written_and_atomic_export(
     def boom(*args: Any) -> Any:
         raise RuntimeError("disk went away")
 
-    monkeypatch.setattr("agentmerge.io.gguf_write._encode", boom)
+    monkeypatch.setattr("agentmerge.io.output.gguf_write._encode", boom)
     with pytest.raises(RuntimeError), Checkpoint(sources["llama"]) as model:
         export_gguf(model, out, "F16")
     assert list(tmp_path.iterdir()) == []  # nothing written, no temporary file left

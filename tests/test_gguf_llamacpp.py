@@ -15,8 +15,8 @@ import pytest
 import torch
 import transformers
 
-from agentmerge.io.gguf_write import export_with
-from agentmerge.io.trainer import open_weights
+from agentmerge.io.formats.open import open_weights
+from agentmerge.io.output.gguf_write import export_with
 from ggufmodels import tiny_model
 
 llama_cpp = pytest.importorskip("llama_cpp", reason="llama-cpp-python is not installed (opt-in: docs/ecosystem.md)")

@@ -19,7 +19,7 @@ import torch
 from safetensors.torch import save_file
 
 from agentmerge import MergeConfig, ModelSpec, merge
-from agentmerge.io.validate import FISHER_MARK
+from agentmerge.io.formats.roles import FISHER_MARK
 from agentmerge.synthetic import write_family
 
 GOLDEN = Path(__file__).with_name("golden_digests.json")

@@ -28,10 +28,10 @@ from agentmerge.cli import main
 from agentmerge.config.mergekit import from_mergekit
 from agentmerge.config.schema import config_from_dict, load_config
 from agentmerge.errors import AgentMergeError, CheckpointError, ConfigError, MergeError
-from agentmerge.io.checkpoint import Checkpoint
-from agentmerge.io.safety import TMP_MARKER, output_lock
-from agentmerge.io.tensorfile import read_safetensors_header
-from agentmerge.io.validate import FISHER_MARK
+from agentmerge.io.formats.checkpoint import Checkpoint
+from agentmerge.io.formats.roles import FISHER_MARK
+from agentmerge.io.formats.tensorfile import read_safetensors_header
+from agentmerge.io.guards.safety import TMP_MARKER, output_lock
 
 SHAPES = {"embed.weight": (16, 8), "layers.0.mlp.weight": (8, 8), "layers.0.norm.weight": (8,)}
 
@@ -190,7 +190,7 @@ def test_fisher_output_is_atomic_marked_and_kept_out_of_inputs(
     one_line_error(capsys, ["fisher", str(lm), "--samples", "1", "--max-tokens", "2", "--out", str(lm)], "must not be")
     assert digest(lm) == before
     # a run that dies half-way leaves nothing that looks like a Fisher
-    from agentmerge.io import writer
+    from agentmerge.io.output import writer
 
     calls = {"n": 0}
     real_write = writer.ShardWriter.write

@@ -22,9 +22,9 @@ from tests.hostile import bounded_python, model_folder
 from tests.test_hostile_adapters import adapter
 
 from agentmerge import MergeConfig, ModelSpec, merge, probe
-from agentmerge.io import digests
-from agentmerge.io.cache import cache_dir
-from agentmerge.io.digests import InputDigests
+from agentmerge.io.cache import digests
+from agentmerge.io.cache.digests import InputDigests
+from agentmerge.io.cache.store import cache_dir
 
 
 @pytest.fixture
@@ -100,7 +100,7 @@ def test_a_cache_store_that_is_a_device_is_not_read(cache: Path, tmp_path: Path)
     cache.mkdir()
     (cache / "sha256.json").symlink_to("/dev/zero")
     out = bounded_python(
-        "from agentmerge.io.digests import InputDigests\n"
+        "from agentmerge.io.cache.digests import InputDigests\n"
         f"d = InputDigests([__import__('pathlib').Path({str(base / 'model.safetensors')!r})], 'sha256')\n"
         "print('digests:', list(d.result().values()), d.errors)\n",
         timeout=120,

@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 from tests.hostile import bounded_python, not_a_file, one_line_error
 
-from agentmerge.evaluation.report import eval_markdown
+from agentmerge.evaluation.eval_report import eval_markdown
 from agentmerge.evaluation.scoring import EvalRun, Scores, evaluate
 from agentmerge.evaluation.taskfile import Example, TaskFileError, first_json, load_tasks
 from tinylm import constant_lm

@@ -181,7 +181,7 @@ def test_a_prompts_file_that_is_not_a_regular_file_is_refused_without_reading(tm
 
 
 def test_an_oversized_prompts_file_is_refused(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
-    from agentmerge.engine.moe.spec import MAX_PROMPTS_BYTES
+    from agentmerge.engine.moe.moe_config import MAX_PROMPTS_BYTES
 
     big = tmp_path / "p.txt"
     with open(big, "wb") as f:

@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 from tests.hostile import model_folder, one_line_error
 
-from agentmerge.io.hubref import parse_hub_ref
+from agentmerge.io.formats.hubref import parse_hub_ref
 
 LONG = ["org/" + "x" * 5000, "/tmp/" + "y" * 100_000, "org/name@" + "r" * 5000, "a/" * 3000 + "b"]
 

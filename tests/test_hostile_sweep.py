@@ -22,7 +22,7 @@ from tests.hostile import bounded_python, cli, one_line_error, within
 
 from agentmerge.errors import AgentMergeError, ConfigError
 from agentmerge.sweep.run import run_sweep
-from agentmerge.sweep.spec import choose, load_sweep, trials
+from agentmerge.sweep.sweepfile import choose, load_sweep, trials
 
 
 def sweep_file(tmp_path: Path, **extra: Any) -> Path:
@@ -103,7 +103,7 @@ def test_keep_best_removes_only_merge_outputs_it_wrote(tmp_path: Path) -> None:
 
 def test_a_failed_named_trial_never_removes_the_users_folder(tmp_path: Path) -> None:
     from agentmerge.sweep.run import run_trial
-    from agentmerge.sweep.spec import sweep_from_dict, trial_of
+    from agentmerge.sweep.sweepfile import sweep_from_dict, trial_of
 
     data = {"base": str(tmp_path / "nope"), "models": [str(tmp_path / "nope2")], "evaluate": "zoo",
             "trials": [{"name": "mine", "method": "ram"}]}  # fmt: skip
@@ -198,7 +198,7 @@ def test_bad_out_folders_are_one_line(tmp_path: Path, kind: str, capsys: pytest.
 def test_a_huge_grid_is_refused_before_it_is_expanded(tmp_path: Path, grid: dict[str, Any]) -> None:
     path = sweep_file(tmp_path, **grid)
     out = bounded_python(
-        "from agentmerge.sweep.spec import load_sweep\n"
+        "from agentmerge.sweep.sweepfile import load_sweep\n"
         "from agentmerge.errors import ConfigError\n"
         f"try:\n    load_sweep({str(path)!r})\nexcept ConfigError as e:\n    print('refused:', e)\n",
         timeout=120,

@@ -17,8 +17,8 @@ from safetensors.torch import load_file, save_file
 from agentmerge import MergeConfig, ModelSpec, merge
 from agentmerge.cli import main
 from agentmerge.engine.extract_lora import extract_lora
-from agentmerge.io.checkpoint import Checkpoint
-from agentmerge.io.lora import LoraModel
+from agentmerge.io.formats.checkpoint import Checkpoint
+from agentmerge.io.formats.lora import LoraModel
 from hostile import model_folder, one_line_error
 
 transformers = pytest.importorskip("transformers")

@@ -22,8 +22,10 @@ import torch
 from tests.hostile import bounded_python, model_folder, not_a_file, one_line_error, within
 
 from agentmerge.errors import CheckpointError
-from agentmerge.io.checkpoint import Checkpoint
-from agentmerge.io.trainer import DcpCheckpoint, VerlCheckpoint, open_weights
+from agentmerge.io.formats.checkpoint import Checkpoint
+from agentmerge.io.formats.dcp import DcpCheckpoint
+from agentmerge.io.formats.open import open_weights
+from agentmerge.io.formats.verl import VerlCheckpoint
 
 STATE = {"model.embed_tokens.weight": (8, 4), "model.norm.weight": (4,)}
 
@@ -87,7 +89,7 @@ def test_verl_rank_file_that_is_not_a_regular_file_is_refused_without_reading(tm
     actor.mkdir()
     not_a_file(actor / "model_world_size_1_rank_0.pt", kind)
     out = bounded_python(
-        "from agentmerge.io.trainer import open_weights\n"
+        "from agentmerge.io.formats.open import open_weights\n"
         "from agentmerge.errors import CheckpointError\n"
         f"try:\n    open_weights({str(actor)!r})\nexcept CheckpointError as e:\n    print('refused:', e)\n",
         timeout=120,
@@ -109,7 +111,7 @@ def test_the_loaded_device_mesh_is_always_the_inert_one() -> None:
     (checked in a fresh interpreter too: there the first load imports torch.distributed.tensor, which adds it)."""
     out = bounded_python(
         "from torch import _weights_only_unpickler as unpickler\n"
-        "from agentmerge.io import verl\n"
+        "from agentmerge.io.formats import verl\n"
         "with verl._only_dtensor_globals():\n"
         "    mapped = unpickler._get_user_allowed_globals()['torch.distributed.device_mesh.DeviceMesh']\n"
         "print('inert:', mapped is verl._saved_mesh())\n"
@@ -118,7 +120,7 @@ def test_the_loaded_device_mesh_is_always_the_inert_one() -> None:
     import torch.distributed.tensor  # adds the real DeviceMesh to torch's process-wide allowlist
     from torch import _weights_only_unpickler as unpickler
 
-    from agentmerge.io import verl
+    from agentmerge.io.formats import verl
 
     before = torch.serialization.get_safe_globals()
     for _ in range(20):  # the set order that decided it changed from run to run
@@ -139,7 +141,7 @@ def test_a_pickle_that_builds_a_device_mesh_never_starts_a_process_group(tmp_pat
     env = {"MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(port), "WORLD_SIZE": "2", "RANK": "0", "LOCAL_RANK": "0"}
     out = bounded_python(
         "import torch.distributed as dist\n"
-        "from agentmerge.io.trainer import open_weights\n"
+        "from agentmerge.io.formats.open import open_weights\n"
         "from agentmerge.errors import CheckpointError\n"
         f"try:\n    open_weights({str(actor)!r})\nexcept CheckpointError as e:\n    print('refused:', e)\n"
         "print('initialized:', dist.is_initialized())\n",
@@ -278,7 +280,7 @@ def test_dcp_files_that_are_fifos_are_refused_without_hanging(tmp_path: Path, na
     (folder / name).unlink()
     os.mkfifo(folder / name)
     out = bounded_python(
-        "from agentmerge.io.trainer import DcpCheckpoint\n"
+        "from agentmerge.io.formats.dcp import DcpCheckpoint\n"
         "from agentmerge.errors import CheckpointError\n"
         f"try:\n    c = DcpCheckpoint({str(folder)!r})\n    [c.read(n) for n in c.tensors]\n"
         "except CheckpointError as e:\n    print('refused:', e)\n",

@@ -2,14 +2,18 @@
 
 Layers, lowest first (a module may import its own layer and the ones below, never above):
     methods            pure tensor math, the one registry (no file I/O)
-    io                 checkpoints in and out
+    io                 checkpoints in and out, itself in four floors (``IO_FLOORS``):
+                         guards < cache < formats < output
     config             what the user asks for (schema, mergekit files)
     engine             the streamed merge, probe, dry run
     evaluation         scoring checkpoints
     sweep              merge-and-evaluate trials on Ray
     cli                the command line (``agentmerge.cli``, ``agentmerge.__main__``)
-The package root re-exports names lazily; ``errors``, ``_version``, ``plugins`` and ``synthetic`` are leaves.
-The zoo (``agentmerge_zoo``) is a client: nothing in ``agentmerge`` imports it or names its modules; it plugs in
+The package root re-exports names lazily; ``errors``, ``_version``, ``plugins``, ``paramtext`` (the one grammar of a
+parameter value typed as text, read by ``methods`` and the CLI alike) and ``synthetic`` are leaves.
+``agentmerge.api`` is the documented surface for client code, above every layer (nothing in the library imports it).
+The zoo (``agentmerge_zoo``, its own distribution under ``zoo/``) is a client: it imports ``agentmerge`` and
+``agentmerge.api`` and nothing deeper; nothing in ``agentmerge`` imports it or names its modules; it plugs in
 through entry points (``plugins``).
 """
 
@@ -22,13 +26,15 @@ import agentmerge
 from agentmerge.methods.spec import Lazy
 
 SRC = Path(agentmerge.__file__).parent
-ZOO = SRC.parent / "agentmerge_zoo"
+ZOO = Path(__file__).parents[1] / "zoo" / "src" / "agentmerge_zoo"
+PUBLIC = {"agentmerge", "agentmerge.api"}  # all of the library a client (the zoo) may import
 LAYERS = ("methods", "io", "config", "engine", "evaluation", "sweep", "cli")
-LEAVES = {"agentmerge.errors", "agentmerge._version", "agentmerge.plugins"}
+LEAVES = {"agentmerge.errors", "agentmerge._version", "agentmerge.plugins", "agentmerge.paramtext"}
 
 
 def _module(path: Path) -> str:
-    rel = path.relative_to(SRC.parent).with_suffix("")
+    root = ZOO.parent if path.is_relative_to(ZOO) else SRC.parent
+    rel = path.relative_to(root).with_suffix("")
     name = ".".join(rel.parts)
     return name.removesuffix(".__init__")
 
@@ -53,7 +59,10 @@ def import_graph() -> dict[str, set[str]]:
                 if node.level:
                     parts = package.split(".")[: len(package.split(".")) - node.level + 1]
                     base = ".".join([*parts, *([node.module] if node.module else [])])
-                names = [base, *(f"{base}.{a.name}" for a in node.names)]
+                # ``from pkg import submodule`` imports the submodule (the package runs first for any of its
+                # modules anyway); ``from pkg import name`` imports the package's own names
+                subs = [f"{base}.{a.name}" for a in node.names if f"{base}.{a.name}" in trees]
+                names = [*([base] if len(subs) < len(node.names) else []), *subs]
             graph[mod] |= {n for n in names if n in trees and n != mod}
     return graph
 
@@ -101,7 +110,7 @@ def test_no_import_circles() -> None:
 
 def test_probe_dry_run_and_streaming_do_not_import_the_driver() -> None:
     graph = import_graph()
-    for name in ("probe", "dryrun", "inputs", "parallel", "caches", "counting", "plan", "report"):
+    for name in ("probe", "merge_dryrun", "inputs", "parallel", "caches", "counting", "merge_plan", "render"):
         mod = f"agentmerge.engine.{name}"
         assert "agentmerge.engine.merge" not in graph[mod], mod
 
@@ -148,7 +157,7 @@ def layer(mod: str) -> str | None:
 def test_layer_table_covers_the_house() -> None:
     """Every module of the library is in a layer or is one of the few named leaves: no loose room."""
     loose = {m for m in import_graph() if layer(m) is None}
-    assert loose == {"agentmerge", "agentmerge.synthetic", *LEAVES}
+    assert loose == {*PUBLIC, "agentmerge.synthetic", *LEAVES}
 
 
 def test_imports_run_down_the_layers() -> None:
@@ -158,9 +167,11 @@ def test_imports_run_down_the_layers() -> None:
         here = layer(mod)
         for target in targets:
             there = layer(target)
-            if here == "zoo" or there is None or mod == "agentmerge":  # the root is the public face: it hands on
+            if here == "zoo":  # the client: itself and the public surface
+                ok = there == "zoo" or target in PUBLIC
+            elif there is None or mod in PUBLIC:  # the root and the api are the public face: they hand on
                 continue
-            if there == "zoo":
+            elif there == "zoo":
                 ok = False
             elif here is None:  # the leaves: synthetic writes models with io
                 ok = mod == "agentmerge.synthetic" and there in ("io", "methods")
@@ -182,6 +193,35 @@ def test_the_math_reads_no_files() -> None:
                 names = [node.module or ""] if isinstance(node, ast.ImportFrom) else [a.name for a in node.names]
                 bad += [f"{mod} imports {n}" for n in names if n.startswith(("agentmerge.io", "safetensors"))]
     assert bad == []
+
+
+def past_the_surface(graph: dict[str, set[str]]) -> list[str]:
+    """Imports of the zoo that reach past ``PUBLIC`` into the library, and library modules importing the api (the
+    api is for clients: a library module that used it would hide the layer it really depends on)."""
+    bad = []
+    for mod, targets in sorted(graph.items()):
+        client = layer(mod) == "zoo"
+        bad += [f"{mod} -> {t}" for t in sorted(targets) if client and layer(t) != "zoo" and t not in PUBLIC]
+        bad += [f"{mod} -> {t}" for t in sorted(targets) if not client and t == "agentmerge.api"]
+    return bad
+
+
+def test_the_zoo_imports_only_the_public_api() -> None:
+    """No exemption: the zoo uses ``agentmerge`` and ``agentmerge.api`` as any user's code would."""
+    graph = import_graph()
+    assert "agentmerge_zoo.cli" in graph and "agentmerge_zoo.real.cli" in graph  # the check sees the zoo
+    assert past_the_surface(graph) == []
+    assert past_the_surface(
+        {
+            "agentmerge_zoo.a": {"agentmerge", "agentmerge.api", "agentmerge_zoo.b", "agentmerge.sweep.sweepfile"},
+            "agentmerge_zoo.b": {"agentmerge.errors"},
+            "agentmerge.cli.main": {"agentmerge.api"},
+        }
+    ) == [
+        "agentmerge.cli.main -> agentmerge.api",
+        "agentmerge_zoo.a -> agentmerge.sweep.sweepfile",
+        "agentmerge_zoo.b -> agentmerge.errors",
+    ]
 
 
 def test_nothing_in_the_library_imports_the_zoo() -> None:
@@ -227,6 +267,60 @@ def test_the_library_names_no_zoo_module() -> None:
     ]
 
 
+# --------------------------------------------------------------------------- io's floors and one name per module
+
+IO_FLOORS = ("guards", "cache", "formats", "output")  # lowest first, as LAYERS
+
+# names that two library modules may share, with the reason (an __init__ is named by its package, so none yet)
+SHARED_NAMES: dict[str, str] = {
+    "kernels": "each method package's reference kernels (fused.kernels: the compiled kernels' shared chunk pieces)",
+    "compiled": "each method package's compiled form",
+    "loops": "numba loops: the shared ones (fused) and the TIES family's own",
+    "fisher": "diagonal Fisher: the merge method (methods.fisher) and the estimate it reads (evaluation.fisher)",
+}
+
+
+def io_floor(mod: str) -> str | None:
+    """The floor of a module under ``agentmerge.io`` (its first subpackage); None for ``agentmerge.io`` itself and
+    for modules outside io."""
+    parts = mod.split(".")
+    return parts[2] if parts[:2] == ["agentmerge", "io"] and len(parts) > 2 else None
+
+
+def test_every_io_module_is_on_a_floor() -> None:
+    """io holds no loose module: what it reads (formats), writes (output), keeps (cache) and checks (guards) shows."""
+    io_mods = {m for m in import_graph() if io_floor(m) is not None}
+    assert {m for m in io_mods if io_floor(m) not in IO_FLOORS} == set()
+    assert io_floor("agentmerge.io.formats.checkpoint") == "formats" and io_floor("agentmerge.io") is None
+
+
+def test_io_floors_run_down() -> None:
+    """guards import no other floor, cache only guards, formats guards and cache, output any of them."""
+    up = []
+    for mod, targets in import_graph().items():
+        here = io_floor(mod)
+        for target in targets:
+            there = io_floor(target)
+            if here in IO_FLOORS and there in IO_FLOORS and IO_FLOORS.index(there) > IO_FLOORS.index(here):
+                up.append(f"{mod} -> {target}")
+    assert up == []
+
+
+def shared_names(modules: list[str]) -> dict[str, list[str]]:
+    """Last name -> the modules (or packages) that bear it, for names more than one bears and not allowed."""
+    bearers: dict[str, list[str]] = {}
+    for mod in modules:
+        bearers.setdefault(mod.rpartition(".")[2], []).append(mod)
+    return {n: sorted(ms) for n, ms in bearers.items() if len(ms) > 1 and n not in SHARED_NAMES}
+
+
+def test_no_two_library_modules_share_a_name() -> None:
+    """A name says what a module holds: ``report`` / ``spec`` / ``plan`` in three packages said nothing."""
+    library = [m for m in import_graph() if layer(m) != "zoo"]
+    assert shared_names(library) == {}
+    assert shared_names(["a.spec", "b.spec", "a", "b.c.a", "d"]) == {"spec": ["a.spec", "b.spec"], "a": ["a", "b.c.a"]}
+
+
 def test_nothing_below_the_cli_imports_it() -> None:
     users = {
         m for m, targets in import_graph().items() if layer(m) != "cli" and any(layer(t) == "cli" for t in targets)
@@ -234,8 +328,37 @@ def test_nothing_below_the_cli_imports_it() -> None:
     assert users == set()
 
 
+def text_readers(tree: ast.Module) -> list[str]:
+    """What in ``tree`` reads a value from text its own way: a call of ``yaml.safe_load`` / ``yaml.load``, or a
+    function named as the grammar's (``parse_value``, ``parse_scalar``, ``parse_assignments``); in line order."""
+    found = []
+    for node in ast.walk(tree):
+        func = node.func if isinstance(node, ast.Call) else None
+        if isinstance(func, ast.Attribute) and func.attr in ("safe_load", "load") and _named(func.value, "yaml"):
+            found.append((node.lineno, f"yaml.{func.attr}"))
+        if isinstance(node, ast.FunctionDef) and node.name in ("parse_value", "parse_scalar", "parse_assignments"):
+            found.append((node.lineno, f"def {node.name}"))
+    return [f"line {line}: {what}" for line, what in sorted(found)]
+
+
+def _named(node: ast.expr, name: str) -> bool:
+    return isinstance(node, ast.Name) and node.id == name
+
+
+def test_one_grammar_reads_parameter_text() -> None:
+    """``--param`` values and parameter values left as text are read by ``agentmerge.paramtext`` alone; YAML parses
+    config files only (``config/limits.read_config_yaml``); no command keeps a grammar of its own."""
+    readers = {m: text_readers(tree) for m, (_, tree) in _trees().items() if layer(m) != "zoo"}
+    allowed = {"agentmerge.paramtext", "agentmerge.config.limits"}
+    assert {m: r for m, r in readers.items() if r and m not in allowed} == {}
+    assert text_readers(ast.parse("import yaml\nyaml.safe_load(v)\ndef parse_value(t): ...\n")) == [
+        "line 2: yaml.safe_load",
+        "line 3: def parse_value",
+    ]
+
+
 def test_the_layer_check_can_fail() -> None:
-    assert layer("agentmerge.io.checkpoint") == "io" and layer("agentmerge_zoo.bench") == "zoo"
+    assert layer("agentmerge.io.formats.checkpoint") == "io" and layer("agentmerge_zoo.bench") == "zoo"
     assert LAYERS.index("io") > LAYERS.index("methods")
 
 
@@ -254,7 +377,7 @@ def test_few_loose_files_and_no_big_rooms() -> None:
 # --------------------------------------------------------------------------- the engine runs every method alike
 
 # the driver, the dry run, the report and the engine modules under them (the probe is RAM+'s own tool)
-METHOD_BLIND = ("merge", "dryrun", "report", "plan", "passes", "counting", "inputs", "parallel", "caches")
+METHOD_BLIND = ("merge", "merge_dryrun", "render", "merge_plan", "passes", "counting", "inputs", "parallel", "caches")
 
 
 def method_literals(source: str, names: set[str]) -> list[str]:
@@ -357,9 +480,9 @@ NAMES_ALLOWED = {
     "agentmerge.config.mergekit": {"task_arithmetic", "breadcrumbs", "della"},  # mergekit reader's per-method rules
     "agentmerge.engine.probe": {"ram_plus"},  # the probe is RAM+'s own tool (its config of the counts)
     "agentmerge.cli.merging": {"ram_plus"},  # the probe command's RAM+ mask parameters
-    "agentmerge.engine.moe.spec": {"ram"},  # the MoE static merge's default method
+    "agentmerge.engine.moe.moe_config": {"ram"},  # the MoE static merge's default method
     "agentmerge.engine.extract_lora": {"linear"},  # a homonym: PEFT's kind of module (nn.Linear)
-    "agentmerge.io.peft_layout": {"linear"},  # the same homonym
+    "agentmerge.io.formats.peft_layout": {"linear"},  # the same homonym
 }
 
 

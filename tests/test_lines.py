@@ -15,9 +15,9 @@ from agentmerge import MergeConfig, ModelSpec, merge
 from agentmerge.cli import main
 from agentmerge.config.mergekit_export import to_mergekit
 from agentmerge.config.schema import config_from_dict
-from agentmerge.engine.dryrun import plan_merge
 from agentmerge.engine.inputs import Scratch
 from agentmerge.engine.lines_pass import exact_value, l1_parts
+from agentmerge.engine.merge_dryrun import plan_merge
 from agentmerge.errors import ConfigError, MergeError
 from agentmerge.methods.lines import depth_scale, layer_count, layer_of
 from agentmerge.synthetic import Architecture, write_family

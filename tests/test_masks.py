@@ -13,10 +13,10 @@ from safetensors.torch import load_file, save_file
 
 from agentmerge import MergeConfig, ModelSpec, merge
 from agentmerge.cli import main
-from agentmerge.config.schema import resolve_params
+from agentmerge.config.param_table import resolve_record
 from agentmerge.engine.counting import mask_levels, overlap_stats
 from agentmerge.engine.inputs import Inputs
-from agentmerge.engine.plan import make_plan
+from agentmerge.engine.merge_plan import make_plan
 from agentmerge.methods.deltas import update_mask
 from agentmerge.methods.fused.jit import available
 from agentmerge.methods.masks import (
@@ -109,7 +109,7 @@ def specials(dtype: torch.dtype) -> torch.Tensor:
 
 
 def rule_of(**params: object) -> MaskRule:
-    return mask_rule(resolve_params(METHODS["ram"], params, 3))
+    return mask_rule(resolve_record(METHODS["ram"], params, 3))
 
 
 RULES = [
@@ -258,7 +258,7 @@ def test_valley_falls_back_to_epsilon_with_a_note() -> None:
 def chunk_of(
     base: torch.Tensor, tau: torch.Tensor, params: dict[str, object], method: str, hist: torch.Tensor
 ) -> Chunk:
-    resolved = resolve_params(METHODS[method], params, tau.shape[0])
+    resolved = resolve_record(METHODS[method], params, tau.shape[0])
     e = base.numel()
     stats = TensorStats(hist, hist)
     return Chunk(
@@ -273,7 +273,7 @@ def test_ram_family_kernels_match_naive(params: dict[str, object]) -> None:
     levels = tensor_levels(rule, "w", base.numel(), lambda: iter([(0, tau)])).values.tolist() if rule.adaptive else None
     mask = naive_mask(tau.tolist(), base.tolist(), rule, levels)
     hist = torch.tensor(naive_hist(mask))
-    lam = ram_lambdas(hist, resolve_params(METHODS["ram_plus"], {}, 3)).tolist()
+    lam = ram_lambdas(hist, resolve_record(METHODS["ram_plus"], {}, 3)).tolist()
     got_ram = METHODS["ram"].kernel(chunk_of(base, tau, params, "ram", hist))
     got_plus = METHODS["ram_plus"].kernel(chunk_of(base, tau, params, "ram_plus", hist))
     assert got_ram.tolist() == pytest.approx(naive_ram(tau.tolist(), mask, [1.0] * 3), abs=0, rel=1e-6)
@@ -429,7 +429,7 @@ def test_cache_keeps_rules_apart(files: tuple, monkeypatch: pytest.MonkeyPatch, 
 def test_config_errors(params: dict[str, object], message: str) -> None:
     for method in ("ram", "ram_plus", "unique_only", "ram_ties"):
         with pytest.raises(ValueError, match=None) as err:
-            resolve_params(METHODS[method], params, 3)
+            resolve_record(METHODS[method], params, 3)
         assert message in str(err.value)
 
 

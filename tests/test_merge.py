@@ -11,7 +11,7 @@ from safetensors.torch import load_file, save_file
 
 from agentmerge import MergeConfig, ModelSpec, Override, merge
 from agentmerge.errors import CheckpointError
-from agentmerge.io.checkpoint import Checkpoint
+from agentmerge.io.formats.checkpoint import Checkpoint
 from agentmerge.methods.deltas import overlap_histogram, update_mask
 from agentmerge.methods.fused.jit import available
 from agentmerge.methods.ram import compiled as ram_compiled

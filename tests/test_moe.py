@@ -18,8 +18,8 @@ from safetensors.torch import load_file
 from agentmerge import MergeConfig, ModelSpec, merge
 from agentmerge.cli import main
 from agentmerge.engine.moe.build import build_moe
-from agentmerge.engine.moe.dryrun import plan_moe
-from agentmerge.engine.moe.spec import moe_config_from_dict
+from agentmerge.engine.moe.moe_config import moe_config_from_dict
+from agentmerge.engine.moe.moe_dryrun import plan_moe
 
 transformers = pytest.importorskip("transformers")
 import densefamily as df  # noqa: E402
@@ -250,7 +250,7 @@ def test_sharded_bf16_output_loads(tmp_path: Path) -> None:
 def test_qwen3_refusals(tmp_path: Path) -> None:
     """A Qwen3 that slides its window on some layers only, and a shared expert for Qwen3-MoE: one line each."""
     from agentmerge.engine.moe.arch import MoeNames, moe_family
-    from agentmerge.engine.moe.plan import make_plan
+    from agentmerge.engine.moe.moe_plan import make_plan
     from agentmerge.errors import CheckpointError, ConfigError
 
     assert moe_family({"model_type": "qwen3"}, tmp_path) == "qwen3_moe"

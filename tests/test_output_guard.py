@@ -4,7 +4,7 @@ The test walks the real parser (the plug-ins' commands included) instead of a li
 added later is covered without editing this file:
 
 - each value-taking argument whose name says it is a path (``--out``, ``--json``, ``--base``, ``src``...) must be
-  declared with ``io.pathargs.input_arg`` / ``output_arg``; an undeclared one fails here;
+  declared with ``io.guards.pathargs.input_arg`` / ``output_arg``; an undeclared one fails here;
 - each declared output is pointed at every file of a tiny model folder (weights, config, tokenizer, index) and
   of a tiny LoRA adapter (adapter config and weights) given to each declared input, at an input file itself,
   and into the command's own output folder; each must be refused by ``main`` in one line, status 2, before the
@@ -25,7 +25,7 @@ import yaml
 
 import agentmerge.cli as cli_module
 from agentmerge.cli import build_parser, main
-from agentmerge.io.pathargs import ROLES, PathRole, check_paths
+from agentmerge.io.guards.pathargs import ROLES, PathRole, check_paths
 from hostile import model_folder
 
 PATHLIKE = re.compile(
@@ -80,7 +80,9 @@ def test_every_path_argument_is_declared(words: tuple[str, ...], parser: argpars
         if a.nargs != 0 and not isinstance(a, argparse._SubParsersAction) and PATHLIKE.match(a.dest)
         and a.dest not in declared and (" ".join(words), a.dest) not in NOT_PATHS
     ]  # fmt: skip
-    assert not undeclared, f"{' '.join(words)}: declare {undeclared} with input_arg / output_arg (io/pathargs.py)"
+    assert not undeclared, (
+        f"{' '.join(words)}: declare {undeclared} with input_arg / output_arg (io/guards/pathargs.py)"
+    )
 
 
 @pytest.fixture(scope="module")

@@ -18,7 +18,7 @@ from agentmerge.errors import ConfigError
 from agentmerge.evaluation.evaluator import Context, Evaluator, Score
 from agentmerge.evaluation.kinds import evaluator_class, parse
 from agentmerge.sweep.evaluators import default_objective, resolve
-from agentmerge.sweep.spec import sweep_from_dict
+from agentmerge.sweep.sweepfile import sweep_from_dict
 from conftest import declared_entry_points
 
 PLUGIN = '''

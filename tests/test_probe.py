@@ -80,7 +80,7 @@ def test_independent_masks_match_the_independent_expectation(tiny_family: tuple[
 
 def test_plot_is_written(tiny_family: tuple[Path, list[Path]], tmp_path: Path) -> None:
     pytest.importorskip("matplotlib")
-    from agentmerge.engine.report import plot_probe, probe_markdown
+    from agentmerge.engine.render import plot_probe, probe_markdown
 
     base, agents = tiny_family
     result = probe(str(base), [str(a) for a in agents], quiet=True)

@@ -16,12 +16,12 @@ from safetensors.torch import load_file, save_file
 
 from agentmerge.cli import main
 from agentmerge.config.schema import MergeConfig, ModelSpec, config_from_dict
-from agentmerge.engine.dryrun import plan_merge
 from agentmerge.engine.inputs import Inputs
 from agentmerge.engine.merge import merge
-from agentmerge.engine.plan import make_plan
+from agentmerge.engine.merge_dryrun import plan_merge
+from agentmerge.engine.merge_plan import make_plan
 from agentmerge.errors import ConfigError
-from agentmerge.io.validate import FISHER_MARK
+from agentmerge.io.formats.roles import FISHER_MARK
 from agentmerge.methods.fused.jit import available
 from agentmerge.methods.groups import group_of, layer_of, module_type
 from agentmerge.methods.registry import METHODS

@@ -13,8 +13,8 @@ from agentmerge import MergeConfig, ModelSpec, merge
 from agentmerge.cli import main
 from agentmerge.config.schema import Override
 from agentmerge.engine import provenance
-from agentmerge.engine.report import model_card
-from agentmerge.io.tensorfile import read_safetensors_header
+from agentmerge.engine.render import model_card
+from agentmerge.io.formats.tensorfile import read_safetensors_header
 
 
 @pytest.fixture(autouse=True)
@@ -59,7 +59,7 @@ def test_model_card_front_matter(tiny_family: tuple[Path, list[Path]], tmp_path:
 def test_probe_plot_is_a_png(tiny_family: tuple[Path, list[Path]], tmp_path: Path) -> None:
     pytest.importorskip("matplotlib")
     from agentmerge import probe
-    from agentmerge.engine.report import plot_probe
+    from agentmerge.engine.render import plot_probe
 
     base, agents = tiny_family
     plot_probe(probe(str(base), [str(a) for a in agents], quiet=True), tmp_path / "probe.png")

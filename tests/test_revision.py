@@ -19,10 +19,10 @@ from huggingface_hub.errors import LocalEntryNotFoundError
 from agentmerge import MergeConfig, ModelSpec, merge
 from agentmerge.cli import main
 from agentmerge.config.mergekit import from_mergekit
-from agentmerge.engine.report import model_card
+from agentmerge.engine.render import model_card
 from agentmerge.errors import CheckpointError, ConfigError
-from agentmerge.io.checkpoint import resolve_model_path
-from agentmerge.io.hubref import HubRef, hub_repo_id, is_hub_ref, parse_hub_ref, snapshot_commit, split_revision
+from agentmerge.io.formats.checkpoint import resolve_model_path
+from agentmerge.io.formats.hubref import HubRef, hub_repo_id, is_hub_ref, parse_hub_ref, snapshot_commit, split_revision
 
 Calls = list[tuple[str, str | None]]
 

@@ -22,7 +22,7 @@ from agentmerge.engine.merge import merge
 from agentmerge.errors import ConfigError
 from agentmerge.sweep.run import Results
 from agentmerge.sweep.space import Space, groups_of
-from agentmerge.sweep.spec import sweep_from_dict
+from agentmerge.sweep.sweepfile import sweep_from_dict
 
 ray = pytest.importorskip("ray")
 

@@ -8,9 +8,9 @@ from pathlib import Path
 import pytest
 
 from agentmerge.cli import main
-from agentmerge.engine.moe.spec import moe_config_from_dict
+from agentmerge.engine.moe.moe_config import moe_config_from_dict
 from agentmerge.errors import ConfigError
-from agentmerge.io.headers import strict_bool
+from agentmerge.io.guards.strict_json import strict_bool
 
 
 def _moe(tmp_path: Path, **extra: object) -> dict[str, object]:

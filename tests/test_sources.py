@@ -12,7 +12,7 @@ from agentmerge import MergeConfig, ModelSpec, merge
 from agentmerge.cli import main
 from agentmerge.engine.sources import Input, chat_template, choose_sources, eos_ids, template_id
 from agentmerge.errors import MergeError
-from agentmerge.io.vocab import VocabPlan
+from agentmerge.io.formats.vocab import VocabPlan
 from vocabmodels import agent, base_model
 
 OTHER_TEMPLATE = "{% for m in messages %}[{{ m['role'] }}] {{ m['content'] }}{% endfor %}"

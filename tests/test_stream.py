@@ -11,7 +11,7 @@ import pytest
 
 from agentmerge import MergeConfig, ModelSpec, merge, probe
 from agentmerge.engine import counting
-from agentmerge.io.cache import cache_dir, seal, unseal
+from agentmerge.io.cache.store import cache_dir, seal, unseal
 from agentmerge.methods.masks import Levels
 from agentmerge.methods.spec import MaskRule
 

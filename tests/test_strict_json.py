@@ -1,4 +1,4 @@
-"""Every JSON text agentmerge and its zoo write is strict JSON (issue 42): one writer, ``io.jsontext.dumps``."""
+"""Every JSON text agentmerge and its zoo write is strict JSON (issue 42): one writer, ``io.guards.jsontext.dumps``."""
 
 from __future__ import annotations
 
@@ -10,10 +10,10 @@ from pathlib import Path
 import pytest
 
 import agentmerge
-from agentmerge.io import jsontext
+from agentmerge.io.guards import jsontext
 
 SRC = Path(agentmerge.__file__).resolve().parent
-ROOTS = (SRC, SRC.parent / "agentmerge_zoo")
+ROOTS = (SRC, Path(__file__).resolve().parents[1] / "zoo" / "src" / "agentmerge_zoo")  # the library and the zoo
 
 
 def _strict_load(text: str) -> object:
@@ -27,6 +27,7 @@ def test_no_module_calls_json_dump_directly() -> None:
     """``json.dump(s)`` writes NaN / Infinity by default: every module must use ``jsontext.dumps`` instead."""
     found = []
     for root in ROOTS:
+        assert root.is_dir(), root  # a moved package must not leave the check looking at nothing
         for path in sorted(root.rglob("*.py")):
             if path.name == "jsontext.py":
                 continue
@@ -37,7 +38,7 @@ def test_no_module_calls_json_dump_directly() -> None:
                     and isinstance(node.value, ast.Name)
                     and node.value.id == "json"
                 ):
-                    found.append(f"{path.relative_to(SRC.parent)}:{node.lineno}")
+                    found.append(f"{path.relative_to(root.parent)}:{node.lineno}")
     assert not found, found
 
 

@@ -13,7 +13,7 @@ from safetensors.torch import load_file, save_file
 from agentmerge.cli import main
 from agentmerge.config.schema import MergeConfig, ModelSpec
 from agentmerge.engine.provenance import MergeResult, input_ref
-from agentmerge.engine.report import model_card
+from agentmerge.engine.render import model_card
 
 
 def _merge(base: Path, models: list[Path | str], out: Path, *extra: str) -> int:

@@ -405,7 +405,7 @@ def test_svc_leaves_one_model_and_undoes_identical_ones() -> None:
 
 def plan_of(base: Path, agents: list[Path], method: str, **cfg: Any) -> Any:
     from agentmerge.engine.inputs import Inputs
-    from agentmerge.engine.plan import make_plan
+    from agentmerge.engine.merge_plan import make_plan
 
     config = MergeConfig(method=method, base=str(base), models=[ModelSpec(path=str(a)) for a in agents], **cfg)
     inputs = Inputs.for_merge(config)
@@ -555,7 +555,7 @@ def test_svc_after_iso_c_warns_that_it_is_not_unique(tmp_path: Path) -> None:
 
 
 def test_dry_run_states_memory_and_svd_time(families: Any, tmp_path: Path) -> None:
-    from agentmerge.engine.dryrun import plan_merge
+    from agentmerge.engine.merge_dryrun import plan_merge
 
     base, agents = families("llama", torch.bfloat16)
     models = [ModelSpec(path=str(a)) for a in agents]
@@ -573,7 +573,7 @@ def test_dry_run_states_memory_and_svd_time(families: Any, tmp_path: Path) -> No
 
 def test_dry_run_counts_the_svds_of_lines_alpha_pass(families: Any, tmp_path: Path) -> None:
     """LiNeS's reference alpha runs the kernels (and their SVDs) over the model once before the write pass."""
-    from agentmerge.engine.dryrun import plan_merge
+    from agentmerge.engine.merge_dryrun import plan_merge
 
     base, agents = families("qwen2-tied", torch.bfloat16)
     models = [ModelSpec(path=str(a)) for a in agents]

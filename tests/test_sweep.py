@@ -18,7 +18,7 @@ import yaml
 from agentmerge.cli import main
 from agentmerge.errors import ConfigError
 from agentmerge.sweep.run import Results, run_sweep
-from agentmerge.sweep.spec import choose, load_sweep, sweep_from_dict, trials
+from agentmerge.sweep.sweepfile import choose, load_sweep, sweep_from_dict, trials
 
 ray = pytest.importorskip("ray")
 
@@ -225,7 +225,7 @@ def test_killed_sweep_loses_only_running_trials(tiny_family: tuple[Path, list[Pa
 def test_first_line_of_a_config_error_in_a_trial(tmp_path: Path) -> None:
     """A trial whose merge fails (missing model folder) is a failed record with the error's first line."""
     from agentmerge.sweep.run import run_trial
-    from agentmerge.sweep.spec import trial_of
+    from agentmerge.sweep.sweepfile import trial_of
 
     data = {
         "base": str(tmp_path / "nope"),
@@ -251,7 +251,7 @@ def test_evaluator_results_are_checked() -> None:
 
 def test_sweep_text_mentions_every_file_key() -> None:
     """The module docstring's example is a valid sweep file (the documentation cannot drift)."""
-    import agentmerge.sweep.spec as spec
+    import agentmerge.sweep.sweepfile as spec
 
     doc = spec.__doc__ or ""
     example = yaml.safe_load(textwrap.dedent(doc.split("```yaml")[1].split("```")[0]))
@@ -268,7 +268,7 @@ def test_ram_plus_trials_find_their_statistics_counted(
     from agentmerge.engine import counting
     from agentmerge.engine.merge import merge
     from agentmerge.sweep.run import _count_overlaps_once
-    from agentmerge.sweep.spec import merge_config
+    from agentmerge.sweep.sweepfile import merge_config
 
     shutil.copytree(tiny_family[0].parent, tmp_path / "fam")  # files of this test's own
     family = (tmp_path / "fam" / "base", [tmp_path / "fam" / a.name for a in tiny_family[1]])
@@ -294,7 +294,7 @@ def test_adaptive_rule_trials_find_their_thresholds_computed(
     from agentmerge.engine import counting
     from agentmerge.engine.merge import merge
     from agentmerge.sweep.run import _count_overlaps_once
-    from agentmerge.sweep.spec import merge_config
+    from agentmerge.sweep.sweepfile import merge_config
 
     monkeypatch.setenv("AGENTMERGE_CACHE", str(tmp_path / "cache"))
     shutil.copytree(tiny_family[0].parent, tmp_path / "fam")
@@ -335,7 +335,7 @@ def _old_trial_id(cfg_data: dict[str, object], models: list[str], method: str, p
 
 
 def test_explicit_trials_are_named_merges_with_their_own_inputs() -> None:
-    from agentmerge.sweep.spec import merge_config
+    from agentmerge.sweep.sweepfile import merge_config
 
     data: dict[str, object] = {
         "base": "b",
@@ -485,7 +485,7 @@ def test_a_node_check_names_what_it_cannot_read(tmp_path: Path, monkeypatch: pyt
 
 def test_output_scale_tunes_every_method_that_has_one_alike() -> None:
     """The fair protocol: one shared grid on each method's own output scale, a method's own grid wins."""
-    from agentmerge.sweep.spec import grid_size
+    from agentmerge.sweep.sweepfile import grid_size
 
     data = {
         "base": "b",
@@ -514,7 +514,7 @@ def test_output_scale_tunes_every_method_that_has_one_alike() -> None:
 
 
 def test_report_shows_defaults_and_tuned_and_points_to_the_convergence_check() -> None:
-    from agentmerge.sweep.report import extrapolation_note, markdown
+    from agentmerge.sweep.sweep_report import extrapolation_note, markdown
 
     cfg = sweep_from_dict(
         {
@@ -548,10 +548,10 @@ def test_kept_adds_each_models_share_to_the_record_and_the_page(
     """``kept: true``: a trial's record carries what its merge kept of each merged model (as ``retention``
     measures it), the record reads back, the page shows it; without a base it is refused."""
     from agentmerge.engine.retention import retention
-    from agentmerge.sweep.records import check_record
-    from agentmerge.sweep.report import markdown
+    from agentmerge.sweep.results import check_record
     from agentmerge.sweep.run import run_trial
-    from agentmerge.sweep.spec import trial_of
+    from agentmerge.sweep.sweep_report import markdown
+    from agentmerge.sweep.sweepfile import trial_of
 
     base, agents = tiny_family
     path = write_sweep(tmp_path, (base, agents), methods={"ties": {}}, subsets=[[0, 2]], kept=True)

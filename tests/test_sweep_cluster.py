@@ -27,7 +27,7 @@ import pytest
 import yaml
 
 from agentmerge.sweep.run import Results, run_trial
-from agentmerge.sweep.spec import choose, load_sweep, trials
+from agentmerge.sweep.sweepfile import choose, load_sweep, trials
 from raycluster import ENV, LocalCluster, Node, ray_cli
 
 pytest.importorskip("ray")

@@ -24,8 +24,10 @@ from agentmerge.config.schema import MergeConfig, ModelSpec
 from agentmerge.engine.merge import merge
 from agentmerge.engine.probe import probe
 from agentmerge.errors import AgentMergeError, CheckpointError
-from agentmerge.io.checkpoint import Checkpoint
-from agentmerge.io.trainer import DcpCheckpoint, VerlCheckpoint, open_weights
+from agentmerge.io.formats.checkpoint import Checkpoint
+from agentmerge.io.formats.dcp import DcpCheckpoint
+from agentmerge.io.formats.open import open_weights
+from agentmerge.io.formats.verl import VerlCheckpoint
 
 HF_AUX = ("config.json", "generation_config.json", "tokenizer.json", "tokenizer_config.json", "special_tokens_map.json")
 

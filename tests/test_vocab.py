@@ -11,8 +11,8 @@ from safetensors.torch import save_file
 
 from agentmerge import MergeConfig, ModelSpec, merge
 from agentmerge.errors import MergeError
-from agentmerge.io.validate import FISHER_MARK
-from agentmerge.io.vocab import ResizedTensor, new_rows
+from agentmerge.io.formats.roles import FISHER_MARK
+from agentmerge.io.formats.vocab import ResizedTensor, new_rows
 from agentmerge.methods.registry import METHODS
 from vocabmodels import VOCAB_TENSORS, agent, base_model, tensors, truncated
 
@@ -204,7 +204,7 @@ def test_output_loads_and_generates_with_the_added_tokens(family: dict[str, Path
 
 
 def test_dry_run_names_the_added_rows(family: dict[str, Path], tmp_path: Path) -> None:
-    from agentmerge.engine.dryrun import plan_merge
+    from agentmerge.engine.merge_dryrun import plan_merge
 
     plan = plan_merge(config(family, "ties", ["tool", "math"]), tmp_path / "o", probe=False)
     v = base_rows(family)

@@ -17,9 +17,9 @@ from pathlib import Path
 
 import torch
 
-from agentmerge.io import jsontext
-from agentmerge.io.shards import PlannedTensor, plan_shards
-from agentmerge.io.writer import ShardWriter
+from agentmerge.io.guards import jsontext
+from agentmerge.io.output.shards import PlannedTensor, plan_shards
+from agentmerge.io.output.writer import ShardWriter
 from agentmerge.methods.deltas import RNG_BLOCK, seeded_uniform
 
 

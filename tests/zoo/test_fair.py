@@ -8,10 +8,11 @@ from typing import Any
 
 import pytest
 
+from agentmerge.api import choose_scale
 from agentmerge_zoo.bench import SeedBench
 from agentmerge_zoo.benchplan import METHOD_RUNS, BenchPlan, MethodRun
 from agentmerge_zoo.config import ZooConfig
-from agentmerge_zoo.fair import choose_value, defaults_view, output_scale, tuned_view
+from agentmerge_zoo.fair import defaults_view, output_scale, tuned_view
 from agentmerge_zoo.regime_map import regime_map_lines
 from agentmerge_zoo.regime_report import main_tables, tuned_rows
 from agentmerge_zoo.results import aggregate
@@ -23,11 +24,11 @@ def _metrics(code: float, tool: float, memory: float, held: float = 0.9) -> dict
     return {m: values[m.split(".")[0]] for m in metric_columns()}
 
 
-def test_choose_value_takes_the_best_and_breaks_ties_towards_one() -> None:
-    assert choose_value({0.5: 0.2, 1.0: 0.3, 2.0: 0.4}) == 2.0
-    assert choose_value({0.5: 0.4, 1.0: 0.4, 2.0: 0.4}) == 1.0  # identical merges: keep the default
-    assert choose_value({0.5: 0.4, 1.5: 0.4, 3.0: 0.1}) == 0.5  # as near to 1: the smaller
-    assert choose_value({}) is None
+def test_the_bench_chooses_with_the_librarys_rule_best_then_nearest_one() -> None:
+    assert choose_scale({0.5: 0.2, 1.0: 0.3, 2.0: 0.4}) == 2.0
+    assert choose_scale({0.5: 0.4, 1.0: 0.4, 2.0: 0.4}) == 1.0  # identical merges: keep the default
+    assert choose_scale({0.5: 0.4, 1.5: 0.4, 3.0: 0.1}) == 0.5  # as near to 1: the smaller
+    assert choose_scale({}) is None
 
 
 def test_field_methods_are_planned_and_scales_come_from_the_registry() -> None:
@@ -39,7 +40,7 @@ def test_field_methods_are_planned_and_scales_come_from_the_registry() -> None:
 
 
 def _bench(tmp_path: Path, runs: tuple[MethodRun, ...]) -> SeedBench:
-    plan = BenchPlan(seeds=(0,), ta_lambdas=(0.5, 1.0, 2.0), methods=runs, fair=True)
+    plan = BenchPlan(seeds=(0,), scales=(0.5, 1.0, 2.0), methods=runs, fair=True)
     bench = SeedBench(ZooConfig(), plan, 0, {}, tmp_path, lambda _msg: None)
     bench.out = {"val": {}, "rows": {}, "skipped": {}}
     return bench
@@ -68,7 +69,9 @@ def test_fair_bench_tunes_every_output_scale_from_one_grid_and_keeps_defaults(tm
     scores = {"ta_lambda0.5": 0.1, "ta_lambda1": 0.2, "ta_lambda2": 0.3, "ties_tune0.5": 0.4, "ties_tune1": 0.3}
     scores |= {"ties_tune2": 0.1, "ram_tune0.5": 0.2, "ram_tune1": 0.2, "ram_tune2": 0.2}
     bench.read_val({n: _ok(v) for n, v in scores.items()})
-    assert bench.out["val"]["task_arithmetic"]["best_lambda"] == 2.0
+    assert (
+        bench.out["val"]["task_arithmetic"]["best"] == 2.0 and "best_lambda" not in bench.out["val"]["task_arithmetic"]
+    )
     assert bench.out["val"]["ties"] == {
         "param": "lambda",
         "best": 0.5,
@@ -89,7 +92,7 @@ def test_fair_bench_tunes_every_output_scale_from_one_grid_and_keeps_defaults(tm
 
 def test_without_the_fair_protocol_only_task_arithmetic_is_tuned(tmp_path: Path) -> None:
     bench = _bench(tmp_path, (MethodRun("task_arithmetic", "task_arithmetic"), MethodRun("ram", "ram")))
-    bench.plan = BenchPlan(seeds=(0,), ta_lambdas=(0.5, 1.0), methods=bench.plan.methods)
+    bench.plan = BenchPlan(seeds=(0,), scales=(0.5, 1.0), methods=bench.plan.methods)
     names = [e["name"] for e in bench.val_entries({"task_arithmetic", "ram"})]
     assert names == ["ta_lambda0.5", "ta_lambda1"]
     bench.read_val({"ta_lambda0.5": _ok(0.3), "ta_lambda1": _ok(0.2)})
@@ -164,3 +167,25 @@ def test_bench_methods_flag_rejects_unknown_labels_before_running(
     err = capsys.readouterr().err
     assert "no method labelled 'ram_pluss'" in err and "did you mean 'ram_plus'" in err
     assert not (tmp_path / "zoo").exists() and not (tmp_path / "w").exists()
+
+
+def test_results_written_before_the_scale_rename_still_read() -> None:
+    """The zoo's own keys say ``scale`` now (``task_arithmetic_scale``, ``ta_scale``, a seed's ``best``); results
+    files written before keep ``task_arithmetic_lambda``, ``ta_lambda`` and ``best_lambda``, and read the same."""
+    from agentmerge_zoo.fair import chosen_scale, read_key
+    from agentmerge_zoo.regime_report import _regime_notes, pairs_lines
+
+    assert chosen_scale({"best": 2.0, "best_lambda": 9.0}) == 2.0 and chosen_scale({"best_lambda": 1.5}) == 1.5
+    assert chosen_scale({}) is None and chosen_scale({"best": "x"}) is None
+    assert read_key({"ta_lambda": [1.0]}, "ta_scale") == [1.0] and read_key({}, "ta_scale", []) == []
+    assert read_key({"ta_scale": [2.0], "ta_lambda": [1.0]}, "ta_scale") == [2.0]
+    pair = {"domains": ["code"], "rows": {}, "diffs": {}}
+    new = {"pairs": {"code+tool": {**pair, "ta_scale": [0.5, 2.0]}}, "task_arithmetic_scale": [{"best": 1.5}, {}]}
+    old = {
+        "pairs": {"code+tool": {**pair, "ta_lambda": [0.5, 2.0]}},
+        "task_arithmetic_lambda": [{"best_lambda": 1.5}, {}],
+    }
+    for res in (new, old):
+        assert "**code+tool** (task arithmetic λ per seed: 0.5, 2)" in pairs_lines(res)
+        notes = _regime_notes({**res, "skipped": {}})
+        assert "- task_arithmetic λ chosen on validation, per seed: 1.5." in notes

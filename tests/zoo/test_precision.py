@@ -249,8 +249,8 @@ def test_verdict_needs_two_standard_errors() -> None:
 
 def test_zoo_fisher_files_are_accepted_by_the_engine(tmp_path: Path) -> None:
     """The zoo's Fisher files carry the mark the engine checks (an unmarked one, from an older zoo, is redone)."""
-    from agentmerge.io.checkpoint import Checkpoint
-    from agentmerge.io.validate import check_fisher_role
+    from agentmerge.io.formats.checkpoint import Checkpoint
+    from agentmerge.io.formats.roles import check_fisher_role
     from agentmerge_zoo.fisher import is_fisher_file, save_fisher
 
     out = save_fisher({"w": torch.ones(2, 3)}, tmp_path / "f.safetensors")

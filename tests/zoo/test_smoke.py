@@ -216,7 +216,7 @@ def test_bench_rerun_runs_no_trial_and_scores_nothing(zoo: Path, bench: Path, mo
     assert sorted((bench / "work" / "evals").rglob("*.json")) == evals
     again = json.loads((bench / "docs" / "results.json").read_text())
     for regime, results in again["regimes"].items():
-        keys = ("rows", "pairs", "dilution", "task_arithmetic_lambda", "ablation", "probe", "skipped", "convergence")
+        keys = ("rows", "pairs", "dilution", "task_arithmetic_scale", "ablation", "probe", "skipped", "convergence")
         for key in (*keys, "tuned_choice", "map_tuned", "pairs_tuned"):
             assert results[key] == first["regimes"][regime][key], (regime, key)
 

@@ -26,7 +26,7 @@ from typing import Any
 
 from agentmerge import __version__, plugins
 from agentmerge.cli.common import heavy_imports, parse_value
-from agentmerge.cli.converge import _converge_parser
+from agentmerge.cli.converging import _converge_parser
 from agentmerge.cli.evaluating import _eval_parser, _fisher_parser, _lm_eval_parser, _sweep_parser
 from agentmerge.cli.merging import (
     _convert_parser,
@@ -38,8 +38,8 @@ from agentmerge.cli.merging import (
 )
 from agentmerge.cli.moe_lora import register as register_moe_lora
 from agentmerge.errors import AgentMergeError
-from agentmerge.io.pathargs import check_paths
-from agentmerge.io.safety import Terminated, interrupted_message, terminate_as_exception
+from agentmerge.io.guards.pathargs import check_paths
+from agentmerge.io.guards.safety import Terminated, interrupted_message, terminate_as_exception
 
 __all__ = ["build_parser", "heavy_imports", "main", "parse_value"]
 
@@ -84,7 +84,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser = build_parser(argv)
     args = parser.parse_args(argv)
     try:
-        check_paths(args)  # no command writes over an input (io/pathargs.py)
+        check_paths(args)  # no command writes over an input (io/guards/pathargs.py)
         with terminate_as_exception():
             return int(args.func(args))
     except AgentMergeError as e:

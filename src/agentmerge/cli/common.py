@@ -1,4 +1,5 @@
-"""What the commands share: argument parsing helpers and importing torch without collector pauses."""
+"""What the commands share: argument parsing helpers (``--param``: ``agentmerge.paramtext``'s one grammar) and
+importing torch without collector pauses."""
 
 from __future__ import annotations
 
@@ -8,7 +9,9 @@ import gc
 from collections.abc import Iterator, Sequence
 
 from agentmerge.errors import ConfigError
-from agentmerge.methods.spec import ParamValue
+from agentmerge.paramtext import Value, parse_assignments, parse_value
+
+__all__ = ["check_fisher_args", "check_threads", "heavy_imports", "parse_params", "parse_value", "parse_weights"]
 
 
 @contextlib.contextmanager
@@ -31,19 +34,6 @@ def heavy_imports() -> Iterator[None]:
             gc.enable()
 
 
-def parse_value(text: str) -> ParamValue:
-    """``"0.1"`` -> 0.1, ``"3"`` -> 3, ``"true"`` -> True, anything else stays a string."""
-    lowered = text.strip().lower()
-    if lowered in ("true", "false"):
-        return lowered == "true"
-    for kind in (int, float):
-        try:
-            return kind(text)
-        except ValueError:
-            pass
-    return text
-
-
 def check_threads(threads: int | None) -> None:
     """``--threads`` is absent or at least 1 (checked before anything runs)."""
     if threads is not None and threads < 1:
@@ -64,18 +54,13 @@ def parse_weights(text: str) -> list[float]:
 
 
 def check_fisher_args(args: argparse.Namespace) -> None:
-    """fisher's counts must be positive (its output folder is checked against its inputs by ``io.pathargs``)."""
+    """fisher's counts must be positive (its output folder is checked against its inputs by ``io.guards.pathargs``)."""
     if args.samples is not None and args.samples < 1:
         raise ConfigError(f"--samples must be at least 1 (got {args.samples})")
     if args.max_tokens < 1:
         raise ConfigError(f"--max-tokens must be at least 1 (got {args.max_tokens}); 0 tokens give an all-zero Fisher")
 
 
-def parse_params(items: Sequence[str]) -> dict[str, ParamValue]:
-    out = {}
-    for item in items:
-        key, sep, value = item.partition("=")
-        if not sep or not key.strip():
-            raise ConfigError(f"--param {item!r}: write NAME=VALUE, e.g. --param r=0.1")
-        out[key.strip()] = parse_value(value)
-    return out
+def parse_params(items: Sequence[str]) -> dict[str, Value]:
+    """``--param NAME=VALUE`` items, each value read by the one grammar of ``agentmerge.paramtext``."""
+    return parse_assignments(items, "--param")

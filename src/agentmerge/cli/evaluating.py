@@ -9,9 +9,9 @@ from typing import Any
 
 from agentmerge.cli.common import check_fisher_args, heavy_imports
 from agentmerge.errors import ConfigError
-from agentmerge.io import jsontext
-from agentmerge.io.pathargs import check_paths, input_arg, output_arg
-from agentmerge.io.safety import (
+from agentmerge.io.guards import jsontext
+from agentmerge.io.guards.pathargs import check_paths, input_arg, output_arg
+from agentmerge.io.guards.safety import (
     write_report,
 )
 
@@ -204,7 +204,7 @@ def cmd_eval(args: argparse.Namespace) -> int:
     with heavy_imports():
         import torch  # noqa: F401  (loaded here, without collector pauses)
 
-        from agentmerge.evaluation.report import eval_markdown
+        from agentmerge.evaluation.eval_report import eval_markdown
     run = evaluator.run(args.checkpoints)
     text = eval_markdown(run)
     if args.json_out == "-":
@@ -272,10 +272,10 @@ def _sweep_flags(p: Any, out_help: str) -> None:
 
 
 def cmd_sweep(args: argparse.Namespace) -> int:
-    from agentmerge.sweep.report import extrapolation_note
     from agentmerge.sweep.run import run_sweep
     from agentmerge.sweep.search_report import search_lines
-    from agentmerge.sweep.spec import load_sweep
+    from agentmerge.sweep.sweep_report import extrapolation_note
+    from agentmerge.sweep.sweepfile import load_sweep
 
     if args.max_concurrent is not None and args.max_concurrent < 1:
         raise ConfigError(f"--max-concurrent must be at least 1 (got {args.max_concurrent})")

@@ -10,17 +10,15 @@ from typing import Any
 
 from agentmerge.cli.common import check_threads, heavy_imports, parse_params, parse_weights
 from agentmerge.errors import CheckpointError, ConfigError
-from agentmerge.io import jsontext
-from agentmerge.io.digests import HASH_MODES
-from agentmerge.io.pathargs import check_paths, input_arg, output_arg
-from agentmerge.io.safety import (
+from agentmerge.io.cache.digests import HASH_MODES
+from agentmerge.io.guards import jsontext
+from agentmerge.io.guards.pathargs import check_paths, input_arg, output_arg
+from agentmerge.io.guards.safety import (
     check_report_path,
     write_report,
     write_report_with,
 )
-from agentmerge.methods.params import POST_STEP_PARAMS, Param
-from agentmerge.methods.registry import METHODS
-from agentmerge.methods.spec import EPSILON_DEFAULT, ParamValue, check_mask
+from agentmerge.methods import METHODS, POST_STEP_PARAMS, Param, ParamValue, RamPlusParams
 
 # --------------------------------------------------------------------------- merge
 
@@ -131,11 +129,11 @@ def _read_config_file(path: str) -> dict[str, Any]:
 
 def cmd_merge(args: argparse.Namespace) -> int:
     from agentmerge.config.schema import config_from_dict, input_refs
-    from agentmerge.io.localpath import missing_local_inputs
+    from agentmerge.io.formats.localpath import missing_local_inputs
 
     data, out = merge_config_data(args)
     if args.gguf is not None:
-        from agentmerge.io.gguf_write import check_out_type
+        from agentmerge.io.output.gguf_write import check_out_type
 
         check_out_type(args.gguf, "--gguf")
     cfg = config_from_dict(data, args.config or "flags")
@@ -143,8 +141,8 @@ def cmd_merge(args: argparse.Namespace) -> int:
     if missing:  # before the engine (torch) is imported
         raise CheckpointError("; ".join(missing))
     with heavy_imports():
-        from agentmerge.engine.dryrun import plan_merge
         from agentmerge.engine.merge import merge
+        from agentmerge.engine.merge_dryrun import plan_merge
 
         if cfg.spec.compiled_at is not None:
             cfg.spec.compiled_at.get()  # its compiled kernels (numba), loaded with the collector paused too
@@ -161,7 +159,7 @@ def cmd_merge(args: argparse.Namespace) -> int:
         print(jsontext.dumps(result.to_dict(), indent=2))
     elif not args.quiet:
         from agentmerge.engine.provenance import input_warnings
-        from agentmerge.engine.report import merge_summary
+        from agentmerge.engine.render import merge_summary
 
         record = json.loads((result.out_dir / "merge.json").read_text())
         print(merge_summary(cfg, result, input_warnings(cfg, record)), file=sys.stderr)
@@ -171,26 +169,39 @@ def cmd_merge(args: argparse.Namespace) -> int:
 # --------------------------------------------------------------------------- probe
 
 
+PROBE_FLAGS: dict[str, tuple[type, str]] = {  # the probe's --NAME flags: ram_plus parameters, their type and help
+    "epsilon": (float, "update threshold"),
+    "mask_dtype": (str, "grid of the update test: none, base, float32, bfloat16, float16"),
+    "mask_ulps": (int, "grid rule: an update moves theta_0 by >= k ulps"),
+    "epsilon_rule": (str, "fixed (--epsilon), percentile or valley, per agent and tensor"),
+    "epsilon_q": (float, "percentile rule: percent counted as no update"),
+    "r": (float, "RAM+ r for the reported lambda"),
+    "alpha": (float, "RAM+ alpha for the reported lambda"),
+}
+PROBE_PARAMS = (*PROBE_FLAGS, "form", "rescale_factor")  # what the probe reads of ram_plus's record
+
+
+def _ram_default(name: str) -> ParamValue:
+    """ram_plus's default of parameter ``name`` (the probe's help quotes the record, never a copy)."""
+    param = METHODS["ram_plus"].param(name)
+    assert param is not None, name
+    return param.default
+
+
 def _probe_parser(sub: Any) -> None:
     p = sub.add_parser("probe", help="density and overlap of task vectors")
     input_arg(p, "models", nargs="+", help="fine-tuned model folders")
     input_arg(p, "--base", required=True, help="base model folder")
-    p.add_argument(
-        "--epsilon", type=float, default=EPSILON_DEFAULT, help=f"update threshold (default {EPSILON_DEFAULT:g})"
-    )
-    p.add_argument(
-        "--mask-dtype", default="none", help="grid of the update test: none, base, float32, bfloat16, float16"
-    )
-    p.add_argument(
-        "--mask-ulps", type=int, default=1, help="grid rule: an update moves theta_0 by >= k ulps (default 1)"
-    )
-    p.add_argument(
-        "--epsilon-rule", default="fixed", help="fixed (--epsilon), percentile or valley, per agent and tensor"
-    )
-    p.add_argument("--epsilon-q", type=float, default=50.0, help="percentile rule: percent counted as no update")
+    for name, (kind, text) in PROBE_FLAGS.items():  # ram_plus's parameters; defaults: its record's
+        p.add_argument(f"--{name.replace('_', '-')}", type=kind, help=f"{text} (default {_ram_default(name)})")
     p.add_argument("--seed", type=int, default=0, help="valley rule: seed of the subsample of large tensors")
-    p.add_argument("--r", type=float, default=0.1, help="RAM+ r for the reported lambda (default 0.1)")
-    p.add_argument("--alpha", type=float, default=2.0, help="RAM+ alpha for the reported lambda (default 2)")
+    p.add_argument(
+        "--param",
+        action="append",
+        default=[],
+        metavar="NAME=VALUE",
+        help=f"a ram_plus parameter the probe reads ({', '.join(PROBE_PARAMS)}), e.g. form=authors (repeat)",
+    )
     input_arg(
         p,
         "--merged",
@@ -210,29 +221,22 @@ def _probe_parser(sub: Any) -> None:
 def cmd_probe(args: argparse.Namespace) -> int:
     with heavy_imports():
         from agentmerge.engine.probe import probe
-        from agentmerge.engine.report import agents_table, plot_probe, probe_markdown, probe_rule_text, retention_table
+        from agentmerge.engine.render import agents_table, plot_probe, probe_markdown, probe_rule_text, retention_table
         from agentmerge.engine.retention import retention
 
-    mask = check_probe_args(args)
+    ram = check_probe_args(args)
     result = probe(
-        args.base,
-        args.models,
-        epsilon=args.epsilon,
-        r=args.r,
-        alpha=args.alpha,
-        threads=args.threads,
-        quiet=args.quiet,
-        mask=mask,
+        args.base, args.models, epsilon=ram.epsilon, ram=ram, threads=args.threads, quiet=args.quiet, mask=ram,
         seed=args.seed,
-    )
+    )  # fmt: skip
     labels = [a.name for a in result.agents]
     kept = (
         retention(
             args.base,
             args.models,
             args.merged,
-            epsilon=args.epsilon,
-            mask=mask,
+            epsilon=ram.epsilon,
+            mask=ram,
             labels=labels,
             threads=args.threads,
             quiet=args.quiet,
@@ -258,29 +262,48 @@ def cmd_probe(args: argparse.Namespace) -> int:
     return 0
 
 
-def check_probe_args(args: argparse.Namespace) -> dict[str, ParamValue]:
-    """probe's parameters are checked as merge checks them (ram_plus's ranges), and no report lands in an input.
+def _probe_given(args: argparse.Namespace) -> dict[str, tuple[object, str]]:
+    """The ram_plus parameters the probe's flags and ``--param`` items give: ``{name: (value, the flag)}``."""
+    given: dict[str, tuple[object, str]] = {
+        name: (getattr(args, name), f"--{name.replace('_', '-')}")
+        for name in PROBE_FLAGS
+        if getattr(args, name) is not None
+    }
+    for name, item in parse_params(args.param).items():
+        if name not in PROBE_PARAMS:
+            raise ConfigError(
+                f"--param {name}: the probe reads only these ram_plus parameters: {', '.join(PROBE_PARAMS)}"
+            )
+        given[name] = (item, f"--param {name}")
+    return given
 
-    Returns the mask parameters, checked.
+
+def check_probe_args(args: argparse.Namespace) -> RamPlusParams:
+    """probe's parameters, checked as merge checks them, as ram_plus's record (its defaults for the ones not given);
+    and no report lands in an input.
+
+    Flags (``--r 0.2``) and ``--param NAME=VALUE`` (``form=authors``) both set them; an error names the flag.
     """
+    from agentmerge.config.param_table import resolve_record
+
     spec = METHODS["ram_plus"]
-    mask: dict[str, ParamValue] = {}
-    for name in ("epsilon", "mask_dtype", "mask_ulps", "epsilon_rule", "epsilon_q", "r", "alpha"):
+    checked: dict[str, ParamValue] = {}
+    for name, (value, flag) in _probe_given(args).items():
         param = spec.param(name)
-        assert param is not None
+        assert param is not None, name
         try:
-            mask[name] = param.check(getattr(args, name), "probe")
+            checked[name] = param.check(value, "probe")
         except ValueError as e:
-            raise ConfigError(f"--{name.replace('_', '-')}: {e}") from None
+            raise ConfigError(f"{flag}: {e}") from None
     try:
-        check_mask(mask)
+        record = RamPlusParams.of(resolve_record(spec, checked, len(args.models)))
     except ValueError as e:
         raise ConfigError(f"probe: {e}") from None
     check_threads(args.threads)
     for flag, path in (("--json", args.json_out), ("--markdown", args.markdown), ("--plot", args.plot)):
         if path:
             check_report_path(Path(path), flag)
-    return {k: mask[k] for k in ("mask_dtype", "mask_ulps", "epsilon_rule", "epsilon_q")}
+    return record
 
 
 # --------------------------------------------------------------------------- methods
@@ -383,7 +406,7 @@ def _convert_weights_parser(sub: Any) -> None:
 
 
 def cmd_convert_weights(args: argparse.Namespace) -> int:
-    from agentmerge.io.units import parse_size
+    from agentmerge.io.guards.units import parse_size
 
     try:
         parse_size(args.max_shard_size)
@@ -408,14 +431,14 @@ def _export_gguf_parser(sub: Any) -> None:
 
 
 def cmd_export_gguf(args: argparse.Namespace) -> int:
-    from agentmerge.io.gguf_write import check_out_type
+    from agentmerge.io.output.gguf_write import check_out_type
 
     qtype = check_out_type(args.type)
     out = Path(args.output).expanduser()
     check_report_path(out, "-o")
     with heavy_imports():
-        from agentmerge.io.gguf_write import export_with
-        from agentmerge.io.trainer import open_weights
+        from agentmerge.io.formats.open import open_weights
+        from agentmerge.io.output.gguf_write import export_with
 
     tok = Path(args.tokenizer_gguf).expanduser() if args.tokenizer_gguf else None
     if tok is not None and not tok.is_file():

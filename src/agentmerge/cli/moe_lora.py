@@ -14,10 +14,11 @@ import sys
 from pathlib import Path
 from typing import Any
 
+from agentmerge.cli.common import parse_params
 from agentmerge.errors import CheckpointError, ConfigError
-from agentmerge.io import jsontext
-from agentmerge.io.pathargs import input_arg, output_arg
-from agentmerge.io.safety import check_report_path, write_report
+from agentmerge.io.guards import jsontext
+from agentmerge.io.guards.pathargs import input_arg, output_arg
+from agentmerge.io.guards.safety import check_report_path, write_report
 
 
 def register(sub: Any) -> None:
@@ -74,7 +75,7 @@ def moe_data(args: argparse.Namespace) -> tuple[dict[str, Any], str]:
     """The moe config dict (file, then flags on top) and where it came from."""
     source = args.source
     is_file = source.endswith((".yaml", ".yml")) or Path(source).is_file()
-    from agentmerge.engine.moe.spec import merge_section, read_moe_file
+    from agentmerge.engine.moe.moe_config import merge_section, read_moe_file
 
     if is_file:
         data = read_moe_file(source)
@@ -96,31 +97,15 @@ def moe_data(args: argparse.Namespace) -> tuple[dict[str, Any], str]:
     if args.method:
         merge["method"] = args.method
     if args.param:
-        merge["params"] = {**(merge.get("params") or {}), **_params(args.param)}
+        merge["params"] = {**(merge.get("params") or {}), **parse_params(args.param)}
     if merge:
         data["merge"] = merge
     return data, source if is_file else "moe"
 
 
-def _params(items: list[str]) -> dict[str, Any]:
-    """``NAME=VALUE`` pairs, each value read as YAML (``0.1`` a number, ``true`` a bool, ``ties`` a string)."""
-    import yaml
-
-    out = {}
-    for item in items:
-        key, sep, value = item.partition("=")
-        if not sep or not key.strip():
-            raise ConfigError(f"--param {item!r}: write NAME=VALUE, e.g. --param r=0.1")
-        try:
-            out[key.strip()] = yaml.safe_load(value)
-        except yaml.YAMLError:
-            out[key.strip()] = value
-    return out
-
-
 def cmd_moe(args: argparse.Namespace) -> int:
-    from agentmerge.engine.moe.spec import moe_config_from_dict
-    from agentmerge.io.localpath import missing_local_inputs
+    from agentmerge.engine.moe.moe_config import moe_config_from_dict
+    from agentmerge.io.formats.localpath import missing_local_inputs
 
     data, source = moe_data(args)
     cfg = moe_config_from_dict(data, source)
@@ -128,7 +113,7 @@ def cmd_moe(args: argparse.Namespace) -> int:
     if missing:  # before torch is imported
         raise CheckpointError("; ".join(missing))
     if args.dry_run:
-        from agentmerge.engine.moe.dryrun import dry_run_text, plan_moe
+        from agentmerge.engine.moe.moe_dryrun import dry_run_text, plan_moe
 
         plan = plan_moe(cfg, args.output, force=args.force)
         print(jsontext.dumps(plan, indent=2) if args.json else dry_run_text(plan))

@@ -26,12 +26,11 @@ from typing import Any
 
 from agentmerge.config.mergekit import Converted
 from agentmerge.config.mergekit_names import MERGEKIT, MethodMap, Scalar
-from agentmerge.config.schema import MergeConfig, ModelSpec, resolve_params
+from agentmerge.config.schema import MergeConfig, ModelSpec
 from agentmerge.errors import ConfigError
-from agentmerge.io.localpath import is_adapter
-from agentmerge.io.units import FLOAT_DTYPE_NAMES
-from agentmerge.methods.params import POST_STEP_NAMES
-from agentmerge.methods.registry import METHODS
+from agentmerge.io.formats.localpath import is_adapter
+from agentmerge.io.guards.units import FLOAT_DTYPE_NAMES
+from agentmerge.methods import METHODS, POST_STEP_NAMES
 
 MERGEKIT_DTYPES = ("bfloat16", "float16", "float32")
 _GLOB = set("*?[]")
@@ -85,7 +84,7 @@ def mergekit_method(method: str, source: str) -> tuple[str, MethodMap]:
 
 def _places(cfg: MergeConfig) -> Iterator[tuple[str, Mapping[str, Any]]]:
     """Every set of parameter values the config holds: the resolved ones, each override's, each model's."""
-    yield "params", resolve_params(cfg.spec, cfg.params, len(cfg.models))
+    yield "params", cfg.shared_params
     for i, o in enumerate(cfg.overrides):
         yield f"overrides[{i}].params", o.params
     for i, m in enumerate(cfg.models):
@@ -150,7 +149,7 @@ def _exported_keys(cfg: MergeConfig, mmap: MethodMap) -> list[str]:
 
 def _top_parameters(cfg: MergeConfig, per_model: list[str], mmap: MethodMap) -> dict[str, Any]:
     """Every parameter at its resolved value; one the overrides set, as mergekit's filtered list."""
-    shared = resolve_params(cfg.spec, cfg.params, len(cfg.models))
+    shared = cfg.shared_params  # resolved once, when the config was validated
     out: dict[str, Any] = {}
     for key in _exported_keys(cfg, mmap):
         if key in per_model and all(key in m.params for m in cfg.models):
@@ -180,7 +179,7 @@ def _model_entry(
     params: dict[str, Any] = {}
     if cfg.spec.uses_weights and (m.weight != 1.0 or mmap.weights_required):
         params["weight"] = m.weight
-    shared = resolve_params(cfg.spec, cfg.params, len(cfg.models))
+    shared = cfg.shared_params
     for key in per_model:
         name, value = _theirs(key, m.params.get(key, shared[key]), mmap)
         params[name] = value

@@ -12,7 +12,7 @@ from pathlib import Path
 from typing import Any
 
 from agentmerge.errors import ConfigError
-from agentmerge.io.hubref import split_revision
+from agentmerge.io.formats.hubref import split_revision
 
 
 def param_mapping(value: object, where: str) -> dict[str, Any]:

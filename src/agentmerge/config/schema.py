@@ -20,7 +20,9 @@ exclude: ["*norm*"]      # excluded tensors are copied from the base unchanged
 seed: 0
 ```
 
-Unknown keys, methods and parameters are refused with the closest valid name suggested.
+Unknown keys, methods and parameters are refused with the closest valid name suggested. Once validated, the
+config holds each tensor group's typed parameter record (``param_table.ParamTable``): ``tensor_params``,
+``model_params`` and ``shared_params`` hand out records, never dicts to resolve again.
 """
 
 from __future__ import annotations
@@ -32,18 +34,17 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+from pydantic import BaseModel, ConfigDict, Field, PrivateAttr, ValidationError, field_validator, model_validator
 
 from agentmerge.config.limits import PatternSet
 from agentmerge.config.mergekit import from_mergekit, is_mergekit
+from agentmerge.config.param_table import ParamTable
 from agentmerge.config.userinput import did_you_mean, read_yaml
 from agentmerge.errors import ConfigError
-from agentmerge.io.units import FLOAT_DTYPE_NAMES, check_dtype_name, parse_size
+from agentmerge.io.guards.units import FLOAT_DTYPE_NAMES, check_dtype_name, parse_size
+from agentmerge.methods import METHODS, Method, MethodParams, ParamValue
 from agentmerge.methods.lines import lines_on
-from agentmerge.methods.method import Method
 from agentmerge.methods.poststeps import check_base
-from agentmerge.methods.registry import METHODS
-from agentmerge.methods.spec import ParamValue
 
 MAX_WEIGHT = 1e6  # |weight| above this is a typo or an attack, not a merge
 NEAR_ZERO_SUM = 1e-6  # |sum of weights| below this fraction of sum |weights| is refused
@@ -86,11 +87,15 @@ class ModelSpec(_Frozen):
 
 
 def join_lists(params: Any) -> Any:
-    """A parameter given as a YAML list of strings (``groups``) -> one whitespace-separated string."""
+    """A parameter given as a list of strings (YAML, or ``--param groups=[a, b]``) -> one whitespace-separated
+    string; a list of anything else is refused by name (a parameter takes one value)."""
     if not isinstance(params, Mapping):
         return params
-    texts = {k: v for k, v in params.items() if isinstance(v, list) and all(isinstance(x, str) for x in v)}
-    return {**params, **{k: " ".join(v) for k, v in texts.items()}}
+    lists = {k: v for k, v in params.items() if isinstance(v, list)}
+    for k, v in lists.items():
+        if not all(isinstance(x, str) for x in v):
+            raise ValueError(f"{k}: give one value, not a list ({v!r}); only text parameters such as groups take one")
+    return {**params, **{k: " ".join(v) for k, v in lists.items()}}
 
 
 class Override(_Frozen):
@@ -124,6 +129,7 @@ class MergeConfig(_Frozen):
     threads: int | None = Field(default=None, ge=1)
     max_memory: str | int = "1GB"
     chunk_size: int | None = Field(default=None, ge=1)  # elements per chunk; derived from max_memory if unset
+    _table: ParamTable = PrivateAttr()  # the typed records of params, overrides and models (set when validated)
 
     _lists = field_validator("params", mode="before")(classmethod(lambda cls, v: join_lists(v)))
 
@@ -178,16 +184,15 @@ class MergeConfig(_Frozen):
                 f"(0..{n - 1}); give base, an index, or a model folder (./{self.tokenizer_source} for a folder of "
                 "that name)"
             )
-        resolve_params(m, self.params, n)
         for i, o in enumerate(self.overrides):
-            resolve_params(m, {**self.params, **o.params}, n)
             if o.weights is not None:
                 if len(o.weights) != n:
                     raise ValueError(f"overrides[{i}].weights: give one weight per model ({n}), got {len(o.weights)}")
                 self._check_weights(m, o.weights, f"overrides[{i}].weights")
         for i, spec in enumerate(self.models):
             _check_model_spec(m, spec, i)
-            resolve_params(m, {**self.params, **spec.params}, n)
+        overrides = [(o.pattern, o.params) for o in self.overrides]
+        self._table = ParamTable.build(m, self.params, overrides, [spec.params for spec in self.models])
         if self.base is None and any(lines_on(p) for p in [self.params, *(o.params for o in self.overrides)]):
             raise ValueError(
                 f"LiNeS (lines_beta / lines_shallow) scales {m.name!r}'s merged task vector against a base model; "
@@ -195,6 +200,12 @@ class MergeConfig(_Frozen):
             )
         check_base(m.name, [self.params, *(o.params for o in self.overrides)], self.base is not None)
         return self
+
+    def model_copy(self, *, update: Mapping[str, Any] | None = None, deep: bool = False) -> MergeConfig:
+        """A copy; with ``update``, validated again (its parameter records are resolved from the new values)."""
+        if not update:
+            return super().model_copy(deep=deep)
+        return type(self).model_validate({**self.model_dump(), **update})
 
     def _check_weights(self, m: Method, weights: list[float], what: str) -> None:
         if not m.uses_weights and any(w != 1.0 for w in weights):
@@ -230,13 +241,15 @@ class MergeConfig(_Frozen):
     def memory_bytes(self) -> int:
         return parse_size(self.max_memory)
 
-    def tensor_params(self, tensor: str) -> dict[str, ParamValue]:
-        """Method parameters for ``tensor``: defaults, then ``params``, then matching overrides in order."""
-        merged = dict(self.params)
-        for o in self.overrides:
-            if fnmatch.fnmatchcase(tensor, o.pattern):
-                merged.update(o.params)
-        return resolve_params(self.spec, merged, len(self.models))
+    @property
+    def shared_params(self) -> MethodParams:
+        """The merge's own parameters: the method's record of defaults and ``params`` (no override's, even ``*``)."""
+        return self._table.shared
+
+    def tensor_params(self, tensor: str) -> MethodParams:
+        """The record of ``tensor``: defaults, then ``params``, then matching overrides in order (resolved once per
+        group of overrides, ``ParamTable``)."""
+        return self._table.tensor(tensor)
 
     def tensor_weights(self, tensor: str) -> tuple[float, ...] | None:
         """The model weights of ``tensor``: the last matching override's ``weights``; None: the models' own."""
@@ -246,12 +259,9 @@ class MergeConfig(_Frozen):
                 found = tuple(o.weights)
         return found
 
-    def model_params(self, tensor: str) -> tuple[dict[str, ParamValue], ...]:
-        """Per-model parameters for ``tensor``: its params, then the model's own on top; () when no model sets any."""
-        if not any(m.params for m in self.models):
-            return ()
-        shared = self.tensor_params(tensor)
-        return tuple(resolve_params(self.spec, {**shared, **m.params}, len(self.models)) for m in self.models)
+    def model_params(self, tensor: str) -> tuple[MethodParams, ...]:
+        """Per-model records for ``tensor``: its params, then the model's own on top; () when no model sets any."""
+        return self._table.tensor_models(tensor)
 
     def selected(self, tensor: str) -> bool:
         """Whether ``tensor`` is merged (True) or copied from the base (False) by include/exclude."""
@@ -293,22 +303,6 @@ def agent_index(tokenizer_source: str | None) -> int | None:
     """The agent's index a ``tokenizer_source`` of 1 to 6 ASCII digits gives (``"1"``: the second model), else None."""
     src = tokenizer_source
     return int(src) if src is not None and 0 < len(src) <= 6 and src.isascii() and src.isdigit() else None
-
-
-def resolve_params(method: Method, given: Mapping[str, Any], n_models: int) -> dict[str, ParamValue]:
-    """Defaults overlaid with ``given``, each checked; unknown names get a suggestion."""
-    names = tuple(p.name for p in method.params)
-    out = method.defaults()
-    for key, value in method.canonical(given).items():  # an alias (``lambda``) under its parameter's name
-        p = method.param(key)
-        if p is None:
-            known = ", ".join(names) or "none"
-            raise ValueError(
-                f"method {method.name!r} has no parameter {key!r}{did_you_mean(key, method.names())}; it takes: {known}"
-            )
-        out[key] = p.check(value, method.name)
-    method.check_params(out, n_models)  # the record's cross-parameter checks
-    return out
 
 
 def _check_model_spec(method: Method, spec: ModelSpec, index: int) -> None:

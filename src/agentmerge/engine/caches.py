@@ -7,7 +7,7 @@ from pathlib import Path
 
 import torch
 
-from agentmerge.io.cache import InputSetStore
+from agentmerge.io.cache.store import InputSetStore
 from agentmerge.methods.masks import Levels, levels_from_json, levels_key, levels_to_json
 from agentmerge.methods.spec import MaskRule
 

@@ -1,6 +1,6 @@
 """``agentmerge convert SRC DST``: any readable input written as a plain Hugging Face safetensors folder.
 
-SRC is anything the merge reads (``trainer.open_weights``): a verl actor folder, a torch distributed
+SRC is anything the merge reads (``io.formats.open.open_model``): a verl actor folder, a torch distributed
 checkpoint, a safetensors or ``pytorch_model.bin`` folder, or ``MODEL+ADAPTER`` (a LoRA adapter applied to
 its model). Tensors are copied chunk by chunk (``CHUNK`` elements), cast once to ``dtype`` (floating tensors
 only; ``keep`` writes the stored dtype), into shards planned up front by ``shards.plan_shards``, inside a
@@ -16,17 +16,17 @@ from pathlib import Path
 import torch
 
 from agentmerge.engine.coverage import check_written
-from agentmerge.engine.inputs import open_model
 from agentmerge.errors import CheckpointError
-from agentmerge.io.atomic import atomic_output_dir
-from agentmerge.io.checkpoint import Readable
-from agentmerge.io.lora import LoraModel, split_model_plus_adapter
-from agentmerge.io.safety import check_output_target
-from agentmerge.io.shards import PlannedTensor, plan_shards
-from agentmerge.io.tensorfile import dtype_from_name
-from agentmerge.io.units import TOKENIZER_FILES, parse_size
-from agentmerge.io.validate import check_finite
-from agentmerge.io.writer import ShardWriter, finish_model_files
+from agentmerge.io.formats.checkpoint import Readable
+from agentmerge.io.formats.lora import LoraModel, split_model_plus_adapter
+from agentmerge.io.formats.open import open_model
+from agentmerge.io.formats.tensorfile import dtype_from_name
+from agentmerge.io.guards.finite import check_finite
+from agentmerge.io.guards.safety import check_output_target
+from agentmerge.io.guards.units import TOKENIZER_FILES, parse_size
+from agentmerge.io.output.atomic import atomic_output_dir
+from agentmerge.io.output.shards import PlannedTensor, plan_shards
+from agentmerge.io.output.writer import ShardWriter, finish_model_files
 
 CHUNK = 1 << 20
 DTYPES = {"keep": None, "bf16": torch.bfloat16, "fp16": torch.float16, "fp32": torch.float32}

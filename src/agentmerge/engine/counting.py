@@ -17,8 +17,8 @@ from tqdm import tqdm
 
 from agentmerge.engine.caches import LevelsCache, OverlapCache
 from agentmerge.engine.inputs import Inputs, Scratch
+from agentmerge.engine.merge_plan import MergePlan, TensorJob
 from agentmerge.engine.parallel import fold_parallel, run_parallel
-from agentmerge.engine.plan import MergePlan, TensorJob
 from agentmerge.methods.deltas import histogram_from_patterns, overlap_histogram, task_vectors
 from agentmerge.methods.fused.jit import available
 from agentmerge.methods.fused.kernels import counts

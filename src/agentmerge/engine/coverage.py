@@ -18,8 +18,8 @@ from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
 
 from agentmerge.errors import MergeError
-from agentmerge.io.checkpoint import Checkpoint, Readable
-from agentmerge.io.shards import PlannedTensor
+from agentmerge.io.formats.checkpoint import Checkpoint, Readable
+from agentmerge.io.output.shards import PlannedTensor
 
 
 def check_planned(inputs: Sequence[Readable], planned: Iterable[str], what: str = "merge") -> None:

@@ -29,13 +29,12 @@ from typing import Any
 import torch
 
 from agentmerge._version import __version__
-from agentmerge.engine.inputs import check_compatible, open_model
+from agentmerge.engine.inputs import check_compatible
 from agentmerge.engine.provenance import input_ref
 from agentmerge.errors import CheckpointError, ConfigError, MergeError
-from agentmerge.io import jsontext
-from agentmerge.io.atomic import atomic_output_dir
-from agentmerge.io.checkpoint import Readable
-from agentmerge.io.peft_layout import (
+from agentmerge.io.formats.checkpoint import Readable
+from agentmerge.io.formats.open import open_model
+from agentmerge.io.formats.peft_layout import (
     ADAPTER_FILE,
     PREFIX,
     Layout,
@@ -46,11 +45,13 @@ from agentmerge.io.peft_layout import (
     model_layout,
     write_adapter_config,
 )
-from agentmerge.io.safety import check_output_target
-from agentmerge.io.shards import PlannedTensor, plan_shards
-from agentmerge.io.tensorfile import dtype_from_name
-from agentmerge.io.validate import check_finite, check_output_chunk
-from agentmerge.io.writer import ShardWriter
+from agentmerge.io.formats.tensorfile import dtype_from_name
+from agentmerge.io.guards import jsontext
+from agentmerge.io.guards.finite import check_finite, check_output_chunk
+from agentmerge.io.guards.safety import check_output_target
+from agentmerge.io.output.atomic import atomic_output_dir
+from agentmerge.io.output.shards import PlannedTensor, plan_shards
+from agentmerge.io.output.writer import ShardWriter
 from agentmerge.methods.lowrank import factorize, relative_error
 
 CHUNK = 1 << 20

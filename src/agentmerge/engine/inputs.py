@@ -1,7 +1,7 @@
 """The opened inputs of a merge: the base (or reference) and the models, checked to be mergeable, read chunk by chunk.
 
-``Inputs`` opens every input through one format switch (``open_model``: safetensors folders and Hub ids,
-verl / DCP trainer checkpoints, LoRA adapters and mergekit's ``MODEL+ADAPTER``), checks them against the
+``Inputs`` opens every input through one format switch (``io.formats.open.open_model``: safetensors folders and
+Hub ids, verl / DCP trainer checkpoints, GGUF, LoRA adapters and mergekit's ``MODEL+ADAPTER``), checks them against the
 reference (``check_compatible``) and reads any element range of any tensor from all of them: float32 and
 checked finite (``read``), or as stored into reused per-thread buffers (``read_stored``, ``Scratch``).
 """
@@ -10,20 +10,18 @@ from __future__ import annotations
 
 import threading
 from collections.abc import Collection, Mapping, Sequence
-from pathlib import Path
 
 import torch
 
 from agentmerge.config.schema import MergeConfig
-from agentmerge.errors import CheckpointError, MergeError
-from agentmerge.io.checkpoint import Checkpoint, Readable
-from agentmerge.io.headers import read_json_object
-from agentmerge.io.localpath import is_adapter
-from agentmerge.io.lora import LoraModel, split_model_plus_adapter
-from agentmerge.io.tensorfile import TensorInfo
-from agentmerge.io.trainer import open_weights
-from agentmerge.io.validate import all_finite, check_derived_values, check_finite, check_fisher_role
-from agentmerge.io.vocab import VocabPlan, plan_vocab
+from agentmerge.errors import MergeError
+from agentmerge.io.formats.checkpoint import Checkpoint, Readable
+from agentmerge.io.formats.open import open_model, open_weights
+from agentmerge.io.formats.roles import check_fisher_role
+from agentmerge.io.formats.tensorfile import TensorInfo
+from agentmerge.io.formats.vocab import VocabPlan, plan_vocab
+from agentmerge.io.guards.finite import all_finite, check_derived_values, check_finite
+from agentmerge.io.guards.strict_json import read_json_object
 
 
 class Inputs:
@@ -156,30 +154,6 @@ class Scratch(threading.local):
         if buf is None or buf.numel() < nbytes:
             self.buffers[key] = buf = torch.empty(max(nbytes, 1), dtype=torch.uint8)
         return buf[:nbytes].view(dtype)
-
-
-def open_model(ref: str, base: Readable | None) -> Readable:
-    """A model folder or hub id, a trainer checkpoint (verl, DCP: ``trainer.open_weights``); a LoRA adapter folder
-    (on ``base``); or mergekit's ``MODEL+ADAPTER``."""
-    pair = split_model_plus_adapter(ref)
-    if pair is not None:
-        host = open_weights(pair[0])
-        try:
-            return LoraModel(pair[1], host, owns_host=True)
-        except BaseException:
-            host.close()
-            raise
-    if "+" in ref and not Path(ref).expanduser().exists():
-        adapter = ref.rpartition("+")[2]
-        raise CheckpointError(
-            f"{ref}: read as MODEL+ADAPTER, but {adapter} is not a local LoRA adapter folder (adapter_config.json); "
-            "download the adapter first"
-        )
-    if is_adapter(ref):
-        if base is None:
-            raise MergeError(f"{ref}: a LoRA adapter is merged against its base model; pass the base (--base)")
-        return LoraModel(ref, base)
-    return open_weights(ref)
 
 
 def _check_finite(name: str, start: int, ref: torch.Tensor, models: torch.Tensor, inputs: Inputs) -> None:

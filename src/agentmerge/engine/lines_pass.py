@@ -25,8 +25,8 @@ import torch
 from tqdm import tqdm
 
 from agentmerge.engine.inputs import Scratch
+from agentmerge.engine.merge_plan import MergePlan, TensorJob
 from agentmerge.engine.parallel import run_parallel
-from agentmerge.engine.plan import MergePlan, TensorJob
 from agentmerge.errors import MergeError
 from agentmerge.methods.lines import LAYER, auto_alpha, closed_form_alpha, depth_scale, lines_on
 from agentmerge.methods.params import MethodParams

@@ -1,6 +1,6 @@
 """The driver: open inputs -> plan -> statistics pass -> write pass (chunks through the kernel) -> finish the folder.
 
-The plan (``plan.py``) is frozen before any weight is read. The statistics pass (``passes.py``) runs the
+The plan (``merge_plan.py``) is frozen before any weight is read. The statistics pass (``passes.py``) runs the
 passes the plan lists (the method's own, declared in its registry entry) and collects what whole tensors
 and the whole model must tell a kernel before it sees one chunk. The write pass then runs one job per chunk: it reads
 the chunk's range from the base and each model (``pread``), merges it with the compiled kernel (or the
@@ -28,23 +28,24 @@ from agentmerge.config.schema import MergeConfig, input_refs
 from agentmerge.engine.coverage import check_planned, check_written
 from agentmerge.engine.inputs import Inputs, Scratch
 from agentmerge.engine.lines_pass import depth_scaling
+from agentmerge.engine.merge_plan import MergePlan, TensorJob, make_plan, planned_tensors
 from agentmerge.engine.parallel import run_parallel, torch_threads
 from agentmerge.engine.passes import Collected, model_stats, statistics_pass
-from agentmerge.engine.plan import MergePlan, TensorJob, make_plan, planned_tensors
 from agentmerge.engine.provenance import MergeResult, record_text, reproducibility_record
 from agentmerge.engine.quantnote import measure, note
-from agentmerge.engine.report import model_card
+from agentmerge.engine.render import model_card
 from agentmerge.engine.sources import OutputSources, output_sources
-from agentmerge.io.atomic import atomic_output_dir
-from agentmerge.io.checkpoint import Checkpoint
-from agentmerge.io.digests import InputDigests, hash_mode
-from agentmerge.io.gguf_read import GgufCheckpoint
-from agentmerge.io.gguf_write import check_out_type, export_gguf
-from agentmerge.io.safety import check_output_target
-from agentmerge.io.shards import plan_shards
-from agentmerge.io.validate import check_output_chunk, check_tokenizer_source
-from agentmerge.io.vocab import new_rows
-from agentmerge.io.writer import ShardWriter, finish_model_files
+from agentmerge.io.cache.digests import InputDigests, hash_mode
+from agentmerge.io.formats.checkpoint import Checkpoint
+from agentmerge.io.formats.gguf_read import GgufCheckpoint
+from agentmerge.io.formats.roles import check_tokenizer_source
+from agentmerge.io.formats.vocab import new_rows
+from agentmerge.io.guards.finite import check_output_chunk
+from agentmerge.io.guards.safety import check_output_target
+from agentmerge.io.output.atomic import atomic_output_dir
+from agentmerge.io.output.gguf_write import check_out_type, export_gguf
+from agentmerge.io.output.shards import plan_shards
+from agentmerge.io.output.writer import ShardWriter, finish_model_files
 from agentmerge.methods.deltas import histogram_from_patterns, overlap_histogram, sum_agents
 from agentmerge.methods.masks import levels_record, tensor_mask
 from agentmerge.methods.poststeps import STEPS
@@ -279,7 +280,7 @@ def _result(cfg: MergeConfig, plan: MergePlan, collected: Collected, out: Path, 
     return MergeResult(
         out_dir=out,
         method=cfg.method,
-        params=cfg.tensor_params(""),
+        params=dict(cfg.shared_params),  # params alone: an override, even of pattern "*", is a tensor group's
         seconds=seconds,
         tensors=len(plan.jobs),
         merged_tensors=len(plan.merged),

@@ -26,8 +26,8 @@ from tqdm import tqdm
 
 from agentmerge.engine.counting import mask_levels, model_sum, overlap_stats, run_rounds
 from agentmerge.engine.inputs import Inputs
+from agentmerge.engine.merge_plan import MergePlan, TensorJob
 from agentmerge.engine.parallel import run_parallel
-from agentmerge.engine.plan import MergePlan, TensorJob
 from agentmerge.methods.hooks import MaskLevels, ModelStats, ModelSum, OverlapCounts, Pass, TensorPrepare
 from agentmerge.methods.masks import Levels
 from agentmerge.methods.spec import Chunk, Params, TensorSource, TensorStats

@@ -6,7 +6,8 @@ other agents, see ``deltas.py``), per agent and per group of tensors (whole mode
     density_i   = sum_k H[i, k] / numel
     overlap_i,k = H[i, k] / sum_k H[i, k]            (k = 0 is the unique fraction, "w.0")
     rho_i       = sum_{k>=1} H[i, k] / H[i, 0]       (inf when agent i has no unique element)
-    lambda_i    = 1 + r * clip(rho_i, 0, alpha)      (the RAM+ scale for the unique region)
+    lambda_i    = RAM+'s unique-region scale of rho_i (``RamPlusParams.unique_scale``: 1 + r * clip(rho_i, 0, alpha),
+                  or with ``form: authors`` 1 + (R - 1) * min(rho_i, 1)), from the RAM+ record the probe is given
 
 ``independent`` is what the overlap histogram would be if each agent chose its updated elements
 independently at random with its per-tensor density: per tensor t, agent i's updated elements that k
@@ -30,14 +31,14 @@ import torch
 
 from agentmerge.engine.counting import mask_levels, overlap_stats
 from agentmerge.engine.inputs import Inputs
+from agentmerge.engine.merge_plan import resolve_mask
 from agentmerge.engine.parallel import torch_threads
-from agentmerge.engine.plan import resolve_mask
 from agentmerge.engine.quantnote import measure, note
-from agentmerge.io.checkpoint import Readable
+from agentmerge.io.formats.checkpoint import Readable
+from agentmerge.methods import RamPlusParams
 from agentmerge.methods.deltas import rho_from_histogram
 from agentmerge.methods.groups import layer_of, module_type
 from agentmerge.methods.masks import Levels, threshold_summary
-from agentmerge.methods.ram import paper_scale
 from agentmerge.methods.spec import EPSILON_DEFAULT, MaskRule, Params, mask_rule
 
 
@@ -61,8 +62,7 @@ class ProbeResult:
     base: str
     models: list[str]
     epsilon: float
-    r: float
-    alpha: float
+    ram: RamPlusParams  # the RAM+ parameters its lambdas are computed with
     agents: list[AgentStats]
     independent: list[list[float]]  # [N][N]: overlap fractions that independent masks would give
     per_layer: dict[str, list[AgentStats]] = field(default_factory=dict)
@@ -75,6 +75,17 @@ class ProbeResult:
     thresholds: dict[str, list[float]] = field(default_factory=dict)  # adaptive rules: per tensor, per agent
     fallback: dict[str, list[bool]] = field(default_factory=dict)  # valley: agents that had no valley there
     notes: list[str] = field(default_factory=list)  # e.g. the quantization note (quantnote) for GGUF inputs
+
+    def ram_record(self) -> dict[str, float | str]:
+        """The RAM+ parameters of its lambdas, as the JSON report writes them."""
+        p = self.ram
+        return {"form": p.form, "r": p.r, "alpha": p.clip, "rescale_factor": p.rescale_factor}  # the JSON's key: alpha
+
+    @property
+    def lambda_text(self) -> str:
+        """How its lambdas were computed, in words: ``r = 0.1, alpha = 2`` or ``authors form, R = 1.2``."""
+        p = self.ram
+        return f"authors form, R = {p.rescale_factor:g}" if p.form == "authors" else f"r = {p.r:g}, alpha = {p.clip:g}"
 
     def threshold_summary(self) -> list[dict[str, Any]]:
         """Per agent over the tensors: min, median, max of the adaptive thresholds and the fallbacks (else [])."""
@@ -94,7 +105,7 @@ class ProbeResult:
                 "summary": self.threshold_summary(),
                 "per_tensor": {t: {"values": v, "fallback": self.fallback[t]} for t, v in self.thresholds.items()},
             },
-            "ram_plus": {"r": self.r, "alpha": self.alpha},
+            "ram_plus": self.ram_record(),
             "agents": rows(self.agents),
             "independent_overlap": self.independent,
             "per_layer": {k: rows(v) for k, v in self.per_layer.items()},
@@ -110,14 +121,16 @@ def _finite(x: float) -> float | str:
 
 
 def agent_stats(
-    hist: torch.Tensor, numel: int, labels: Sequence[str], r: float = 0.1, alpha: float = 2.0
+    hist: torch.Tensor, numel: int, labels: Sequence[str], ram: RamPlusParams | None = None
 ) -> list[AgentStats]:
-    """``[N, N]`` histogram of a group of ``numel`` elements -> per-agent statistics."""
+    """``[N, N]`` histogram of a group of ``numel`` elements -> per-agent statistics (lambda: ``ram``'s scale, the
+    record's defaults when None)."""
+    ram = ram or RamPlusParams()
     out = []
     for i, (row, rho) in enumerate(zip(hist.tolist(), rho_from_histogram(hist), strict=True)):
         updated = sum(row)
         overlap = [c / updated if updated else 0.0 for c in row]
-        lam = paper_scale(rho, r, alpha)
+        lam = ram.unique_scale(rho)
         out.append(AgentStats(labels[i], numel, updated, updated / numel if numel else 0.0, overlap, rho, lam))
     return out
 
@@ -144,13 +157,13 @@ def independent_overlap(hists: Mapping[str, torch.Tensor], numels: Mapping[str, 
 
 
 def _grouped(
-    hists: Mapping[str, torch.Tensor], numels: Mapping[str, int], key: Any, labels: Sequence[str], r: float, a: float
+    hists: Mapping[str, torch.Tensor], numels: Mapping[str, int], key: Any, labels: Sequence[str], ram: RamPlusParams
 ) -> dict[str, list[AgentStats]]:
     groups: dict[str, list[str]] = {}
     for name in hists:
         groups.setdefault(key(name), []).append(name)
     return {
-        g: agent_stats(_sum(hists[t] for t in names), sum(numels[t] for t in names), labels, r, a)
+        g: agent_stats(_sum(hists[t] for t in names), sum(numels[t] for t in names), labels, ram)
         for g, names in sorted(groups.items(), key=lambda kv: _natural(kv[0]))
     }
 
@@ -169,8 +182,7 @@ def probe(
     models: Sequence[str],
     *,
     epsilon: float = EPSILON_DEFAULT,
-    r: float = 0.1,
-    alpha: float = 2.0,
+    ram: Params | None = None,
     labels: Sequence[str] | None = None,
     threads: int | None = None,
     chunk_size: int = 1 << 22,
@@ -181,6 +193,8 @@ def probe(
     """Read base and models once (streamed) and compute every statistic of ``ProbeResult``.
 
     Vocabulary tensors with added rows count their base rows only; the added rows are reported per agent.
+    ``ram``: RAM+'s parameters for the reported lambdas (its record, or a mapping of some of them: the record's
+    defaults for the rest; ``form``, ``r``, ``alpha``, ``rescale_factor`` are read).
     ``mask``: the mask parameters (``mask_dtype``, ``mask_ulps``, ``epsilon_rule``, ``epsilon_q``) as a merge
     takes them, already checked; ``seed``: the valley rule's subsample. Models in another floating dtype than
     the base's are accepted (task vectors are float32).
@@ -202,7 +216,7 @@ def probe(
         quantized = measure(inputs.reference, inputs.models, labels)
     finally:
         inputs.close()
-    result = probe_from_histograms(hists, numels, base, list(models), labels, epsilon, r, alpha)
+    result = probe_from_histograms(hists, numels, base, list(models), labels, epsilon, RamPlusParams.of(ram or {}))
     result.added_rows = {
         labels[i]: {name: t.out_rows - t.base_rows for name, t in vocab.tensors.items()} for i in vocab.adders
     }
@@ -240,20 +254,19 @@ def probe_from_histograms(
     models: list[str],
     labels: Sequence[str],
     epsilon: float,
-    r: float = 0.1,
-    alpha: float = 2.0,
+    ram: RamPlusParams | None = None,
 ) -> ProbeResult:
     """Build a ``ProbeResult`` from per-tensor histograms already collected (e.g. by a merge)."""
+    ram = ram or RamPlusParams()
     total = _sum(hists.values()) if hists else torch.zeros(len(models), len(models), dtype=torch.int64)
     return ProbeResult(
         base=base,
         models=models,
         epsilon=epsilon,
-        r=r,
-        alpha=alpha,
-        agents=agent_stats(total, sum(numels.values()), labels, r, alpha),
+        ram=ram,
+        agents=agent_stats(total, sum(numels.values()), labels, ram),
         independent=independent_overlap(hists, numels),
-        per_layer=_grouped(hists, numels, layer_of, labels, r, alpha),
-        per_module=_grouped(hists, numels, module_type, labels, r, alpha),
-        per_tensor=_grouped(hists, numels, lambda t: t, labels, r, alpha),
+        per_layer=_grouped(hists, numels, layer_of, labels, ram),
+        per_module=_grouped(hists, numels, module_type, labels, ram),
+        per_tensor=_grouped(hists, numels, lambda t: t, labels, ram),
     )

@@ -14,10 +14,10 @@ import torch
 from agentmerge._version import __version__
 from agentmerge.config.schema import MergeConfig
 from agentmerge.engine.probe import AgentStats, agent_stats
-from agentmerge.io import jsontext
-from agentmerge.io.checkpoint import Readable
-from agentmerge.io.digests import ALGORITHMS, InputDigests, hash_mode
-from agentmerge.io.hubref import hub_repo_id, is_hub_ref, parse_hub_ref, snapshot_commit
+from agentmerge.io.cache.digests import ALGORITHMS, InputDigests, hash_mode
+from agentmerge.io.formats.checkpoint import Readable
+from agentmerge.io.formats.hubref import hub_repo_id, is_hub_ref, parse_hub_ref, snapshot_commit
+from agentmerge.io.guards import jsontext
 from agentmerge.methods.spec import ParamValue
 
 

@@ -20,8 +20,8 @@ from dataclasses import dataclass
 
 import torch
 
-from agentmerge.io.checkpoint import Readable
-from agentmerge.io.gguf_read import GgufCheckpoint
+from agentmerge.io.formats.checkpoint import Readable
+from agentmerge.io.formats.gguf_read import GgufCheckpoint
 
 LEVELS = {  # GGUF type name: (values per scale, levels)
     "Q8_0": (32, 255),

@@ -29,8 +29,8 @@ from tqdm import tqdm
 
 from agentmerge.engine.counting import mask_levels
 from agentmerge.engine.inputs import Inputs
+from agentmerge.engine.merge_plan import resolve_mask
 from agentmerge.engine.parallel import fold_parallel, torch_threads
-from agentmerge.engine.plan import resolve_mask
 from agentmerge.methods.deltas import task_vectors
 from agentmerge.methods.masks import Levels, tensor_mask
 from agentmerge.methods.spec import EPSILON_DEFAULT, MaskRule, Params, mask_rule

@@ -21,7 +21,7 @@ Checks, before anything is read or written:
 - **Chat templates** that differ (one input having none counts): a warning naming which inputs have which
   template, where each is kept (``chat_template.jinja``, ``tokenizer_config.json chat_template``, ...) and whose
   the output uses. Templates are compared by content (sha256).
-- **Tokenizer files** (``io.units.TOKENIZER_FILES`` but the templates) of every input that has some, against the
+- **Tokenizer files** (``io.guards.units.TOKENIZER_FILES`` but the templates) of every input that has some, against the
   source's: a warning naming, per input, each file that differs or is missing and, for JSON files, the differing
   fields (``tokenizer_config.json (eos_token, model_max_length)``, ``tokenizer.json (added_tokens, model.vocab)``).
 
@@ -38,15 +38,15 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from agentmerge.errors import CheckpointError, MergeError
-from agentmerge.io import jsontext
-from agentmerge.io.headers import read_json_object
-from agentmerge.io.units import TOKENIZER_FILES
-from agentmerge.io.validate import check_tokenizer_source
-from agentmerge.io.vocab import VocabPlan, added_token_table
+from agentmerge.io.formats.roles import check_tokenizer_source
+from agentmerge.io.formats.vocab import VocabPlan, added_token_table
+from agentmerge.io.guards import jsontext
+from agentmerge.io.guards.strict_json import read_json_object
+from agentmerge.io.guards.units import TOKENIZER_FILES
 
 if TYPE_CHECKING:
     from agentmerge.config.schema import MergeConfig
-    from agentmerge.io.checkpoint import Readable
+    from agentmerge.io.formats.checkpoint import Readable
 
 TOKEN_ID_KEYS = ("bos_token_id", "eos_token_id", "pad_token_id")
 TEMPLATE_FILES = ("chat_template.jinja", "chat_template.json")

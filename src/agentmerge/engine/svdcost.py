@@ -20,8 +20,8 @@ from dataclasses import dataclass
 
 import torch
 
+from agentmerge.engine.merge_plan import MergePlan, TensorJob
 from agentmerge.engine.parallel import torch_threads
-from agentmerge.engine.plan import MergePlan, TensorJob
 from agentmerge.methods.linalg import svd
 from agentmerge.methods.matrices import is_vocab, svd_flops
 

@@ -27,15 +27,15 @@ from typing import Any, TypeVar
 import torch
 
 from agentmerge.errors import AgentMergeError
-from agentmerge.io import jsontext
-from agentmerge.io.atomic import atomic_output_dir
-from agentmerge.io.checkpoint import Checkpoint
-from agentmerge.io.shards import PlannedTensor, plan_shards
-from agentmerge.io.tensorfile import dtype_from_name
-from agentmerge.io.trainer import open_weights, trainer_config_folder
-from agentmerge.io.units import parse_size
-from agentmerge.io.validate import FISHER_MARK, check_fisher_role
-from agentmerge.io.writer import ShardWriter
+from agentmerge.io.formats.checkpoint import Checkpoint
+from agentmerge.io.formats.open import open_weights, trainer_config_folder
+from agentmerge.io.formats.roles import FISHER_MARK, check_fisher_role
+from agentmerge.io.formats.tensorfile import dtype_from_name
+from agentmerge.io.guards import jsontext
+from agentmerge.io.guards.units import parse_size
+from agentmerge.io.output.atomic import atomic_output_dir
+from agentmerge.io.output.shards import PlannedTensor, plan_shards
+from agentmerge.io.output.writer import ShardWriter
 
 T = TypeVar("T")
 
@@ -61,7 +61,7 @@ class Sample:
 
 def load_causal_lm(path: str | Path) -> Any:
     """A transformers causal LM in float32, eval mode, on the CPU; a trainer checkpoint (verl, DCP) is built
-    from its config.json and given its weights (``trainer.open_weights``)."""
+    from its config.json and given its weights (``open.open_weights``)."""
     from transformers import AutoConfig, AutoModelForCausalLM
 
     folder = trainer_config_folder(path)

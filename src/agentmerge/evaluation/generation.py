@@ -163,7 +163,7 @@ def quiet_transformers() -> None:
 def gguf_source(path: str) -> tuple[str, dict[str, str]]:
     """``(folder, {"gguf_file": name})`` for a GGUF file (or a folder holding one), which transformers
     dequantizes itself; ``(path, {})`` otherwise."""
-    from agentmerge.io.gguf_read import gguf_file, is_gguf
+    from agentmerge.io.formats.gguf_read import gguf_file, is_gguf
 
     if not is_gguf(Path(path)):
         return path, {}

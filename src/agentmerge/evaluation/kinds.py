@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from agentmerge import plugins
 from agentmerge.errors import ConfigError
-from agentmerge.evaluation.bfcl.evaluator import BfclEvaluator
+from agentmerge.evaluation.bfcl.bfcl_evaluator import BfclEvaluator
 from agentmerge.evaluation.evaluator import Evaluator
 from agentmerge.evaluation.humaneval import HumanEvalEvaluator
 from agentmerge.evaluation.lmeval import LmEvalEvaluator

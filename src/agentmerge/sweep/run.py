@@ -26,13 +26,13 @@ from typing import Any
 from tqdm import tqdm
 
 from agentmerge.errors import AgentMergeError, ConfigError, one_line
-from agentmerge.io import jsontext
+from agentmerge.io.guards import jsontext
 from agentmerge.methods.registry import METHODS
 from agentmerge.methods.spec import MASK_PARAMS
 from agentmerge.sweep import evaluators
 from agentmerge.sweep.cluster import check_address, check_nodes, check_resources, slots, where
-from agentmerge.sweep.records import append_record, check_out_folder, read_records, remove_trial_folder
-from agentmerge.sweep.spec import SweepConfig, Trial, choose, merge_config, trials
+from agentmerge.sweep.results import append_record, check_out_folder, read_records, remove_trial_folder
+from agentmerge.sweep.sweepfile import SweepConfig, Trial, choose, merge_config, trials
 
 RAY_HINT = "agentmerge sweep needs Ray: pip install 'agentmerge[sweep]'"
 
@@ -47,7 +47,7 @@ class Results:
         self.path = path
 
     def records(self) -> list[dict[str, Any]]:
-        """Every complete record, each field checked (``records.read_records``; a torn line from a kill skipped)."""
+        """Every complete record, each field checked (``results.read_records``; a torn line from a kill skipped)."""
         return read_records(self.path)
 
     def append(self, record: dict[str, Any]) -> None:
@@ -65,7 +65,7 @@ def trial_folder(root: Path, record: dict[str, Any]) -> Path:
 def run_trial(cfg_data: dict[str, Any], trial: Trial, folder: str, search_path: list[str]) -> dict[str, Any]:
     """Merge and evaluate one trial; always returns its record (``status`` ok or failed with the error's line)."""
     from agentmerge.engine.merge import merge
-    from agentmerge.sweep.spec import SweepConfig
+    from agentmerge.sweep.sweepfile import SweepConfig
 
     cfg = SweepConfig.model_validate(cfg_data)
     s = trial.setting
@@ -162,7 +162,7 @@ def run_sweep(
 
     ``session``: a :class:`RaySession` shared with other sweeps (its ``address`` is used, not ``address``).
     """
-    from agentmerge.sweep.report import best_record, objective_of, write_report
+    from agentmerge.sweep.sweep_report import best_record, objective_of, write_report
 
     t0 = time.perf_counter()
     root = Path(out).absolute()  # trial folders are shipped to workers, whose working folder is not ours
@@ -380,7 +380,7 @@ class _Runner:
 
     def _keep_best(self, record: dict[str, Any]) -> None:
         """Keep the folder of the best trial so far (this run), remove the others'."""
-        from agentmerge.sweep.report import score
+        from agentmerge.sweep.sweep_report import score
 
         value = score(self.cfg, record, self.objective)
         folder = trial_folder(self.root, record)

@@ -14,8 +14,8 @@ from pathlib import Path
 from typing import Any
 
 from agentmerge.sweep.finish import read_summary
-from agentmerge.sweep.report import objective_of, score
-from agentmerge.sweep.spec import SweepConfig
+from agentmerge.sweep.sweep_report import objective_of, score
+from agentmerge.sweep.sweepfile import SweepConfig
 
 
 def curve(cfg: SweepConfig, records: Sequence[dict[str, Any]], objective: str) -> list[tuple[float | None, float]]:

@@ -143,7 +143,7 @@ def groups_of(names: Sequence[str], space: Space) -> list[Group]:
 
 def model_groups(ref: str, space: Space) -> list[Group]:
     """The space's groups over the tensors of the model ``ref`` (the base; the first model without one)."""
-    from agentmerge.engine.inputs import open_model
+    from agentmerge.io.formats.open import open_model
 
     model = open_model(ref, None)
     try:

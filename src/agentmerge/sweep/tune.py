@@ -18,7 +18,7 @@ from typing import Any
 from agentmerge.errors import ConfigError
 from agentmerge.sweep import evaluators
 from agentmerge.sweep.space import Dimension, dimensions, model_groups
-from agentmerge.sweep.spec import Setting, SweepConfig, Trial, grid, point_setting, trial_of
+from agentmerge.sweep.sweepfile import Setting, SweepConfig, Trial, grid, point_setting, trial_of
 
 
 def _choices(cfg: SweepConfig) -> dict[str, list[Any]]:

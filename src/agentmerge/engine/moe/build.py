@@ -1,11 +1,11 @@
 """The ``moe`` driver: static merge -> plan -> one layer at a time (copy, route, experts) -> finish the folder.
 
 1. The inputs are checked before anything is written: a dense Llama / Mistral / Qwen2 base (``arch``), the same
-   MLP shapes in every agent, prompts for every agent (``spec``), a shared expert only where the output has one.
+   MLP shapes in every agent, prompts for every agent (``moe_config``), a shared expert only where the output has one.
 2. The static merge (``agentmerge.merge.merge`` with the config's method, RAM by default) is written into the
    hidden output folder, or an existing merge (``static``) is used. Its attention, embeddings, norms and head
    are the MoE's; its MLP is the shared expert when ``shared_expert: merged``.
-3. The output is planned whole (``plan.py``), then written one layer at a time: the layer's static tensors, its
+3. The output is planned whole (``moe_plan.py``), then written one layer at a time: the layer's static tensors, its
    router from the prompts' hidden states at that layer (``router.py``), each agent's MLP as an expert, and the
    shared expert; the prompts move on through the layer as the output will compute it. Memory holds one layer's
    attention and one expert's MLP in float32, plus the prompts' hidden states.
@@ -26,24 +26,24 @@ from typing import Any
 import torch
 
 from agentmerge.engine.coverage import check_planned, check_written
-from agentmerge.engine.inputs import check_compatible, open_model
+from agentmerge.engine.inputs import check_compatible
 from agentmerge.engine.moe.arch import MoeNames, moe_config, moe_family
-from agentmerge.engine.moe.plan import LayerPlan, MoePlan, Slot, check_mlp_shapes, make_plan, shared_size
+from agentmerge.engine.moe.moe_config import MoeConfig
+from agentmerge.engine.moe.moe_plan import LayerPlan, MoePlan, Slot, check_mlp_shapes, make_plan, shared_size
 from agentmerge.engine.moe.record import MoeResult, merge_record, model_card
 from agentmerge.engine.moe.router import MAX_TOKENS, Calibration, Router, mlp, route, router_rows
-from agentmerge.engine.moe.spec import MoeConfig
 from agentmerge.engine.parallel import torch_threads
 from agentmerge.errors import CheckpointError, MergeError
-from agentmerge.io.atomic import atomic_output_dir
-from agentmerge.io.checkpoint import Checkpoint, Readable, resolve_model_path
-from agentmerge.io.headers import read_json_object
-from agentmerge.io.safety import check_output_target
-from agentmerge.io.shards import plan_shards
-from agentmerge.io.tensorfile import TensorInfo
-from agentmerge.io.trainer import trainer_config_folder
-from agentmerge.io.units import TOKENIZER_FILES
-from agentmerge.io.validate import check_finite, check_output_chunk
-from agentmerge.io.writer import ShardWriter, copy_aux_files
+from agentmerge.io.formats.checkpoint import Checkpoint, Readable, resolve_model_path
+from agentmerge.io.formats.open import open_model, trainer_config_folder
+from agentmerge.io.formats.tensorfile import TensorInfo
+from agentmerge.io.guards.finite import check_finite, check_output_chunk
+from agentmerge.io.guards.safety import check_output_target
+from agentmerge.io.guards.strict_json import read_json_object
+from agentmerge.io.guards.units import TOKENIZER_FILES
+from agentmerge.io.output.atomic import atomic_output_dir
+from agentmerge.io.output.shards import plan_shards
+from agentmerge.io.output.writer import ShardWriter, copy_aux_files
 
 CHUNK = 1 << 20
 STATIC = ".static-merge"

@@ -8,10 +8,10 @@ from pathlib import Path
 from typing import Any
 
 from agentmerge._version import __version__
+from agentmerge.engine.moe.moe_config import MoeConfig
 from agentmerge.engine.moe.router import Router
-from agentmerge.engine.moe.spec import MoeConfig
 from agentmerge.engine.provenance import input_ref
-from agentmerge.io import jsontext
+from agentmerge.io.guards import jsontext
 
 
 @dataclass

@@ -11,8 +11,8 @@ from pathlib import Path
 
 from agentmerge.errors import ConfigError
 from agentmerge.evaluation.bfcl import data
-from agentmerge.io.bounded import text_lines
-from agentmerge.io.headers import loads_strict
+from agentmerge.io.guards.bounded import text_lines
+from agentmerge.io.guards.strict_json import loads_strict
 
 MAX_OUTPUTS_BYTES = 1 << 30
 MAX_LINE_CHARS = 1 << 22

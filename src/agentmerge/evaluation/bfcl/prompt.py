@@ -19,7 +19,7 @@ from typing import Any
 
 from agentmerge.errors import ConfigError
 from agentmerge.evaluation.bfcl.data import LIVE, Item
-from agentmerge.io import jsontext
+from agentmerge.io.guards import jsontext
 
 PYTHON_HINT = " Note that the provided function is in Python 3 syntax."
 _ANSWER_FORMAT = "[func_name1(params_name1=params_value1, params_name2=params_value2...), func_name2(params)]"

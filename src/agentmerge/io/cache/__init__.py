@@ -1,0 +1,1 @@
+"""agentmerge's cache folder (``store``) and the digests of input files it keeps (``digests``)."""

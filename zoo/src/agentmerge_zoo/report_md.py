@@ -1,0 +1,180 @@
+"""Render the aggregated zoo results as Markdown (docs/results.md)."""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+from agentmerge_zoo.config import DOMAINS
+from agentmerge_zoo.fair import chosen_scale, read_key
+
+BAR_WIDTH = 40
+
+
+def pm(cell: dict[str, Any], scale: float = 100.0, digits: int = 1) -> str:
+    """'mean ± se' (in percent by default)."""
+    mean, se = cell["mean"], cell["se"]
+    if mean is None or (isinstance(mean, float) and not math.isfinite(mean)):
+        return "n/a"
+    return f"{mean * scale:.{digits}f} ± {se * scale:.{digits}f}"
+
+
+def table(header: list[str], rows: list[list[str]]) -> list[str]:
+    lines = ["| " + " | ".join(header) + " |", "|" + "|".join("---" for _ in header) + "|"]
+    lines += ["| " + " | ".join(row) + " |" for row in rows]
+    return lines
+
+
+def main_table(res: dict[str, Any]) -> list[str]:
+    cols = res["columns"]
+    rows = [[label, *[pm(res["rows"][label][c]) for c in cols]] for label in res["rows"]]
+    return table(["model", *cols], rows)
+
+
+def gains_table(res: dict[str, Any]) -> list[str]:
+    rows = []
+    for domain, entry in res["gains"].items():
+        for metric, cell in entry.items():
+            rows.append([f"agent_{domain}", metric, pm(cell), " ".join(f"{v * 100:+.1f}" for v in cell["values"])])
+    return table(["specialist", "own-domain metric", "gain over base (pts)", "per seed"], rows)
+
+
+def retention_table(res: dict[str, Any]) -> list[str]:
+    rows = []
+    for label, entry in res["retention"].items():
+        if label == "base" or label.startswith("agent_"):
+            continue
+        cells = [pm(entry[d], 100.0, 0) + " %" for d in DOMAINS]
+        rows.append([label, *cells, pm(entry["heldout"])])
+    header = ["merge", *[f"{d} gain kept" for d in DOMAINS], "held-out change (pts)"]
+    return table(header, rows)
+
+
+def probe_table(res: dict[str, Any]) -> list[str]:
+    probe = res.get("probe") or {}
+    rows = []
+    for label, a in probe.get("agents", {}).items():
+        measured = " / ".join(f"{c['mean'] * 100:.1f}" for c in a["overlap"])
+        independent = " / ".join(f"{c['mean'] * 100:.1f}" for c in a["independent"])
+        rho = "inf" if not math.isfinite(a["rho"]["mean"]) else f"{a['rho']['mean']:.2f}"
+        rows.append([label, pm(a["density"]), measured, independent, rho, f"{a['lam']['mean']:.3f}"])
+    header = ["agent", "density %", "w.0 / w.1 / w.2 % (measured)", "same, independent masks", "rho", "RAM+ lambda"]
+    return table(header, rows)
+
+
+def probe_figure(res: dict[str, Any]) -> list[str]:
+    """A text bar chart: density, then the overlap split measured vs independent, per agent."""
+    probe = res.get("probe") or {}
+    lines = ["```"]
+    for label, a in probe.get("agents", {}).items():
+        density = a["density"]["mean"]
+        lines.append(f"{label:<13} density {_bar(density)} {density * 100:5.1f} %")
+        for k, (meas, ind) in enumerate(zip(a["overlap"], a["independent"], strict=True)):
+            lines.append(f"{'':13} w.{k} meas. {_bar(meas['mean'])} {meas['mean'] * 100:5.1f} %")
+            lines.append(f"{'':13}     indep. {_bar(ind['mean'])} {ind['mean'] * 100:5.1f} %")
+    lines.append("```")
+    return lines
+
+
+def _bar(fraction: float) -> str:
+    filled = round(max(0.0, min(1.0, fraction)) * BAR_WIDTH)
+    return "█" * filled + "·" * (BAR_WIDTH - filled)
+
+
+def comparison_lines(res: dict[str, Any]) -> list[str]:
+    """Ranking by agentic average and paired differences between chosen merges."""
+    merges = [k for k in res["rows"] if k != "base" and not k.startswith("agent_")]
+    ranked = sorted(merges, key=lambda k: -res["rows"][k]["agentic_avg"]["mean"])
+    lines = [
+        "Merges ranked by agentic average: "
+        + ", ".join(f"{k} {res['rows'][k]['agentic_avg']['mean'] * 100:.1f}" for k in ranked)
+        + ".",
+        "",
+    ]
+    rows = []
+    for c in res.get("comparisons", []):
+        per_seed = " ".join(f"{v * 100:+.1f}" for v in c["agentic_avg"]["values"])
+        rows.append([f"{c['a']} − {c['b']}", pm(c["agentic_avg"]), per_seed, pm(c["heldout"])])
+    header = ["paired difference (same seed)", "agentic avg (pts)", "per seed", "held-out (pts)"]
+    return lines + table(header, rows)
+
+
+def dilution_table(res: dict[str, Any]) -> list[str]:
+    rows = []
+    for domain, e in res["dilution"].items():
+        rows.append([domain, pm(e["base"]), pm(e["specialist"]), pm(e["s1"]), pm(e["s1_over_n"])])
+    header = ["domain (own-domain avg %)", "base", "specialist", "unique only, s = 1", "unique only, s = 1/N"]
+    return table(header, rows)
+
+
+def render_markdown(res: dict[str, Any]) -> str:
+    """The whole results page."""
+    seeds = len(res["seeds"])
+    lines = [
+        "# Zoo benchmark results",
+        "",
+        "How much of each RL-trained agent's skill survives a merge, on the CPU zoo described in",
+        "[zoo.md](zoo.md). Generated by `agentmerge zoo bench`; do not edit by hand.",
+        "",
+        f"Command: `{res['command']}`",
+        "",
+        f"Seeds of the whole pipeline (base pretraining, RL, merges): {res['seeds']}. Every cell is the mean over "
+        f"the {seeds} seeds ± its standard error (std / sqrt({seeds})), in percent. Test split: "
+        f"{res['config']['n_test']} prompts per task, greedy decoding. `agentic_avg` is the mean of the six "
+        "trained-domain columns; `reverse.*` is the held-out skill that no agent trains on.",
+        "",
+        "## Specialists against the base (own domain)",
+        "",
+        *gains_table(res),
+        "",
+        "## Main table",
+        "",
+        *main_table(res),
+        "",
+        "## Which merge wins",
+        "",
+        *comparison_lines(res),
+        "",
+        "## Share of each specialist's gain that the merge keeps",
+        "",
+        "(merge − base) / (specialist − base) on that specialist's domain (mean of the domain's columns); "
+        "100 % = the merge is as good as the specialist there. Last column: change on the held-out skill.",
+        "",
+        *retention_table(res),
+        "",
+        "## Probe: density and overlap of the task vectors",
+        "",
+        f"|τ| > ε = {res.get('epsilon', 1e-5)}; w.k = share of an agent's updated elements that exactly k other "
+        "agents also update. 'Independent masks' is what the same densities would give if each agent chose its "
+        "elements independently of the others.",
+        "",
+        *probe_table(res),
+        "",
+        *probe_figure(res),
+        "",
+        "## Dilution ablation",
+        "",
+        "θ₀ + s·(the agent's unique updates only), scored on the agent's own domain.",
+        "",
+        *dilution_table(res),
+        "",
+        *_notes(res),
+    ]
+    return "\n".join(lines) + "\n"
+
+
+def _notes(res: dict[str, Any]) -> list[str]:
+    lines = ["## Notes", ""]
+    lambdas = [f"{v:g}" for e in read_key(res, "task_arithmetic_scale", []) if (v := chosen_scale(e)) is not None]
+    if lambdas:
+        lines.append(f"- task_arithmetic: λ chosen on the validation split, per seed: {', '.join(lambdas)}.")
+    if not res["skipped"]:
+        lines.append("- Every planned method was in the engine registry; none was skipped.")
+    for label, note in res["skipped"].items():
+        lines.append(f"- `{label}` not in the table: {note}")
+    per_seed = "; ".join(
+        f"seed {t['seed']}: build {t.get('build', 0.0):.0f} s, bench {t.get('total', 0.0):.0f} s" for t in res["timing"]
+    )
+    total = res.get("wall_seconds") or sum(t.get("build", 0.0) + t.get("total", 0.0) for t in res["timing"])
+    lines.append(f"- Time: {per_seed}; {total / 60:.1f} min in all, torch threads: {res.get('threads')}.")
+    return lines
