@@ -35,7 +35,7 @@ def test_field_methods_are_planned_and_scales_come_from_the_registry() -> None:
     labels = [r.label for r in METHOD_RUNS]
     for name in ("magmax", "consensus", "sce", "karcher", "multislerp", "tsv", "iso_c", "iso_cts", "cart", "resmerge"):
         assert name in labels
-    assert output_scale("ties") == "lambda" and output_scale("ram") == "scale"
+    assert output_scale("ties") == "scale" and output_scale("ram") == "scale"
     assert output_scale("linear") is None and output_scale("no_such_method") is None
 
 
@@ -54,7 +54,7 @@ def test_fair_bench_tunes_every_output_scale_from_one_grid_and_keeps_defaults(tm
     runs = (
         MethodRun("linear", "linear"),
         MethodRun("task_arithmetic", "task_arithmetic"),
-        MethodRun("ties", "ties", {"density": 0.5, "lambda": 1.0}),
+        MethodRun("ties", "ties", {"density": 0.5, "scale": 1.0}),
         MethodRun("ram", "ram"),
         MethodRun("tsv", "no_such_method"),
     )
@@ -73,15 +73,15 @@ def test_fair_bench_tunes_every_output_scale_from_one_grid_and_keeps_defaults(tm
         bench.out["val"]["task_arithmetic"]["best"] == 2.0 and "best_lambda" not in bench.out["val"]["task_arithmetic"]
     )
     assert bench.out["val"]["ties"] == {
-        "param": "lambda",
+        "param": "scale",  # every output scale is called scale
         "best": 0.5,
         "val_agentic_avg": {"0.5": pytest.approx(0.4), "1": pytest.approx(0.3), "2": pytest.approx(0.1)},
     }
     assert bench.out["val"]["ram"]["best"] == 1.0  # a tie: the default
     entries = {e["name"]: e for e in bench.test_entries(available, None)}
     assert set(entries) == {"linear", "task_arithmetic", "ta_lambda2", "ties", "ties_at0.5", "ram"}
-    assert entries["task_arithmetic"]["params"] == {} and entries["ta_lambda2"]["params"] == {"lambda": 2.0}
-    assert entries["ties_at0.5"]["params"] == {"density": 0.5, "lambda": 0.5}
+    assert entries["task_arithmetic"]["params"] == {} and entries["ta_lambda2"]["params"] == {"scale": 2.0}
+    assert entries["ties_at0.5"]["params"] == {"density": 0.5, "scale": 0.5}
     assert "method not in the engine registry" in bench.out["skipped"]["tsv"]
     bench.read_test({name: _ok(0.1 * i) for i, name in enumerate(entries)})
     rows = bench.out["rows"]

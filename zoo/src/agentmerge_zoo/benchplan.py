@@ -23,7 +23,7 @@ class MethodRun:
 METHOD_RUNS: tuple[MethodRun, ...] = (
     MethodRun("linear", "linear"),
     MethodRun("task_arithmetic", "task_arithmetic"),
-    MethodRun("ties", "ties", {"density": 0.5, "lambda": 1.0}),
+    MethodRun("ties", "ties", {"density": 0.5, "scale": 1.0}),
     MethodRun("dare_linear", "dare_linear", {"p": 0.5}),
     MethodRun("dare_ties", "dare_ties", {"p": 0.5}),
     MethodRun("breadcrumbs", "breadcrumbs"),

@@ -37,7 +37,7 @@ from agentmerge_zoo.tasks import all_tasks
 MANY_RUNS: tuple[MethodRun, ...] = (
     MethodRun("linear", "linear"),
     MethodRun("task_arithmetic", "task_arithmetic"),
-    MethodRun("ties", "ties", {"density": 0.5, "lambda": 1.0}),
+    MethodRun("ties", "ties", {"density": 0.5, "scale": 1.0}),
     MethodRun("ram", "ram"),
     MethodRun("ram_plus", "ram_plus", {"r": 0.1, "alpha": 2.0}),
     # the field's strongest newer methods on the three-agent bench (TSV-M best tuned in three regimes, Iso-C in
