@@ -49,12 +49,12 @@ def score(folder):
     with open(HERE / "calls.log", "a") as f:
         f.write(json.dumps({"folder": str(folder), "node": node}) + "\\n")
     params = json.loads((Path(folder) / "merge.json").read_text())["config"]["params"]
-    if params.get("lambda") == 0.7:
+    if params.get("scale") == 0.7:
         os._exit(7)  # the worker dies, every time
     pauses = json.loads((HERE / "sleep.json").read_text()) if (HERE / "sleep.json").exists() else {}
     time.sleep(pauses.get(node, pauses.get("*", 0.0)))  # seconds, by node
-    if params.get("lambda") == 3.0:
-        raise RuntimeError("lambda 3 is not allowed here")
+    if params.get("scale") == 3.0:
+        raise RuntimeError("scale 3 is not allowed here")
     w = load_file(str(Path(folder) / "model.safetensors"))["model.embed_tokens.weight"].float()
     return {"score": float(w.abs().mean()) * 100, "spread": float(w.std())}
 """
@@ -115,10 +115,10 @@ def write_sweep(folder: Path, family: tuple[Path, list[Path]] | None, **data: An
 
 
 def reference(path: Path, folder: Path, skip: float | None = None) -> dict[str, dict[str, Any]]:
-    """The trials of the sweep file (but lambda ``skip``) run here, in this process, without Ray: the local run."""
+    """The trials of the sweep file (but scale ``skip``) run here, in this process, without Ray: the local run."""
     cfg = load_sweep(path)
     data = cfg.model_dump(mode="json")
-    todo = [t for t in trials(cfg, choose(cfg)) if skip is None or dict(t.setting.params).get("lambda") != skip]
+    todo = [t for t in trials(cfg, choose(cfg)) if skip is None or dict(t.setting.params).get("scale") != skip]
     records = {t.id: run_trial(data, t, str(folder / t.id), [str(path.parent)]) for t in todo}
     (path.parent / "calls.log").unlink(missing_ok=True)
     return records
@@ -256,7 +256,7 @@ def test_a_node_that_dies_loses_no_trial(
     by_id = {r["trial"]: r for r in records}
     assert len(by_id) == len(records) == 6  # none lost, none twice
     for r in records:
-        if r["params"]["lambda"] == 0.7:
+        if r["params"]["scale"] == 0.7:
             assert r["status"] == "failed" and "(resources.retries = 1)" in r["error"], r
             assert r["error"].startswith("WorkerCrashedError"), r
         else:
