@@ -69,6 +69,7 @@ def finish_search(
         summary["test"] = _test(cfg, root, summary, search_path, objective)
     elif cfg.test is not None:
         notes.append(f"test not scored: {len(points)} of {budget} trials recorded (rerun to finish the search)")
+    summary["early_stop"] = early_savings(records) if cfg.search.early_stop is not None else None
     summary["noise"] = noise(records, best, objective, cfg)
     if summary["noise"].get("warning"):
         notes.append(summary["noise"]["warning"])
@@ -155,7 +156,7 @@ def objective_se(record: dict[str, Any], objective: str) -> float | None:
 
 def noise(records: Sequence[dict[str, Any]], best: dict[str, Any], objective: str, cfg: SweepConfig) -> dict[str, Any]:
     """The best-so-far gain on validation against the noise of a difference of two validation scores."""
-    ok = [r for r in records if r.get("status") == "ok" and objective in r["metrics"]]
+    ok = [r for r in records if r.get("status") == "ok" and objective in r["metrics"] and not r.get("stopped_early")]
     sign = 1.0 if cfg.direction == "max" else -1.0
     gain = sign * (best["metrics"][objective] - ok[0]["metrics"][objective])
     se = objective_se(best, objective)
@@ -169,3 +170,17 @@ def noise(records: Sequence[dict[str, Any]], best: dict[str, Any], objective: st
             "validation prompts"
         )
     return out
+
+
+def early_savings(records: Sequence[dict[str, Any]]) -> dict[str, Any]:
+    """How many trials stopped early and the evaluation seconds that saved (an estimate): each stopped trial's
+    unscored items times the evaluation seconds per item of the trials that scored every item
+    (``seconds - merge_seconds`` over ``items``, summed over those trials)."""
+    stopped = [r for r in records if r.get("stopped_early")]
+    whole = [r for r in records if r.get("status") == "ok" and not r.get("stopped_early") and r.get("items")]
+    items = sum(int(r["items"]) for r in whole)
+    seconds = sum(float(r.get("seconds", 0.0)) - float(r.get("merge_seconds", 0.0)) for r in whole)
+    per_item = seconds / items if items else None
+    unscored = sum(int(r.get("items_total", 0)) - int(r.get("items", 0)) for r in stopped)
+    saved = per_item * unscored if per_item is not None else None
+    return {"stopped": len(stopped), "items_unscored": unscored, "seconds_per_item": per_item, "seconds_saved": saved}
