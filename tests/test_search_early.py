@@ -10,6 +10,7 @@ point's score on a task file of sevens and threes is known: 0.5 when an agent wi
 from __future__ import annotations
 
 import json
+import statistics
 from pathlib import Path
 from typing import Any
 
@@ -97,7 +98,7 @@ def test_a_trial_far_below_the_best_stops_and_one_near_it_does_not(
     assert "stopped_early" not in near and near["items"] == near["items_total"] == 2 * PER_TASK
     assert near["metrics"]["tasks_avg"] == 0.5 and counted[1:] == [4, 2 * PER_TASK - 4]
     first = _trial(family, tmp_path, (0.05, 0.05), best=None)  # nothing to beat yet: every item
-    assert "stopped_early" not in first and "items" not in first and first["metrics"]["tasks_avg"] == 0.0
+    assert "stopped_early" not in first and first["items"] == 20 and first["metrics"]["tasks_avg"] == 0.0
 
 
 def test_direction_min_stops_a_trial_far_above_the_best(family: dict[str, Path], tmp_path: Path) -> None:
@@ -152,6 +153,9 @@ def test_a_resumed_search_records_each_stopped_trial_once(family: dict[str, Path
     assert best is not None and not best.get("stopped_early") and best["metrics"]["tasks_avg"] == 0.5
     summary = read_summary(out)["early_stop"]
     assert summary["stopped"] == len(stopped) and summary["items_unscored"] == 16 * len(stopped)
-    assert summary["seconds_saved"] > 0
+    assert all(r["items_total"] == 20 and r["items"] == (4 if r in stopped else 20) for r in records)
+    evals = [(bool(r.get("stopped_early")), r["seconds"] - r["merge_seconds"]) for r in records]
+    want = len(stopped) * statistics.median(e for stop, e in evals if not stop) - sum(e for stop, e in evals if stop)
+    assert summary["seconds_saved"] == pytest.approx(max(0.0, want))
     assert f"{len(stopped)} trials stopped early" in (out / "results.md").read_text()
     assert "stopped early (4 of 20 items)" in (out / "results.md").read_text()

@@ -100,17 +100,17 @@ def run_trial(
 def _score(
     cfg: SweepConfig, trial: Trial, out: Path, search_path: list[str], best: float | None, record: dict[str, Any]
 ) -> Score:
-    """The trial's score; with ``early_stop`` and a best to beat, its first items first (``stop_early``): a trial
-    worse than ``best`` by more than the margin there is recorded with ``stopped_early`` and their metrics."""
+    """The trial's score; with ``early_stop``, its first items first (``score_early``): a trial worse than
+    ``best`` by more than the margin there is recorded with ``stopped_early`` and their metrics."""
     options = cfg.options_of(trial.setting)
     rule, objective = cfg.search.early_stop, cfg.objective or evaluators.default_objective(cfg.evaluate)
-    if rule is None or best is None or objective is None:
+    if rule is None or objective is None:
         return evaluators.resolve_score(cfg.evaluate, search_path, cfg.resources.cpus, options)(out)
     sign = 1.0 if cfg.direction == "max" else -1.0
 
-    def stop(prefix: Score) -> bool:
+    def stop(prefix: Score) -> bool:  # nothing to beat yet (the first trials): every item
         value = prefix.metrics.get(objective)
-        return value is not None and sign * (value - best) < -rule.margin
+        return best is not None and value is not None and sign * (value - best) < -rule.margin
 
     early = evaluators.resolve_early(cfg.evaluate, search_path, cfg.resources.cpus, options)(out, rule.first, stop)
     record |= {"items": early.items, "items_total": early.total}

@@ -92,12 +92,12 @@ def _early_lines(cfg: SweepConfig, summary: dict[str, Any]) -> list[str]:
     rule, early = cfg.search.early_stop, summary.get("early_stop")
     if rule is None or not early:
         return []
-    per_item, saved = early["seconds_per_item"], early["seconds_saved"]
+    saved, full, short = early["seconds_saved"], early["full_trial_eval_seconds"], early["stopped_trial_eval_seconds"]
     estimate = (
-        f"about {saved:.1f} s of evaluation saved ({early['items_unscored']} items unscored x {per_item:.4f} s per "
-        "item, the full trials' evaluation time per item)"
+        f"{early['items_unscored']} items left unscored; about {saved:.1f} s of evaluation saved (a full trial's "
+        f"evaluation took a median {full:.2f} s, a stopped one's {short:.2f} s on average)"
         if saved is not None
-        else "no full trial to estimate the seconds saved from"
+        else f"{early['items_unscored']} items left unscored"
     )
     return [
         f"Early stopping (first {rule.first} items, margin {rule.margin:g}): {early['stopped']} trials stopped "
