@@ -1,7 +1,7 @@
 """What a search's ``early_stop`` saves on a small synthetic search (docs/search.md, "Early stopping").
 
 A base that always answers "1" and two agents that answer "7" and "3" (the tests' ``tinylm.constant_lm``, a
-one-layer Llama); task arithmetic with a weight per agent on the head, searched at random in [0, 0.6] per
+one-layer Llama); task arithmetic with a weight per agent on the head, searched at random in [0.01, 0.6] per
 weight (about half the points leave the base's answer, scoring 0; the others score 0.5); a task file of
 ``--per-task`` sevens and as many threes. The same search (seed, budget) runs twice, without and with
 ``early_stop``; each prints its trials, stopped trials, wall seconds, trial seconds and best score.
