@@ -19,7 +19,8 @@ Sweeps (docs/sweep.md)
     ``choose_scale({scale: score})``: the fair protocol's one rule for the best output scale, the one the sweep's
     page uses too (``agentmerge.sweep.fair_choice``: best score, ties to the scale nearest 1, then the smaller).
 Evaluators (docs/evaluate.md)
-    ``Evaluator``, ``Score``, ``Context``: the interface a plug-in evaluator implements; ``set_threads``.
+    ``Evaluator``, ``Score``, ``Context``: the interface a plug-in evaluator implements; ``set_threads``;
+    ``Early``: what ``Evaluator.score_early`` returns (a search's ``early_stop``).
     ``quiet_transformers()``: transformers' warnings off while a checkpoint is scored.
 Convergence (docs/convergence.md)
     ``check_agent``, ``AgentCheck``, ``ScalePoint``, ``scaled_model``, ``CONVERGENCE_SCALES``: an agent's score
@@ -62,7 +63,7 @@ if TYPE_CHECKING:
     from agentmerge.evaluation.bfcl.prompt import system_prompt as bfcl_system_prompt
     from agentmerge.evaluation.convergence import SCALES as CONVERGENCE_SCALES
     from agentmerge.evaluation.convergence import AgentCheck, ScalePoint, check_agent, scaled_model
-    from agentmerge.evaluation.evaluator import Context, Evaluator, Score, set_threads
+    from agentmerge.evaluation.evaluator import Context, Early, Evaluator, Score, set_threads
     from agentmerge.evaluation.fisher import Sample as FisherSample
     from agentmerge.evaluation.fisher import check_causal_lm_folder, diagonal_fisher, estimate_fisher, transformers_step
     from agentmerge.evaluation.generation import quiet_transformers
@@ -103,7 +104,7 @@ _WHERE: dict[str, tuple[str, str]] = {
     "bfcl_system_prompt": ("agentmerge.evaluation.bfcl.prompt", "system_prompt"),
     "CONVERGENCE_SCALES": ("agentmerge.evaluation.convergence", "SCALES"),
     **_same("agentmerge.evaluation.convergence", "AgentCheck", "ScalePoint", "check_agent", "scaled_model"),
-    **_same("agentmerge.evaluation.evaluator", "Context", "Evaluator", "Score", "set_threads"),
+    **_same("agentmerge.evaluation.evaluator", "Context", "Early", "Evaluator", "Score", "set_threads"),
     "FisherSample": ("agentmerge.evaluation.fisher", "Sample"),
     **_same(
         "agentmerge.evaluation.fisher",
@@ -146,6 +147,7 @@ __all__ = [
     "BfclDecodeError",
     "BfclItem",
     "Context",
+    "Early",
     "Evaluator",
     "FisherSample",
     "RaySession",

@@ -14,10 +14,13 @@ A kind of evaluator is a subclass with a ``kind`` word; a sweep file names it as
 - the constructor (``from_spec`` for a sweep, the typed ``__init__`` from Python, ``from_command`` for
   ``agentmerge eval --suite``): reads and checks its inputs (a task file, a module, the plug-in's flags).
 
-Then ``score(checkpoint)`` once per checkpoint. The kinds: ``tasks`` (``scoring.TaskFileEvaluator``, the
-user's task file), ``lm-eval`` (``lmeval.LmEvalEvaluator``), ``python`` (``pyfunction.PythonEvaluator``, a
-function of the user's) and any plug-in's (``plugins.EVALUATORS``; the agent zoo's ``zoo``); ``kinds`` finds
-them.
+Then ``score(checkpoint)`` once per checkpoint. A kind with ``stops_early`` can also score a checkpoint in two
+steps, ``score_early(checkpoint, first, stop)``: its first ``first`` items, then the rest only when
+``stop(prefix_score)`` is False (a search's early stopping of bad trials, docs/search.md).
+
+The kinds: ``tasks`` (``scoring.TaskFileEvaluator``, the user's task file, which stops early), ``lm-eval``
+(``lmeval.LmEvalEvaluator``), ``python`` (``pyfunction.PythonEvaluator``, a function of the user's) and any plug-in's
+(``plugins.EVALUATORS``; the agent zoo's ``zoo``); ``kinds`` finds them.
 """
 
 from __future__ import annotations
@@ -25,7 +28,7 @@ from __future__ import annotations
 import argparse
 import math
 from abc import ABC, abstractmethod
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, ClassVar, NamedTuple
@@ -44,6 +47,17 @@ class Score:
     stderr: dict[str, float] = field(default_factory=dict)
     count: dict[str, int] = field(default_factory=dict)
     record: dict[str, Any] = field(default_factory=dict)  # the evaluator's full result, JSON-ready
+
+
+@dataclass(frozen=True)
+class Early:
+    """``Evaluator.score_early``'s answer: the score of the items scored, whether it stopped after the first
+    ones, how many items it scored and how many there are in all."""
+
+    score: Score
+    stopped: bool
+    items: int
+    total: int
 
 
 class Reads(NamedTuple):
@@ -70,6 +84,7 @@ class Evaluator(ABC):
     usage: ClassVar[str]  # how its spec is written, for messages: "tasks:FILE.jsonl"
     objective: ClassVar[str | None] = None  # the metric a sweep ranks by by default (None: the only one)
     options: ClassVar[Mapping[str, type]] = {}  # the evaluate_options it takes: name -> int, list or str
+    stops_early: ClassVar[bool] = False  # whether ``score_early`` can stop after the first items
 
     @property
     @abstractmethod
@@ -79,6 +94,12 @@ class Evaluator(ABC):
     @abstractmethod
     def score(self, checkpoint: Path) -> Score:
         """Score one model folder."""
+
+    def score_early(self, checkpoint: Path, first: int, stop: Callable[[Score], bool]) -> Early:
+        """Score the first ``first`` items; when ``stop`` says so of their score, return it (``stopped``), else
+        score the rest too and return the whole score (the same metrics as ``score``). Kinds with
+        ``stops_early`` only."""
+        raise ConfigError(f"search: early_stop: the {self.kind} evaluator cannot score its first items alone")
 
     @classmethod
     def check_spec(cls, spec: str, arg: str) -> None:

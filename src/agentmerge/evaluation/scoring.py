@@ -18,15 +18,16 @@ largest among the specialists. The share of gain a merge M keeps of specialist A
 
 from __future__ import annotations
 
+import itertools
 import math
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from agentmerge.errors import CheckpointError, ConfigError
-from agentmerge.evaluation.evaluator import Context, Evaluator, Reads, Score, set_threads
+from agentmerge.evaluation.evaluator import Context, Early, Evaluator, Reads, Score, set_threads
 from agentmerge.evaluation.generation import Generator
 from agentmerge.evaluation.taskfile import Example, load_tasks
 from agentmerge.io.guards.strict_json import read_json_object
@@ -159,11 +160,7 @@ def evaluate(
     """Score every checkpoint on every example; see the module docstring for roles and shares."""
     check_counts(limit=limit, samples=samples, batch_size=batch_size, max_new_tokens=max_new_tokens)
     examples = list(load_tasks(tasks) if isinstance(tasks, str | Path) else tasks)
-    examples = _limited(examples, limit)
-    if max_new_tokens is not None:
-        examples = [_with(ex, max_new_tokens=max_new_tokens) for ex in examples]
-    if system is not None:
-        examples = [_with(ex, system=system) for ex in examples]
+    examples = prepared(examples, limit, max_new_tokens, system)
     paths = [str(c) for c in checkpoints]
     for p in paths:
         config = Path(p).expanduser() / "config.json"
@@ -214,6 +211,7 @@ class TaskFileEvaluator(Evaluator):
     kind = "tasks"
     usage = "tasks:FILE.jsonl"
     objective = "tasks_avg"
+    stops_early = True
 
     def __init__(self, file: str | Path, *, threads: int | None = None, **settings: Any) -> None:
         self.file = str(file)
@@ -233,13 +231,34 @@ class TaskFileEvaluator(Evaluator):
         return run
 
     def score(self, checkpoint: Path) -> Score:
-        scores = self.run([checkpoint]).checkpoints[0]
+        return self._as_score(self.run([checkpoint]).checkpoints[0])
+
+    def _as_score(self, scores: Scores) -> Score:
         metrics = {f"tasks.{t}": v for t, v in scores.mean.items()}
         metrics["tasks_avg"] = sum(scores.mean.values()) / len(scores.mean)
         stderr = {f"tasks.{t}": v for t, v in scores.se.items()}
         count = {f"tasks.{t}": v for t, v in scores.count.items()}
         record: dict[str, Any] = EvalRun(list(scores.mean), [scores], self.file).to_dict()
         return Score(metrics, stderr, count, record)
+
+    def score_early(self, checkpoint: Path, first: int, stop: Callable[[Score], bool]) -> Early:
+        """The first ``first`` examples in :func:`interleaved` order, then (unless ``stop``) the rest, one model
+        load; the whole score has :meth:`score`'s metrics (its outputs come in two rounds of batches)."""
+        set_threads(self.threads)
+        opts = {**inspect_defaults(evaluate), **self.settings}
+        check_counts(batch_size=opts["batch_size"], limit=opts["limit"], max_new_tokens=opts["max_new_tokens"])
+        examples = interleaved(prepared(self.examples, opts["limit"], opts["max_new_tokens"], opts["system"]))
+        path, total = str(checkpoint), len(examples)
+        gen = Generator.load(path, opts["device"], opts["dtype"], opts["chat_template"])
+        gen.check_alphabet(examples)
+        outputs: list[str] = []
+        for part in (examples[:first], examples[first:]):
+            outputs += gen.complete(part, opts["batch_size"], f"eval {Path(path).name}", opts["quiet"])
+            done = examples[: len(outputs)]
+            score = self._as_score(marked(Scores(Path(path).name, path, "model", gen.chat), done, outputs))
+            if len(outputs) == total or stop(score):
+                return Early(score, len(outputs) < total, len(outputs), total)
+        raise AssertionError("unreachable: the second part ends the examples")
 
     @classmethod
     def check_spec(cls, spec: str, arg: str) -> None:
@@ -266,10 +285,40 @@ class TaskFileEvaluator(Evaluator):
         return next((p for f in search_path if (p := Path(f) / file).is_file()), Path(file))
 
 
+def prepared(
+    examples: list[Example], limit: int | None, max_new_tokens: int | None, system: str | None
+) -> list[Example]:
+    """The examples :func:`evaluate` scores: at most ``limit`` per task, the settings it overrides applied."""
+    examples = _limited(examples, limit)
+    if max_new_tokens is not None:
+        examples = [_with(ex, max_new_tokens=max_new_tokens) for ex in examples]
+    if system is not None:
+        examples = [_with(ex, system=system) for ex in examples]
+    return examples
+
+
+def interleaved(examples: Sequence[Example]) -> list[Example]:
+    """The examples task by task in turn (the first of each task, then the second, ...): any first items of this
+    order hold every task in about its share, so their score is a fair early look at the whole."""
+    by_task: dict[str, list[Example]] = {}
+    for ex in examples:
+        by_task.setdefault(ex.task, []).append(ex)
+    rounds = itertools.zip_longest(*by_task.values())
+    return [ex for row in rounds for ex in row if ex is not None]
+
+
 def _with(ex: Example, **changes: Any) -> Example:
     from dataclasses import replace
 
     return replace(ex, **changes)
+
+
+def inspect_defaults(function: Callable[..., Any]) -> dict[str, Any]:
+    """A function's keyword defaults (``evaluate``'s settings, for a scoring that does not call it)."""
+    import inspect
+
+    params = inspect.signature(function).parameters.values()
+    return {p.name: p.default for p in params if p.default is not inspect.Parameter.empty}
 
 
 def _limited(examples: list[Example], limit: int | None) -> list[Example]:
@@ -300,7 +349,13 @@ def _score_one(
     gen = Generator.load(path, device, dtype, chat)
     gen.check_alphabet(examples)
     outputs = gen.complete(examples, batch_size, f"eval {label}", quiet)
-    scores = Scores(label, path, role, gen.chat)
+    scores = marked(Scores(label, path, role, gen.chat), examples, outputs, samples)
+    scores.seconds = time.perf_counter() - started
+    return scores
+
+
+def marked(scores: Scores, examples: Sequence[Example], outputs: Sequence[str], samples: int = 0) -> Scores:
+    """``scores`` filled in from each example's output: per task the share right, its error and count."""
     shown: dict[str, int] = {}
     for task in dict.fromkeys(ex.task for ex in examples):
         marks = [ex.score(out) for ex, out in zip(examples, outputs, strict=True) if ex.task == task]
@@ -310,5 +365,4 @@ def _score_one(
         if shown.get(ex.task, 0) < samples:
             shown[ex.task] = shown.get(ex.task, 0) + 1
             scores.samples.append(Sample(ex.task, ex.prompt, out, ex.reference, ex.score(out)))
-    scores.seconds = time.perf_counter() - started
     return scores

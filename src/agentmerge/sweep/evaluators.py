@@ -18,15 +18,25 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable, Mapping, Sequence
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
-from agentmerge.evaluation.evaluator import Context, Score, checked_metrics
+from agentmerge.evaluation.evaluator import Context, Early, Score, checked_metrics
 from agentmerge.evaluation.kinds import parse
 
 Scorer = Callable[[Path], dict[str, float]]
 
-__all__ = ["Scorer", "check_before_trials", "check_options", "default_objective", "parse", "resolve", "resolve_score"]
+__all__ = [
+    "Scorer",
+    "check_before_trials",
+    "check_options",
+    "default_objective",
+    "parse",
+    "resolve",
+    "resolve_early",
+    "resolve_score",
+]
 
 
 def default_objective(spec: str) -> str | None:
@@ -55,11 +65,29 @@ def resolve_score(
     evaluator = cls.from_spec(arg, dict(options or {}), Context(tuple(search_path), threads))
 
     def score(folder: Path) -> Score:
-        s = evaluator.score(folder)
-        stderr = {k: float(v) for k, v in s.stderr.items() if isinstance(v, int | float) and math.isfinite(v)}
-        return Score(checked_metrics(s.metrics, f"evaluate: {evaluator.name}"), stderr, s.count)
+        return _checked(evaluator.score(folder), evaluator.name)
 
     return score
+
+
+def resolve_early(
+    spec: str, search_path: Sequence[str] = (), threads: int = 1, options: Mapping[str, Any] | None = None
+) -> Callable[[Path, int, Callable[[Score], bool]], Early]:
+    """As :func:`resolve_score`, for ``Evaluator.score_early``: (folder, first, stop) -> ``Early``, its score's
+    metrics checked (a search's ``early_stop``)."""
+    cls, arg = parse(spec)
+    evaluator = cls.from_spec(arg, dict(options or {}), Context(tuple(search_path), threads))
+
+    def score(folder: Path, first: int, stop: Callable[[Score], bool]) -> Early:
+        early = evaluator.score_early(folder, first, stop)
+        return replace(early, score=_checked(early.score, evaluator.name))
+
+    return score
+
+
+def _checked(s: Score, name: str) -> Score:
+    stderr = {k: float(v) for k, v in s.stderr.items() if isinstance(v, int | float) and math.isfinite(v)}
+    return Score(checked_metrics(s.metrics, f"evaluate: {name}"), stderr, s.count)
 
 
 def check_before_trials(spec: str, search_path: Sequence[str] = (), cluster: bool = False) -> None:

@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import json
 import math
+import statistics
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
@@ -69,6 +70,7 @@ def finish_search(
         summary["test"] = _test(cfg, root, summary, search_path, objective)
     elif cfg.test is not None:
         notes.append(f"test not scored: {len(points)} of {budget} trials recorded (rerun to finish the search)")
+    summary["early_stop"] = early_savings(records) if cfg.search.early_stop is not None else None
     summary["noise"] = noise(records, best, objective, cfg)
     if summary["noise"].get("warning"):
         notes.append(summary["noise"]["warning"])
@@ -155,7 +157,7 @@ def objective_se(record: dict[str, Any], objective: str) -> float | None:
 
 def noise(records: Sequence[dict[str, Any]], best: dict[str, Any], objective: str, cfg: SweepConfig) -> dict[str, Any]:
     """The best-so-far gain on validation against the noise of a difference of two validation scores."""
-    ok = [r for r in records if r.get("status") == "ok" and objective in r["metrics"]]
+    ok = [r for r in records if r.get("status") == "ok" and objective in r["metrics"] and not r.get("stopped_early")]
     sign = 1.0 if cfg.direction == "max" else -1.0
     gain = sign * (best["metrics"][objective] - ok[0]["metrics"][objective])
     se = objective_se(best, objective)
@@ -169,3 +171,29 @@ def noise(records: Sequence[dict[str, Any]], best: dict[str, Any], objective: st
             "validation prompts"
         )
     return out
+
+
+def early_savings(records: Sequence[dict[str, Any]]) -> dict[str, Any]:
+    """How many trials stopped early and the evaluation seconds that saved, an estimate: what each stopped trial
+    would have taken, the median evaluation time (``seconds - merge_seconds``) of the trials that scored every
+    item (the median: a run's first trial also pays its worker's imports), less what it took. (Per item, as
+    ``items_total - items`` times seconds per item, it would count a trial's fixed cost, such as loading the
+    model, as if it grew with the items.)"""
+    stopped = [r for r in records if r.get("stopped_early")]
+    whole = [r for r in records if r.get("status") == "ok" and not r.get("stopped_early") and "items" in r]
+    full = statistics.median(_eval_seconds(whole)) if whole else None
+    spent = sum(_eval_seconds(stopped))
+    saved = full * len(stopped) - spent if full is not None and stopped else None
+    unscored = sum(int(r.get("items_total", 0)) - int(r.get("items", 0)) for r in stopped)
+    return {
+        "stopped": len(stopped),
+        "items_unscored": unscored,
+        "full_trial_eval_seconds": full,
+        "stopped_trial_eval_seconds": spent / len(stopped) if stopped else None,
+        "seconds_saved": saved if saved is None else max(0.0, saved),
+    }
+
+
+def _eval_seconds(records: Sequence[dict[str, Any]]) -> list[float]:
+    """Each trial's evaluation seconds: its seconds less its merge's."""
+    return [float(r.get("seconds", 0.0)) - float(r.get("merge_seconds", 0.0)) for r in records]

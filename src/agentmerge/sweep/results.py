@@ -1,15 +1,16 @@
 """``DIR/results.jsonl`` read back field by field, and the only folders a sweep ever removes.
 
-A resumed sweep trusts nothing it reads back: each record must have the fields ``run_trial`` writes, of the types
-it writes them: ``trial`` a 16-digit hex id (``sweepfile.trial_of``), ``name`` (when present) a trial name by the rule
-of the sweep file (``sweepfile.TRIAL_NAME``), ``method`` a string, ``params`` a mapping of names to plain values,
+A resumed sweep trusts nothing it reads back: each record must have the fields ``run_trial`` writes, of the types it
+writes them: ``trial`` a 16-digit hex id (``sweepfile.trial_of``), ``name`` (when present) a trial name by the rule of
+the sweep file (``sweepfile.TRIAL_NAME``), ``method`` a string, ``params`` a mapping of names to plain values,
 ``models`` a list of strings, ``seed`` a whole number, ``status`` ``ok`` or ``failed``, ``error`` a string,
 ``metrics`` a mapping of names to finite numbers, ``seconds`` and ``merge_seconds`` finite numbers >= 0, ``kept``
-(when present) a list of finite numbers or nulls, ``point`` and ``stderr`` (a search's, when present) mappings of names
-to finite numbers. A record that breaks any of these stops the sweep with one line
-naming the file, the line and the field (fix or remove that line, or start over with ``--no-resume``). A line that
-is not JSON at all is a write torn by a kill and is skipped (the trial runs again); the next record then starts on
-a line of its own. The file must be a regular file of at most ``MAX_RESULTS_BYTES``.
+(when present) a list of finite numbers or nulls, ``point`` and ``stderr`` (a search's, when present) mappings of
+names to finite numbers; a search with ``early_stop``: ``items`` and ``items_total`` whole numbers >= 0,
+``stopped_early`` true and ``best_at_start`` a finite number (a stopped trial's). A record that breaks any of these
+stops the sweep with one line naming the file, the line and the field (fix or remove that line, or start over with
+``--no-resume``). A line that is not JSON at all is a write torn by a kill and is skipped (the trial runs again); the
+next record then starts on a line of its own. The file must be a regular file of at most ``MAX_RESULTS_BYTES``.
 
 A sweep removes a folder only when it is ``DIR/trials/<name>`` itself (not a link, not elsewhere) and
 holds ``merge.json``: a merge output it wrote, never a folder a user put there.
@@ -70,7 +71,15 @@ FIELDS: dict[str, tuple[bool, str, Callable[[Any], bool]]] = {  # field: (requir
     "kept": (False, "a list of numbers or nulls", lambda v: isinstance(v, list) and all(_kept(x) for x in v)),
     "stderr": (False, "a mapping of metric names to finite numbers", _mapping_of(_number)),
     "point": (False, "a mapping of coordinate names to finite numbers", _mapping_of(_number)),
+    "items": (False, "a whole number >= 0", lambda v: _count(v)),
+    "items_total": (False, "a whole number >= 0", lambda v: _count(v)),
+    "stopped_early": (False, "true", lambda v: v is True),
+    "best_at_start": (False, "a finite number", _number),
 }
+
+
+def _count(v: object) -> bool:
+    return isinstance(v, int) and not isinstance(v, bool) and v >= 0
 
 
 def _kept(v: object) -> bool:

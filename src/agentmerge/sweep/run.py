@@ -26,6 +26,7 @@ from typing import Any
 from tqdm import tqdm
 
 from agentmerge.errors import AgentMergeError, ConfigError, one_line
+from agentmerge.evaluation.evaluator import Score
 from agentmerge.io.guards import jsontext
 from agentmerge.methods.registry import METHODS
 from agentmerge.methods.spec import MASK_PARAMS
@@ -62,8 +63,13 @@ def trial_folder(root: Path, record: dict[str, Any]) -> Path:
     return root / "trials" / str(record.get("name") or record["trial"])
 
 
-def run_trial(cfg_data: dict[str, Any], trial: Trial, folder: str, search_path: list[str]) -> dict[str, Any]:
-    """Merge and evaluate one trial; always returns its record (``status`` ok or failed with the error's line)."""
+def run_trial(
+    cfg_data: dict[str, Any], trial: Trial, folder: str, search_path: list[str], best: float | None = None
+) -> dict[str, Any]:
+    """Merge and evaluate one trial; always returns its record (``status`` ok or failed with the error's line).
+
+    ``best``: the best objective recorded when the trial started, for a search's ``early_stop``.
+    """
     from agentmerge.engine.merge import merge
     from agentmerge.sweep.sweepfile import SweepConfig
 
@@ -75,8 +81,7 @@ def run_trial(cfg_data: dict[str, Any], trial: Trial, folder: str, search_path: 
     try:
         merge(merge_config(cfg, trial), out, force=True, quiet=True)
         record["merge_seconds"] = round(time.perf_counter() - t0, 3)
-        evaluate = evaluators.resolve_score(cfg.evaluate, search_path, cfg.resources.cpus, cfg.options_of(s))
-        score = evaluate(out)
+        score = _score(cfg, trial, out, search_path, best, record)
         record["metrics"] = score.metrics
         if s.point is not None and score.stderr:  # a search's noise check reads the objective's error
             record["stderr"] = score.stderr
@@ -90,6 +95,27 @@ def run_trial(cfg_data: dict[str, Any], trial: Trial, folder: str, search_path: 
     if cfg.keep == "none" or record["status"] != "ok":
         remove_trial_folder(out)  # only the merge output this trial wrote, never a folder that was there
     return record
+
+
+def _score(
+    cfg: SweepConfig, trial: Trial, out: Path, search_path: list[str], best: float | None, record: dict[str, Any]
+) -> Score:
+    """The trial's score; with ``early_stop``, its first items first (``score_early``): a trial worse than
+    ``best`` by more than the margin there is recorded with ``stopped_early`` and their metrics."""
+    options = cfg.options_of(trial.setting)
+    rule, objective = cfg.search.early_stop, cfg.objective or evaluators.default_objective(cfg.evaluate)
+    if rule is None or objective is None:
+        return evaluators.resolve_score(cfg.evaluate, search_path, cfg.resources.cpus, options)(out)
+    sign = 1.0 if cfg.direction == "max" else -1.0
+
+    def stop(prefix: Score) -> bool:  # nothing to beat yet (the first trials): every item
+        value = prefix.metrics.get(objective)
+        return best is not None and value is not None and sign * (value - best) < -rule.margin
+
+    early = evaluators.resolve_early(cfg.evaluate, search_path, cfg.resources.cpus, options)(out, rule.first, stop)
+    record |= {"items": early.items, "items_total": early.total}
+    record |= {"stopped_early": True, "best_at_start": best} if early.stopped else {}
+    return early.score
 
 
 def kept_shares(cfg: SweepConfig, trial: Trial, out: Path) -> list[float | None]:
@@ -117,9 +143,11 @@ def trial_record(cfg: SweepConfig, trial: Trial) -> dict[str, Any]:
     }
 
 
-def remote_trial(cfg_data: dict[str, Any], trial: Trial, folder: str, search_path: list[str]) -> dict[str, Any]:
+def remote_trial(
+    cfg_data: dict[str, Any], trial: Trial, folder: str, search_path: list[str], best: float | None = None
+) -> dict[str, Any]:
     """:func:`run_trial` as a Ray task: its record also names the ``node`` (id, ``node_ip``) it ran on."""
-    return {**run_trial(cfg_data, trial, folder, search_path), **where()}
+    return {**run_trial(cfg_data, trial, folder, search_path, best), **where()}
 
 
 def _first_line(e: BaseException) -> str:
@@ -327,6 +355,7 @@ class _Runner:
         self.ran: set[str] = set()
         self.finished: list[dict[str, Any]] = []  # this run's records, in arrival order (optuna reads them)
         self._best: tuple[float, Path] | None = None  # the kept folder (keep: best), an earlier run's included
+        self._earlier = results.records() if cfg.search.early_stop is not None else []
         for record in results.records() if cfg.keep == "best" else []:
             if record.get("status") == "ok" and trial_folder(root, record).is_dir():
                 self._keep_best(record)
@@ -348,7 +377,8 @@ class _Runner:
                         exhausted = True
                         break
                     folder = str(trial_folder(self.root, {"trial": trial.id, "name": trial.setting.name}))
-                    in_flight[task.remote(data, trial, folder, self.search_path)] = (trial, time.perf_counter())
+                    ref = task.remote(data, trial, folder, self.search_path, self._best_value())
+                    in_flight[ref] = (trial, time.perf_counter())
                 if not in_flight:
                     return len(self.ran)
                 ready, _ = ray.wait(list(in_flight), num_returns=1)
@@ -356,6 +386,16 @@ class _Runner:
                 failed = sum(r["status"] != "ok" for r in self.finished)
                 bar.set_postfix(running=len(in_flight), failed=failed, refresh=False)
                 bar.update(1)
+
+    def _best_value(self) -> float | None:
+        """The best objective recorded so far (an earlier run's too; never a stopped trial's), for
+        ``early_stop``; None without it."""
+        from agentmerge.sweep.sweep_report import best_record
+
+        if self.cfg.search.early_stop is None or self.objective is None:
+            return None
+        best = best_record(self.cfg, [*self._earlier, *self.finished])
+        return None if best is None else float(best["metrics"][self.objective])
 
     def _outcome(self, ref: Any, trial: Trial, started: float) -> dict[str, Any]:
         """The trial's record; when Ray could not finish it (its worker or node died, after the retries),
@@ -382,7 +422,7 @@ class _Runner:
         """Keep the folder of the best trial so far (this run), remove the others'."""
         from agentmerge.sweep.sweep_report import score
 
-        value = score(self.cfg, record, self.objective)
+        value = None if record.get("stopped_early") else score(self.cfg, record, self.objective)
         folder = trial_folder(self.root, record)
         if value is None:
             remove_trial_folder(folder)

@@ -19,12 +19,13 @@ from agentmerge.sweep.sweepfile import SweepConfig
 
 
 def curve(cfg: SweepConfig, records: Sequence[dict[str, Any]], objective: str) -> list[tuple[float | None, float]]:
-    """Per trial, in the order they finished: its objective (None: failed) and the best so far."""
+    """Per trial, in the order they finished: its objective (None: failed; a stopped trial's: its first items')
+    and the best so far (of the trials that scored every item)."""
     out: list[tuple[float | None, float]] = []
     best = -math.inf
     for r in records:
         s = score(cfg, r, objective)
-        best = max(best, s) if s is not None else best
+        best = max(best, s) if s is not None and not r.get("stopped_early") else best
         sign = 1.0 if cfg.direction == "max" else -1.0
         out.append((None if s is None else sign * s, sign * best))
     return out
@@ -69,6 +70,7 @@ def markdown(cfg: SweepConfig, records: Sequence[dict[str, Any]], summary: dict[
     ]
     lines += _best_lines(cfg, summary, objective)
     lines += _test_lines(summary, objective)
+    lines += _early_lines(cfg, summary)
     warning = (summary.get("noise") or {}).get("warning")
     lines += [f"**Warning:** {warning}.", ""] if warning else []
     lines += [f"![{p}]({p})" for p in plots] + ([""] if plots else [])
@@ -76,8 +78,32 @@ def markdown(cfg: SweepConfig, records: Sequence[dict[str, Any]], summary: dict[
     lines.append("|---:|---:|---:|---:|---|")
     for i, (r, (value, best)) in enumerate(zip(records, curve(cfg, records, objective), strict=True), 1):
         shown = "-" if value is None else f"{value:.4f}"
-        lines.append(f"| {i} | {shown} | {best:.4f} | {r.get('seconds', 0):.2f} | {r['status']} |")
+        lines.append(f"| {i} | {shown} | {best:.4f} | {r.get('seconds', 0):.2f} | {_status(r)} |")
     return "\n".join(lines) + "\n"
+
+
+def _status(record: dict[str, Any]) -> str:
+    if record.get("stopped_early"):
+        return f"stopped early ({record.get('items')} of {record.get('items_total')} items)"
+    return str(record["status"])
+
+
+def _early_lines(cfg: SweepConfig, summary: dict[str, Any]) -> list[str]:
+    rule, early = cfg.search.early_stop, summary.get("early_stop")
+    if rule is None or not early:
+        return []
+    saved, full, short = early["seconds_saved"], early["full_trial_eval_seconds"], early["stopped_trial_eval_seconds"]
+    estimate = (
+        f"{early['items_unscored']} items left unscored; about {saved:.1f} s of evaluation saved (a full trial's "
+        f"evaluation took a median {full:.2f} s, a stopped one's {short:.2f} s on average)"
+        if saved is not None
+        else f"{early['items_unscored']} items left unscored"
+    )
+    return [
+        f"Early stopping (first {rule.first} items, margin {rule.margin:g}): {early['stopped']} trials stopped "
+        f"early; {estimate}. A stopped trial's score is that of its first items; it is never the best point.",
+        "",
+    ]
 
 
 def _mean(xs: Sequence[float]) -> float:

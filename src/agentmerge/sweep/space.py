@@ -74,6 +74,19 @@ class Space(BaseModel):
     _known = field_validator("method")(classmethod(lambda cls, v: known_method(v)))
 
 
+NO_EARLY_STOP = "cannot score its first items alone; remove early_stop or score on a task file (tasks:VAL.jsonl)"
+
+
+class EarlyStop(BaseModel):
+    """A search's early stopping: a trial scores its ``first`` items, and stops there when that score is worse
+    than the best trial's by more than ``margin`` (in the objective's units, either direction)."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    first: int = Field(ge=1)
+    margin: float = Field(ge=0, allow_inf_nan=False)
+
+
 class Baseline(BaseModel):
     """A search's data-free baseline: a method and its parameters, merged from all the models."""
 

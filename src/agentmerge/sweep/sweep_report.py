@@ -42,8 +42,10 @@ def score(cfg: SweepConfig, record: dict[str, Any], objective: str | None) -> fl
 
 
 def best_record(cfg: SweepConfig, records: Sequence[dict[str, Any]]) -> dict[str, Any] | None:
+    """The record with the best objective; never a trial a search stopped early (its metrics are a prefix's)."""
     objective = objective_of(cfg, records)
-    scored = [(s, r) for r in records if (s := score(cfg, r, objective)) is not None]
+    whole = [r for r in records if not r.get("stopped_early")]
+    scored = [(s, r) for r in whole if (s := score(cfg, r, objective)) is not None]
     return max(scored, key=lambda sr: sr[0])[1] if scored else None
 
 

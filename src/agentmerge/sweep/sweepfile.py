@@ -87,6 +87,7 @@ class Search(_Frozen):
     kind: Literal["grid", "random", "optuna", "cmaes", "tpe"] = "grid"  # cmaes, tpe (and random): a space
     n_trials: int | None = Field(default=None, ge=1)  # settings to try (random, optuna)
     seed: int = 0
+    early_stop: search_space.EarlyStop | None = None  # a search's only (space:); docs/search.md
 
 
 class Resources(_Frozen):
@@ -170,8 +171,8 @@ class SweepConfig(_Frozen):
     def _entries(self) -> SweepConfig:
         if self.space is not None or self.search.kind in ("cmaes", "tpe"):
             return self._search_entries()
-        if self.test is not None or self.baseline is not None:
-            raise ValueError("test and baseline belong to a search: give space (docs/search.md)")
+        if self.test is not None or self.baseline is not None or self.search.early_stop is not None:
+            raise ValueError("test, baseline and early_stop belong to a search: give space (docs/search.md)")
         if not self.methods and not self.trials:
             raise ValueError("name the merges to try: methods (a grid), trials (explicit settings), or both")
         if self.kept and self.base is None:
@@ -212,6 +213,8 @@ class SweepConfig(_Frozen):
             )
         if self.test is None and self.baseline is not None:
             raise ValueError("baseline is scored on test at the end: give test (e.g. zoo:test)")
+        if self.search.early_stop is not None and not evaluators.parse(self.evaluate)[0].stops_early:
+            raise ValueError(f"search.early_stop: the evaluator {self.evaluate!r} {search_space.NO_EARLY_STOP}")
         try:
             evaluators.check_options(self.evaluate, self.evaluate_options)
             if self.test is not None:

@@ -7,6 +7,11 @@ mean over the trained domains (the default objective). Options (a sweep's ``eval
 prompts per task (default 1000), ``tasks`` (default all), ``batch_size`` (default 250), and ``cache``, a
 folder of evaluations keyed by the weights' sha256 (the bench's).
 
+It stops early (a search's ``early_stop``, docs/search.md): the first ``first`` items are the first
+``ceil(first / tasks)`` prompts of each task; a trial that goes on is then scored in full (``score``, cached when
+``cache`` is set), so its first prompts are generated twice: the cost of going on is ``first / (n x tasks)`` of an
+evaluation more.
+
 This module is imported when a sweep file is read, so it imports nothing heavy; torch and transformers load
 when a checkpoint is scored.
 """
@@ -15,12 +20,12 @@ from __future__ import annotations
 
 import argparse
 import os
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any, ClassVar
 
 from agentmerge import ConfigError
-from agentmerge.api import Context, Evaluator, Score, check_report_path, set_threads
+from agentmerge.api import Context, Early, Evaluator, Score, check_report_path, set_threads
 
 SPLITS = {"test": "test", "validation": "val"}  # a spec's split -> the suite's own name of it
 
@@ -32,6 +37,7 @@ class ZooEvaluator(Evaluator):
     usage = "zoo"
     objective = "agentic_avg"
     options: ClassVar[Mapping[str, type]] = {"n": int, "tasks": list, "batch_size": int, "cache": str}
+    stops_early = True
 
     def __init__(
         self,
@@ -69,6 +75,24 @@ class ZooEvaluator(Evaluator):
             )
         metrics = {**report.metrics, "agentic_avg": agentic_average(report.metrics)}
         return Score(metrics, report.stderr, report.count, report.to_dict())
+
+    def score_early(self, checkpoint: Path, first: int, stop: Callable[[Score], bool]) -> Early:
+        """The first ``ceil(first / tasks)`` prompts of each task; unless ``stop``, the whole ``score``."""
+        from agentmerge_zoo.evaluate import DEFAULT_N, agentic_average, evaluate
+        from agentmerge_zoo.tasks import all_tasks
+
+        names, n = self.tasks or list(all_tasks()), self.n or DEFAULT_N
+        per_task, total = -(-first // len(names)), n * len(names)
+        if per_task < n:
+            set_threads(self.threads)
+            report = evaluate(
+                checkpoint, split=SPLITS[self.split], n=per_task, tasks=names, batch_size=self.batch_size, quiet=True
+            )
+            metrics = {**report.metrics, "agentic_avg": agentic_average(report.metrics)}
+            prefix = Score(metrics, report.stderr, report.count, report.to_dict())
+            if stop(prefix):
+                return Early(prefix, True, per_task * len(names), total)
+        return Early(self.score(checkpoint), False, total, total)
 
     @classmethod
     def check_spec(cls, spec: str, arg: str) -> None:
