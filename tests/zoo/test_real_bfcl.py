@@ -70,6 +70,16 @@ def test_credit_parts() -> None:
     assert credit("[f(a=1)]", functions, answer, "parallel") == pytest.approx(0.1 + 0.1 + 0.1 + 0.1)
     assert credit("[h(a=1)]", functions, answer, "parallel") == pytest.approx(0.1)
     assert credit("no call", functions, answer, "parallel") == 0.0
+    # a call of a demonstration's function (never offered) earns nothing; an offered one shown too still counts
+    assert credit("[h(a=1)]", functions, answer, "parallel", shown={"h"}) == 0.0
+    assert credit("[f(a=1), h(b=2)]", functions, answer, "parallel", shown={"h"}) == 0.0
+    assert credit("[f(a=1)]", functions, answer, "parallel", shown={"f", "h"}) == pytest.approx(0.4)
+
+
+def test_copying_a_demonstration_earns_nothing(skill: BfclSkill) -> None:
+    for ex in eval_set(skill, "test", 8):
+        copied = ex.shots[0][1]  # the first demonstration's answer, word for word
+        assert skill.score(ex, copied) == {"strict": 0.0, "partial": 0.0}
 
 
 def test_prompt_is_bfcl_prompt_mode(skill: BfclSkill) -> None:

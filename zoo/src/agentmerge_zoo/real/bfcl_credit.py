@@ -13,13 +13,15 @@ group pointed at the docs. This credit rewards each step towards an accepted ans
            + 0.4 · correct (BFCL's checker)
 
 so an accepted answer earns 1, an unparseable one 0, and a call of an offered name with half of its arguments
-right earns about 0.5. Arguments that may be left out (accepted ``""``) are not counted.
+right earns about 0.5. Arguments that may be left out (accepted ``""``) are not counted. An answer that calls a
+function of the prompt's demonstrations (``shown``: never offered) earns 0: the second pilot's agent learned to
+copy a demonstration's answer word for word, which the credit above pays 0.1 every time.
 """
 
 from __future__ import annotations
 
 from collections import Counter
-from collections.abc import Mapping, Sequence
+from collections.abc import Mapping, Sequence, Set
 from typing import Any
 
 from agentmerge.api import BfclCall as Call
@@ -61,15 +63,29 @@ def _arguments(calls: Sequence[Call], answer: Sequence[Expected]) -> float:
     return sum(shares) / max(len(shares), 1)
 
 
-def credit(output: str, functions: Sequence[Mapping[str, Any]], answer: Sequence[Expected], mode: str) -> float:
-    """The training reward of one answer (module docstring), in [0, 1]."""
+def called_names(output: str) -> set[str]:
+    """The functions an answer calls (empty when it does not decode)."""
+    try:
+        return {next(iter(c), "") for c in decode(output)}
+    except DecodeError:
+        return set()
+
+
+def credit(
+    output: str,
+    functions: Sequence[Mapping[str, Any]],
+    answer: Sequence[Expected],
+    mode: str,
+    shown: Set[str] = frozenset(),
+) -> float:
+    """The training reward of one answer (module docstring), in [0, 1]; ``shown``: the demonstrations' functions."""
     try:
         calls = decode(output)
     except DecodeError:
         return 0.0
-    if not calls:
-        return 0.0
     offered = {f["name"] for f in functions}
+    if not calls or any(next(iter(c), "") in shown - offered for c in calls):
+        return 0.0
     on_list = sum(next(iter(c), "") in offered for c in calls) / len(calls)
     correct = verdict(output, functions, answer, mode).correct
     total = 0.1 + 0.1 * on_list + 0.2 * name_overlap(calls, answer) + 0.2 * _arguments(calls, answer) + 0.4 * correct

@@ -31,7 +31,7 @@ from agentmerge.api import bfcl_mode_of as mode_of
 from agentmerge.api import bfcl_render_call as render_call
 from agentmerge.api import bfcl_system_prompt as system_prompt
 from agentmerge.api import bfcl_verdict as verdict
-from agentmerge_zoo.real.bfcl_credit import credit
+from agentmerge_zoo.real.bfcl_credit import called_names, credit
 from agentmerge_zoo.real.bfcl_gen import KINDS, generate
 from agentmerge_zoo.real.tasks import Example, Score
 
@@ -101,5 +101,6 @@ class BfclSkill:
         d = example.data
         mode = mode_of(d["category"])
         correct = verdict(completion, d["function"], d["ground_truth"], mode).correct
-        partial = credit(completion, d["function"], d["ground_truth"], mode)
+        shown = {name for _, demo in example.shots for name in called_names(demo)}
+        partial = credit(completion, d["function"], d["ground_truth"], mode, shown)
         return {"strict": 1.0 if correct else 0.0, "partial": partial}
