@@ -9,8 +9,8 @@ import pytest
 from agentmerge.errors import ConfigError
 from agentmerge.evaluation.bfcl import data as bfcl_data
 from agentmerge.evaluation.bfcl.prompt import render_call
-from agentmerge_zoo.real.bfcl_credit import argument_share, credit, name_overlap
-from agentmerge_zoo.real.skill_bfcl import TEST_CATEGORIES, BfclSkill
+from agentmerge_zoo.real.bfcl_credit import argument_share, called_names, credit, name_overlap
+from agentmerge_zoo.real.skill_bfcl import HINT, TEST_CATEGORIES, BfclSkill
 from agentmerge_zoo.real.tasks import eval_set, train_stream
 
 
@@ -28,14 +28,15 @@ def test_test_is_bfcl_non_live_and_nothing_else_is(skill: BfclSkill) -> None:
     test = eval_set(skill, "test", 40)
     assert [e.data["category"] for e in test] == [c for c in TEST_CATEGORIES for _ in range(10)]
     assert test == eval_set(skill, "test", 40)  # fixed
-    non_live = {e.user for c in TEST_CATEGORIES for e in eval_set(skill, "test", 4 * 400) if e.data["category"] == c}
+    tests = eval_set(skill, "test", 4 * 400)
+    non_live = {e.data["question"] for c in TEST_CATEGORIES for e in tests if e.data["category"] == c}
     assert len(non_live) > 800  # 1,000 items, some questions asked in two categories
     stream = train_stream(skill, 0, "agent")
     trained = [next(stream) for _ in range(300)]
     validation = eval_set(skill, "val", 64)
     for ex in trained + validation:
-        assert ex.data["category"] not in TEST_CATEGORIES and ex.user not in non_live
-        assert all(user not in non_live for user, _ in ex.shots)
+        assert ex.data["category"] not in TEST_CATEGORIES and ex.data["question"] not in non_live
+        assert all(user.split("\n\n", 1)[1] not in non_live for user, _ in ex.shots)
     assert {e.data["category"] for e in trained} >= {"gen_simple", "gen_parallel", "live_simple", "live_multiple"}
 
 
@@ -89,4 +90,9 @@ def test_prompt_is_bfcl_prompt_mode(skill: BfclSkill) -> None:
     assert all(f["name"] in messages[0]["content"] for f in ex.data["function"])
     assert [m["role"] for m in messages[1:]] == ["user", "assistant", "user", "assistant", "user"]
     assert messages[2]["content"].startswith("[") and messages[-1]["content"] == ex.user
+    hint, question = ex.user.split("\n\n", 1)
+    assert hint == HINT + ", ".join(f["name"] for f in ex.data["function"]) and question == ex.data["question"]
+    for user, answer in ex.shots:  # each demonstration's hint names the functions its answer calls
+        names = user.split("\n\n", 1)[0].removeprefix(HINT).split(", ")
+        assert user.startswith(HINT) and called_names(answer) <= set(names)
     assert bfcl_data.NON_LIVE_AST == TEST_CATEGORIES

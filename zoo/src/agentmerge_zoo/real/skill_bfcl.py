@@ -2,8 +2,12 @@
 
 Prompt: BFCL's default system prompt with the question's functions as JSON (``agentmerge.evaluation.bfcl``),
 ``SHOTS`` demonstration turns (a generated question and its answer written as BFCL's Python calls; their
-functions are not offered, they show the format), then the question. The answer is graded by agentmerge's own
-BFCL checker (``verdict``), whose verdicts agree with BFCL's own (tests/test_bfcl_agreement.py).
+functions are not offered, they show the format), then the question. Every user turn, the demonstrations' too,
+opens with a **names hint**, ``Functions you can call: a, b, c`` (its own turn's functions, in the docs' order;
+:func:`hinted`): without it the base never named an offered function (0 of 16 test prompts, greedy, with two
+demonstrations), with it 8 of 16 (docs/real/bfcl.md, "The names hint"); every model of a bench (base, agents,
+merges) gets the same prompt. The answer is graded by agentmerge's own BFCL checker (``verdict``), whose verdicts
+agree with BFCL's own (tests/test_bfcl_agreement.py).
 
 Split (declared in docs/real/bfcl.md):
 
@@ -23,6 +27,7 @@ verdict.
 from __future__ import annotations
 
 import random
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -39,21 +44,28 @@ TRAIN_LIVE = BFCL_LIVE_AST  # live_simple, live_multiple, live_parallel, live_pa
 TEST_CATEGORIES = BFCL_NON_LIVE_AST  # simple_python, multiple, parallel, parallel_multiple
 LIVE_SHARE = 0.35
 SHOTS = 2
+HINT = "Functions you can call: "
+
+
+def hinted(question: str, functions: Sequence[Mapping[str, Any]]) -> str:
+    """The user turn: the names hint (the turn's functions by name, in the docs' order), a blank line, the question."""
+    return f"{HINT}{', '.join(f['name'] for f in functions)}\n\n{question}"
 
 
 def _demos(rng: random.Random) -> tuple[tuple[str, str], ...]:
-    """``SHOTS`` generated demonstrations: a question, then its calls (their docs left out: they show the format
-    and cost no prompt length)."""
+    """``SHOTS`` generated demonstrations: a hinted question, then its calls (their docs left out: they show the
+    format and cost little prompt length)."""
     shots = []
     for _ in range(SHOTS):
         item = generate(rng.choice(KINDS), rng)
-        shots.append((item["question"][0][0]["content"], render_call(item["ground_truth"])))
+        shots.append((hinted(item["question"][0][0]["content"], item["function"]), render_call(item["ground_truth"])))
     return tuple(shots)
 
 
 def _example(question: str, functions: Any, answer: Any, category: str, shots: tuple[tuple[str, str], ...]) -> Example:
-    data = {"function": list(functions), "ground_truth": list(answer), "category": category}
-    return Example(skill="bfcl", user=question, system=system_prompt(functions), shots=shots, data=data)
+    data = {"function": list(functions), "ground_truth": list(answer), "category": category, "question": question}
+    user = hinted(question, functions)
+    return Example(skill="bfcl", user=user, system=system_prompt(functions), shots=shots, data=data)
 
 
 def _of_item(item: BfclItem, shots: tuple[tuple[str, str], ...]) -> Example:
