@@ -7,7 +7,9 @@
 #
 #   PYTHONPATH=src:zoo/src nohup nice -n 10 bash scripts/zoo_search_run.sh > logs/zoo-search.log 2>&1 &
 #
-# Environment: PY (python), ZOO (.zoo-cache), WORK (search-work), SEED (0), REGIME (fp32_bf16),
+# Environment: PY (python), ZOO (.zoo-cache), WORK (search-work), SEED (0), REGIME (fp32_bf16), SUITE (core; six:
+# the six-domain zoo of the many-agent study, its six agents merged), TASKS (the validation tasks; default
+# code,tool,mem_short,mem_long, with SUITE=six also math,sort,search),
 # STEPS (the agents' RL steps, e.g. code=20,tool=20,memory=20; empty: the regime's), N (validation prompts per
 # task, 100), TEST_N (test prompts per task, 1000), BUDGET (trials, 24), K (layers per group, 2), ALPHAS (TSV-M's
 # alphas tried, "1 1.5 2 2.5").
@@ -23,17 +25,21 @@ N=${N:-100}
 TEST_N=${TEST_N:-1000}
 BUDGET=${BUDGET:-24}
 K=${K:-2}
+SUITE=${SUITE:-core}
+default_tasks=code,tool,mem_short,mem_long
+[ "$SUITE" = six ] && default_tasks=$default_tasks,math,sort,search
+TASKS=${TASKS:-$default_tasks}
 ALPHAS=${ALPHAS:-"1 1.5 2 2.5"}
 steps=(); [ -n "$STEPS" ] && steps=(--steps "$STEPS")
 # the zoo's base and this regime's agents: the build prints each stage's folder (NAME<TAB>PATH)
-built=$("$PY" -m agentmerge zoo build --out "$ZOO" --seed "$SEED" --regime "$REGIME" "${steps[@]}" --threads 1 --quiet)
+built=$("$PY" -m agentmerge zoo build --out "$ZOO" --seed "$SEED" --regime "$REGIME" --suite "$SUITE" "${steps[@]}" --threads 1 --quiet)
 BASE=$(realpath "$(echo "$built" | awk -F'\t' '$1 == "base" {print $2}')")
 AGENTS=$(echo "$built" | awk -F'\t' '$1 != "base" {print $2}' | xargs realpath | paste -sd, -)
 echo "base $BASE; agents $AGENTS"
 mkdir -p "$WORK"
 common="base: $BASE
 models: [${AGENTS}]
-evaluate_options: {n: $N, tasks: [code, tool, mem_short, mem_long], cache: $(realpath "$WORK")/evals}
+evaluate_options: {n: $N, tasks: [$(echo "$TASKS" | sed 's/,/, /g')], cache: $(realpath "$WORK")/evals}
 objective: agentic_avg
 merge: {dtype: bfloat16}
 resources: {cpus: 1}"
