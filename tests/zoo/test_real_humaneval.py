@@ -207,3 +207,17 @@ def test_the_report_has_the_column_and_differences_to_the_base(tmp_path: Path) -
     assert "| ram | 100.0 ± 0.0 | 75.0" in text and "(1 of 2 seeds)" in text
     assert "| ties | 0.0 ± 0.0 | - |" in text
     assert "ram-base (first 2) = +50.0 ± 0.0" in text
+
+
+def test_the_bfcl_section_has_the_two_humaneval_columns(tmp_path: Path) -> None:
+    """The BFCL lineup: the "BFCL per category" table ends with the subset and full columns."""
+    seeds = []
+    for s in (_scored(_seed(0, 0.5, 0.25), [1, 1, 1, 0], True), _scored(_seed(1, 0.75, 0.5), [1, 1, 0, 0], False)):
+        seeds.append(json.loads(json.dumps(s).replace('"tool', '"bfcl')))  # the tool agent as the BFCL agent
+        (tmp_path / f"seed{s['seed']}").mkdir()
+        (tmp_path / f"seed{s['seed']}" / "result.json").write_text(json.dumps(seeds[-1]))
+    _, md = write_results(tmp_path, [0, 1], tmp_path / "docs", "cmd", ("bfcl", "code", "memory"))
+    section = md.read_text().split("## BFCL per category")[1].split("\n## ")[0]
+    assert "| HumanEval (first 2) | HumanEval (first 4) |" in section
+    assert "| 100.0 ± 0.0 | 75.0 ± 25.0 (1 of 2 seeds) |" in section  # ram's row
+    assert "| bfcl agent |" in section and "| 50.0 ± 0.0 | 25.0 ± 0.0 |" in section

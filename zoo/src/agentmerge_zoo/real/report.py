@@ -13,7 +13,7 @@ from typing import Any
 from agentmerge.api import dumps_json, kept_by_count
 from agentmerge_zoo.real.aggregate import aggregate, has_scale, lineup, row_name
 from agentmerge_zoo.real.report_bfcl import bfcl_differences, bfcl_table
-from agentmerge_zoo.real.report_humaneval import humaneval_cells, humaneval_lines, humaneval_numbers
+from agentmerge_zoo.real.report_humaneval import humaneval_lines, humaneval_numbers, humaneval_texts
 from agentmerge_zoo.real.skill_bfcl import TEST_CATEGORIES
 from agentmerge_zoo.real.suite import HELD_OUT, TRAINED
 from agentmerge_zoo.regime_report import PAPER_FIG2
@@ -293,10 +293,10 @@ def bfcl_section(seeds: Sequence[dict[str, Any]], agg: dict[str, Any]) -> list[s
     """The "BFCL per category" section of a lineup with the BFCL agent (``report_bfcl``'s numbers)."""
     header, body = bfcl_table(seeds, agg)
     he = agg.get("humaneval", {})
+    rows = [[name, *(pct(c) for c in cells)] for name, cells in body]
     if he.get("run"):  # HumanEval beside BFCL: every row on the subset, some on the full set ("-": not scored)
         header = [*header, f"HumanEval (first {he['subset']})", f"HumanEval (first {he['full']})"]
-        body = [(name, [*cells, *humaneval_cells(he, name)]) for name, cells in body]
-    rows = [[name, *(pct(c) for c in cells)] for name, cells in body]
+        rows = [[*row, *humaneval_texts(he, row[0], pct)] for row in rows]
     per = len(seeds[0]["check"]["base"]["bfcl"]["values"]) // len(TEST_CATEGORIES)
     lines = ["## BFCL per category (strict % on test)", "", BFCL_NOTE.format(per=per), ""]
     lines += [*table(["row", *header], rows), ""]

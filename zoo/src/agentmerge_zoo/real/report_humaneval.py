@@ -96,12 +96,7 @@ def humaneval_lines(numbers: dict[str, Any], n_seeds: int, pct: Any, table: Any)
         f"Seeds scored: {', '.join(map(str, numbers['seeds']))} of {n_seeds}.",
         "",
     ]
-    body = []
-    for name, row in numbers["rows"].items():
-        full_cell = pct(row["full"])
-        if row["full"] and row["full_seeds"] < row["seeds"]:
-            full_cell += f" ({row['full_seeds']} of {row['seeds']} seeds)"
-        body.append([name, pct(row["subset"]), full_cell])
+    body = [[name, *humaneval_texts(numbers, name, pct)] for name in numbers["rows"]]
     lines += [*table(["row", f"first {subset}", f"first {full}"], body), ""]
     lines += ["Paired differences against the base (points, on the same problems):", ""]
     diffs = [
@@ -112,7 +107,13 @@ def humaneval_lines(numbers: dict[str, Any], n_seeds: int, pct: Any, table: Any)
     return [*lines, *(diffs or ["(none)"]), ""]
 
 
-def humaneval_cells(numbers: dict[str, Any], name: str) -> list[dict[str, float] | None]:
-    """A row's subset and full cells for another table (the BFCL section's), Nones where it has none."""
+def humaneval_texts(numbers: dict[str, Any], name: str, pct: Any) -> list[str]:
+    """A row's subset and full cells as text (``pct``), "-" where it has none; a full cell over fewer seeds than
+    the subset's says how many."""
     row = numbers.get("rows", {}).get(name)
-    return [row[w] if row else None for w in SETS]
+    if not row:
+        return ["-", "-"]
+    full = pct(row["full"])
+    if row["full"] and row["full_seeds"] < row["seeds"]:
+        full += f" ({row['full_seeds']} of {row['seeds']} seeds)"
+    return [pct(row["subset"]), full]
