@@ -80,8 +80,9 @@ def _bench() -> dict[str, Any]:
         "ram": _report({"tool": [0.0, 0.0], "code": [1.0, 0.0]}),
     }
     reports["ram.tuned"] = reports["ram"]  # its chosen scale is its default: the same merge
+    reports["fisher"] = _report({"tool": [0.0, 0.0], "code": [0.0, 0.0]})  # no Fisher files here: its merge fails
     tuning = {"task_arithmetic": {"param": "scale", "value": 1.5}, "ram": {"param": "scale", "value": 1.0}}
-    return {"methods": ["task_arithmetic", "ram"], "reports": reports, "tuning": tuning, "failed": {}}
+    return {"methods": ["task_arithmetic", "ram", "fisher"], "reports": reports, "tuning": tuning, "failed": {}}
 
 
 def test_a_seed_is_scored_subset_and_full_and_cached(
@@ -100,9 +101,10 @@ def test_a_seed_is_scored_subset_and_full_and_cached(
     for name in ("ram", "task_arithmetic.tuned", "ram.tuned"):
         assert rows[name]["full"] is None and len(rows[name]["subset"]) == 2, name
     assert counted.calls == 6  # base, 2 agents, 3 distinct merges: ram.tuned is ram's checkpoint (its cache)
-    (tmp_path / "seed0" / "humaneval.json").unlink()  # the seed's record gone, the evaluation cache kept
+    assert list(out["failed"]) == ["fisher"] and "fisher" not in rows
+    assert not (tmp_path / "seed0" / "humaneval.json").exists()  # a failure: the next run tries again
     again = stage_humaneval(plan, inputs, _bench(), tmp_path / "seed0", lambda _m: None)
-    assert counted.calls == 6 and again["rows"] == rows
+    assert counted.calls == 6 and again["rows"] == rows  # every verdict from the cache
 
 
 def test_the_top_methods_by_the_bench_objective() -> None:

@@ -170,23 +170,36 @@ def stage_humaneval(
     log(f"humaneval: base and {len(inputs.agents)} agents on {full} problems, {len(names)} merges on {plan.subset}")
     rows = {"base": score_row(scorer, inputs.base, plan.subset, full)}
     rows |= {f"{k} agent": score_row(scorer, p, plan.subset, full) for k, p in inputs.agents.items()}
-    from agentmerge_zoo.real.kept import merge_again
-
+    failed: dict[str, str] = {}
     scratch = folder / ".humaneval-merge"
     for name in names:
-        shutil.rmtree(scratch, ignore_errors=True)
         try:
-            merged = merge_again(inputs, name.split(".")[0], scratch, plan.threads, _tuned_params(bench, name), name)
-            rows[name] = score_row(scorer, merged, plan.subset, full if name in top else None)
-        finally:
-            shutil.rmtree(scratch, ignore_errors=True)
+            rows[name] = _merge_row(scorer, inputs, bench, name, scratch, full if name in top else None)
+        except Exception as e:  # one merge's failure must not lose the other rows; the report names it
+            failed[name] = f"{type(e).__name__}: {e}"
     out = {"run": True, "subset": plan.subset, "full": full, "top": top, "order_seed": plan.order_seed}
-    out |= {"problems": [p.task_id for p in scorer.order[:full]], "rows": rows}
+    out |= {"problems": [p.task_id for p in scorer.order[:full]], "rows": rows, "failed": failed}
     out["sandbox"] = list(scorer.evaluator.sandbox.notes)
-    tmp = record.with_name(f".{record.name}.tmp")
-    tmp.write_text(dumps_json({"tag": tag, "humaneval": out}) + "\n")
-    tmp.replace(record)
+    if not failed:  # kept; after a failure the next run tries again (what was scored is in the cache)
+        tmp = record.with_name(f".{record.name}.tmp")
+        tmp.write_text(dumps_json({"tag": tag, "humaneval": out}) + "\n")
+        tmp.replace(record)
     return out
+
+
+def _merge_row(
+    scorer: Scorer, inputs: SeedInputs, bench: dict[str, Any], name: str, scratch: Path, full: int | None
+) -> dict[str, Any]:
+    """One merge row: the merge made again from its test trial into ``scratch``, scored, deleted."""
+    from agentmerge_zoo.real.kept import merge_again
+
+    shutil.rmtree(scratch, ignore_errors=True)
+    try:
+        params = _tuned_params(bench, name)
+        merged = merge_again(inputs, name.split(".")[0], scratch, scorer.plan.threads, params, name)
+        return score_row(scorer, merged, scorer.plan.subset, full)
+    finally:
+        shutil.rmtree(scratch, ignore_errors=True)
 
 
 NOT_RUN = {"run": False, "why": f"not run: the model's code runs only with {CONSENT_FLAG}"}

@@ -79,6 +79,8 @@ def humaneval_numbers(seeds: Sequence[dict[str, Any]], agg: dict[str, Any]) -> d
                     diffs[f"{name}-base.{which}"] = d
     first = done[0]["humaneval"]
     sizes = {"subset": first["subset"], "full": first["full"], "top": {s["seed"]: s["humaneval"]["top"] for s in done}}
+    failed = {f"seed {s['seed']}: {n}": why for s in done for n, why in s["humaneval"].get("failed", {}).items()}
+    sizes |= {"sandbox": sorted({n for s in done for n in s["humaneval"].get("sandbox", [])}), "failed": failed}
     return {"run": True, "seeds": [s["seed"] for s in done], **sizes, "rows": rows, "differences": diffs}
 
 
@@ -104,7 +106,10 @@ def humaneval_lines(numbers: dict[str, Any], n_seeds: int, pct: Any, table: Any)
         f"{100 * d['mean']:+.1f} ± {100 * d['se']:.1f}"
         for k, d in numbers["differences"].items()
     ]
-    return [*lines, *(diffs or ["(none)"]), ""]
+    lines += [*(diffs or ["(none)"]), ""]
+    lines += [f"Not scored (its merge or run failed): {name}: {why}" for name, why in numbers["failed"].items()]
+    notes = "; ".join(numbers["sandbox"]) or "none"
+    return [*lines, f"What the sandbox could not isolate on the machine that ran it: {notes}.", ""]
 
 
 def humaneval_texts(numbers: dict[str, Any], name: str, pct: Any) -> list[str]:
