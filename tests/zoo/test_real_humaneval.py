@@ -153,9 +153,12 @@ def _run(*argv: str) -> int:
     return int(args.func(args))
 
 
-def test_sizes_without_consent_are_refused_before_anything(tmp_path: Path) -> None:
+def test_sizes_without_consent_or_out_of_range_are_refused_before_anything(tmp_path: Path) -> None:
+    argv = ["zoo", "real", "run", "--smoke", "--work", str(tmp_path / "w"), "--quiet"]
     with pytest.raises(ConfigError, match="--humaneval-allow-code-execution"):
-        _run("zoo", "real", "run", "--smoke", "--work", str(tmp_path / "w"), "--humaneval-subset", "2", "--quiet")
+        _run(*argv, "--humaneval-subset", "2")
+    with pytest.raises(ConfigError, match="subset <= full <= 164"):
+        _run(*argv, "--humaneval-allow-code-execution", "--humaneval-subset", "200")
     assert not (tmp_path / "w").exists()
 
 

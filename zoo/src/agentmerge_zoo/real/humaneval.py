@@ -45,6 +45,7 @@ from agentmerge_zoo.real.bench import SeedInputs
 
 Log = Callable[[str], None]
 CONSENT_FLAG = "--humaneval-allow-code-execution"
+PROBLEMS = 164  # HumanEval's
 
 
 @dataclass(frozen=True)
@@ -62,9 +63,10 @@ class HumanEvalPlan:
     def check(self) -> None:
         from agentmerge import ConfigError
 
-        if self.subset < 1 or self.top < 0 or (self.full is not None and self.full < self.subset):
+        full = PROBLEMS if self.full is None else self.full
+        if not 1 <= self.subset <= full <= PROBLEMS or self.top < 0:
             raise ConfigError(
-                f"humaneval: the subset must be >= 1 problem, the full set at least the subset and top >= 0 "
+                f"humaneval: need 1 <= subset <= full <= {PROBLEMS} problems and top >= 0 "
                 f"(got subset {self.subset}, full {self.full}, top {self.top})"
             )
 
@@ -164,7 +166,7 @@ def stage_humaneval(
     if record.is_file() and (done := json.loads(record.read_text())).get("tag") == tag:
         return dict(done["humaneval"])
     scorer = Scorer(plan, inputs.cache)
-    full = min(plan.full or len(scorer.order), len(scorer.order))
+    full = plan.full or len(scorer.order)
     names = merge_rows(bench)
     top = top_rows(bench["reports"], names, inputs.trained, plan.top)
     log(f"humaneval: base and {len(inputs.agents)} agents on {full} problems, {len(names)} merges on {plan.subset}")
