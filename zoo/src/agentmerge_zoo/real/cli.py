@@ -107,18 +107,21 @@ def _humaneval_args(p: argparse.ArgumentParser) -> None:
         "--humaneval-subset",
         type=int,
         default=None,
-        help="problems of every merge row, the first of one fixed seeded order (default 40)",
+        metavar="N",
+        help="with the flag above: problems of every merge row, the first of one fixed seeded order (default 40)",
     )
     p.add_argument(
         "--humaneval-full",
         type=int,
         default=None,
+        metavar="N",
         help="problems of the base, the agents and the top merges (default all 164)",
     )
     p.add_argument(
         "--humaneval-top",
         type=int,
         default=None,
+        metavar="N",
         help="methods scored on the full set, the best by the bench's objective (default 3)",
     )
 
