@@ -32,6 +32,9 @@ BFCL (docs/evaluate.md)
     ``bfcl_load_category``, ``bfcl_subset``, ``BfclItem``, ``BFCL_LIVE_AST``, ``BFCL_NON_LIVE_AST``: the data;
     ``bfcl_decode``, ``BfclCall``, ``BfclDecodeError``: a model's answer as calls; ``bfcl_verdict``,
     ``bfcl_normalised``, ``bfcl_mode_of``: the checker; ``bfcl_render_call``, ``bfcl_system_prompt``: the prompt.
+HumanEval (docs/evaluate.md)
+    ``HumanEvalEvaluator``, ``HumanEvalSettings``: the suite (its problems, chat prompts, completion cutting,
+    program assembly and sandbox), for a client that chooses which problems each checkpoint is scored on.
 Task vectors (docs/methods.md)
     ``task_vectors``, ``update_mask``, ``overlap_count``, ``kept_by_count``; ``retention``: how much of each
     agent's update a merged checkpoint kept.
@@ -67,6 +70,8 @@ if TYPE_CHECKING:
     from agentmerge.evaluation.fisher import Sample as FisherSample
     from agentmerge.evaluation.fisher import check_causal_lm_folder, diagonal_fisher, estimate_fisher, transformers_step
     from agentmerge.evaluation.generation import quiet_transformers
+    from agentmerge.evaluation.humaneval import HumanEvalEvaluator
+    from agentmerge.evaluation.humaneval import Settings as HumanEvalSettings
     from agentmerge.io.formats.roles import FISHER_MARK, is_fisher
     from agentmerge.io.guards.jsontext import dumps as dumps_json
     from agentmerge.io.guards.pathargs import input_arg, output_arg
@@ -114,6 +119,8 @@ _WHERE: dict[str, tuple[str, str]] = {
         "transformers_step",
     ),
     **_same("agentmerge.evaluation.generation", "quiet_transformers"),
+    **_same("agentmerge.evaluation.humaneval", "HumanEvalEvaluator"),
+    "HumanEvalSettings": ("agentmerge.evaluation.humaneval", "Settings"),
     "dumps_json": ("agentmerge.io.guards.jsontext", "dumps"),
     **_same("agentmerge.io.guards.pathargs", "input_arg", "output_arg"),
     **_same("agentmerge.io.guards.safety", "check_report_path"),
@@ -150,6 +157,8 @@ __all__ = [
     "Early",
     "Evaluator",
     "FisherSample",
+    "HumanEvalEvaluator",
+    "HumanEvalSettings",
     "RaySession",
     "ScalePoint",
     "Score",

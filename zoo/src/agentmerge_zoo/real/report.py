@@ -1,5 +1,6 @@
 """docs/real/results.md and results.json from the seeds' ``result.json`` files, for their lineup (the trained skills
-in each ``result.json``'s ``config.recipes``; a lineup with the BFCL agent adds BFCL per category, ``report_bfcl``)."""
+in each ``result.json``'s ``config.recipes``; a lineup with the BFCL agent adds BFCL per category, ``report_bfcl``;
+HumanEval pass@1 where the run scored it, ``report_humaneval``)."""
 
 from __future__ import annotations
 
@@ -12,6 +13,7 @@ from typing import Any
 from agentmerge.api import dumps_json, kept_by_count
 from agentmerge_zoo.real.aggregate import aggregate, has_scale, lineup, row_name
 from agentmerge_zoo.real.report_bfcl import bfcl_differences, bfcl_table
+from agentmerge_zoo.real.report_humaneval import humaneval_lines, humaneval_numbers, humaneval_texts
 from agentmerge_zoo.real.skill_bfcl import TEST_CATEGORIES
 from agentmerge_zoo.real.suite import HELD_OUT, TRAINED
 from agentmerge_zoo.regime_report import PAPER_FIG2
@@ -269,6 +271,7 @@ def render(seeds: Sequence[dict[str, Any]], agg: dict[str, Any], command: str) -
     lines += [*method_table(agg["tables"]["tuned"], len(seeds), tuning, trained), ""]
     lines += ["## Paired differences (trained-skill mean, points)", "", *differences(agg), ""]
     lines += bfcl_section(seeds, agg) if "bfcl" in trained else []
+    lines += humaneval_lines(agg.get("humaneval", {}), len(seeds), pct, table)
     lines += ["## Share of each agent's gain that the merge keeps", "", *kept_table(agg["tables"], trained), ""]
     lines += [kept_note(seeds), ""]
     order = sorted(agg["tables"]["defaults"], key=lambda m: -agg["tables"]["defaults"][m]["trained_avg"]["mean"])
@@ -289,7 +292,11 @@ BFCL_NOTE = (
 def bfcl_section(seeds: Sequence[dict[str, Any]], agg: dict[str, Any]) -> list[str]:
     """The "BFCL per category" section of a lineup with the BFCL agent (``report_bfcl``'s numbers)."""
     header, body = bfcl_table(seeds, agg)
+    he = agg.get("humaneval", {})
     rows = [[name, *(pct(c) for c in cells)] for name, cells in body]
+    if he.get("run"):  # HumanEval beside BFCL: every row on the subset, some on the full set ("-": not scored)
+        header = [*header, f"HumanEval (first {he['subset']})", f"HumanEval (first {he['full']})"]
+        rows = [[*row, *humaneval_texts(he, row[0], pct)] for row in rows]
     per = len(seeds[0]["check"]["base"]["bfcl"]["values"]) // len(TEST_CATEGORIES)
     lines = ["## BFCL per category (strict % on test)", "", BFCL_NOTE.format(per=per), ""]
     lines += [*table(["row", *header], rows), ""]
@@ -319,6 +326,7 @@ def write_results(
             f"{work}: the seeds' agents are {', '.join(found)}, not {', '.join(expect)}: pass the matching --lineup"
         )
     agg = aggregate(results)
+    agg["humaneval"] = humaneval_numbers(results, agg)
     docs.mkdir(parents=True, exist_ok=True)
     payload = {"command": command, "aggregate": agg, "seeds": [_slim(r) for r in results]}
     (docs / "results.json").write_text(dumps_json(payload, indent=1) + "\n")

@@ -157,6 +157,19 @@ def stage_bench(
     return bench_seed(seed_inputs(cfg, base, work, seed, cache), cfg.bench, seed_dir(work, seed), session, log)
 
 
+def stage_humaneval(
+    cfg: RealConfig, base: Path, work: Path, seed: int, bench: dict[str, Any], plan: Any, log: Log
+) -> dict[str, Any]:
+    """HumanEval of the seed's rows (``humaneval.stage_humaneval``), or the note that it was not run (no plan: no
+    consent, and nothing of the model's code runs)."""
+    from agentmerge_zoo.real import humaneval
+
+    if plan is None:
+        return dict(humaneval.NOT_RUN)
+    inputs = seed_inputs(cfg, base, work, seed, work / "evals")
+    return humaneval.stage_humaneval(plan, inputs, bench, seed_dir(work, seed), log)
+
+
 def seed_inputs(cfg: RealConfig, base: Path, work: Path, seed: int, cache: Path) -> Any:
     """What the seed's bench merges (``bench.SeedInputs``), its Fisher files made first when a method needs them."""
     from agentmerge_zoo.evaluate import file_digest
@@ -174,9 +187,18 @@ CURVE_KEYS = ("step", "reward", "strict", "signal", "seconds", "cpu_seconds")
 
 
 def run_stages(
-    cfg: RealConfig, base: Path, work: Path, seed: int, session: Any, log: Log, until: str = "bench"
+    cfg: RealConfig,
+    base: Path,
+    work: Path,
+    seed: int,
+    session: Any,
+    log: Log,
+    until: str = "bench",
+    humaneval: Any = None,
 ) -> None:
-    """The stages of one seed up to ``until``; after the bench, ``result.json`` (everything the report reads)."""
+    """The stages of one seed up to ``until``; after the bench, HumanEval when ``humaneval`` (a
+    ``humaneval.HumanEvalPlan``: the user allowed the model's code to run) is given, then ``result.json``
+    (everything the report reads)."""
     cache = work / "evals"
     check_lineup(cfg, work, seed)
     metas = stage_agents(cfg, base, work, seed, log)
@@ -188,6 +210,7 @@ def run_stages(
     bench = stage_bench(cfg, base, work, seed, cache, session, log)
     curves = {s: [{k: r[k] for k in CURVE_KEYS} for r in m["curve"]] for s, m in metas.items()}
     result = {"seed": seed, "config": cfg.to_dict(), "check": check, "bench": bench, "curves": curves}
+    result["humaneval"] = stage_humaneval(cfg, base, work, seed, bench, humaneval, log)
     (seed_dir(work, seed) / "result.json").write_text(dumps_json(result) + "\n")
 
 
