@@ -52,7 +52,7 @@ keep: none
 EOF
 "$PY" -m agentmerge sweep "$WORK/baseline.yaml" --out "$WORK/baseline" --max-concurrent 1 --quiet
 alpha=$("$PY" -c "import json,sys; rs=[json.loads(l) for l in open(sys.argv[1])]; \
-print(max((r for r in rs if r['status']=='ok'), key=lambda r: r['metrics']['agentic_avg'])['params']['alpha'])" \
+print(max((r for r in rs if r['status']=='ok'), key=lambda r: r['metrics']['agentic_avg'])['params']['scale'])" \
   "$WORK/baseline/results.jsonl")
 cat > "$WORK/search.yaml" <<EOF
 $common
