@@ -34,10 +34,11 @@ def test_paired_gain_is_the_mean_and_se_of_per_prompt_differences() -> None:
 
 def test_stage_row_clears_the_bar_only_above_two_se() -> None:
     curve = [{"reward": r, "cpu_seconds": 1.0} for r in (0.0, 0.5, 1.0)]
-    base = {"strict": 0.25, "strict_se": 0.1, "values": [0.0, 1.0, 0.0, 0.0]}
-    agent = {"strict": 0.75, "strict_se": 0.1, "values": [1.0, 1.0, 0.0, 1.0]}
+    base = {"strict": 0.25, "strict_se": 0.1, "partial": 0.3, "values": [0.0, 1.0, 0.0, 0.0]}
+    agent = {"strict": 0.75, "strict_se": 0.1, "partial": 0.8, "values": [1.0, 1.0, 0.0, 1.0]}
     row = stage_row(curve, agent, base)
     assert (row["steps"], row["cpu_seconds"], row["train_reward_last10"]) == (3, 3.0, 0.5)
+    assert (row["base_partial"], row["agent_partial"]) == (0.3, 0.8)
     assert row["paired_gain"] == pytest.approx(50.0) and row["clears_2se"] is False  # 50 < 2 x 28.9
     sure = stage_row(curve, {**agent, "values": [1.0] * 4}, {**base, "values": [0.0] * 4})
     assert sure["clears_2se"] is True

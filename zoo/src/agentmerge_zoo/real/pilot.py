@@ -4,8 +4,9 @@
 need to beat the base?" before a whole seed is run with it. The recipe is ``config.full_recipes()``'s for the skill
 with the options given; the agent trains as the zoo trains it (``train.train_agent``), so each stage **extends**
 the agent of the stage before it and costs only its new steps. After each stage the agent and the base answer the
-same test prompts of the skill, greedy as the bench scores them, and the row gives both scores and the paired
-gain: mean ± SE over prompts of agent - base (strict), the bar of the real-zoo issue being a gain above 2 SE.
+same test prompts of the skill, greedy as the bench scores them, and the row gives both scores (strict, and the mean
+partial credit where the skill gives it) and the paired gain: mean ± SE over prompts of agent - base (strict), the
+bar of the real-zoo issue being a gain above 2 SE.
 
 With ``check`` the agent of the last stage also takes the zoo's convergence check (``convergence.check_agent``:
 its own skill on validation at theta0 + s tau, s = 0.5 / 1 / 1.5 / 2), recorded as ``check`` with its steps.
@@ -46,6 +47,8 @@ def stage_row(curve: Sequence[dict[str, Any]], agent: dict[str, Any], base: dict
         "base": 100 * base["strict"],
         "agent": 100 * agent["strict"],
         "agent_se": 100 * agent["strict_se"],
+        "base_partial": base.get("partial"),  # mean partial credit on test: progress that strict cannot see yet
+        "agent_partial": agent.get("partial"),
         "paired_gain": gain,
         "paired_se": se,
         "clears_2se": gain > 2 * se,
