@@ -9,7 +9,7 @@ import pytest
 from agentmerge.errors import ConfigError
 from agentmerge.evaluation.bfcl import data as bfcl_data
 from agentmerge.evaluation.bfcl.prompt import render_call
-from agentmerge_zoo.real.bfcl_credit import argument_share, called_names, credit, name_overlap
+from agentmerge_zoo.real.bfcl_credit import argument_share, called_names, credit, key_share, name_overlap
 from agentmerge_zoo.real.skill_bfcl import HINT, TEST_CATEGORIES, BfclSkill
 from agentmerge_zoo.real.tasks import eval_set, train_stream
 
@@ -48,7 +48,7 @@ def test_credit(skill: BfclSkill) -> None:
         assert skill.score(ex, "[no_such_function(x=1)]") == {"strict": 0.0, "partial": 0.1}
     simple = next(e for e in examples if e.data["category"] == "simple_python")
     ((name, args),) = simple.data["ground_truth"][0].items()
-    assert skill.score(simple, f"[{name}()]")["partial"] == pytest.approx(0.4)  # right function, no arguments
+    assert skill.score(simple, f"[{name}()]")["partial"] == pytest.approx(0.3)  # right function, no arguments
     given = [k for k, v in args.items() if "" not in v]
     assert len(given) >= 2  # the first simple_python item has two arguments or more to give
     half = {k: (v[0] if k in given[: len(given) // 2] else "wrong") for k, v in args.items() if k in given}
@@ -63,12 +63,19 @@ def test_credit_parts() -> None:
     assert argument_share({"city": "PARIS", "days": 3}, accepted) == 1.0  # BFCL's normalisation; unit optional
     assert argument_share({"city": "Rome", "days": 3, "unit": "kelvin"}, accepted) == 0.5
     assert argument_share({}, {"unit": [""]}) == 1.0
+    assert key_share({"city": "Rome", "unit": "kelvin"}, accepted) == 0.5  # named: city; days missing
+    assert key_share({}, {"unit": [""]}) == 1.0 and key_share({}, accepted) == 0.0
     schema = {"type": "dict", "required": [], "properties": {"a": {"type": "integer"}, "b": {"type": "integer"}}}
     functions = [{"name": "f", "parameters": schema}, {"name": "g", "parameters": schema}]
     answer = [{"f": {"a": [1]}}, {"g": {"b": [2]}}]
     # parseable, both offered, names right, arguments a right and b wrong, not accepted
-    assert credit("[f(a=1), g(b=3)]", functions, answer, "parallel") == pytest.approx(0.1 + 0.1 + 0.2 + 0.1)
-    assert credit("[f(a=1)]", functions, answer, "parallel") == pytest.approx(0.1 + 0.1 + 0.1 + 0.1)
+    assert credit("[f(a=1), g(b=3)]", functions, answer, "parallel") == pytest.approx(0.1 + 0.1 + 0.1 + 0.1 + 0.1)
+    assert credit("[f(a=1)]", functions, answer, "parallel") == pytest.approx(0.1 + 0.1 + 0.05 + 0.05 + 0.1)
+    # an empty call of the right function earns less than one that names its arguments, even with wrong values
+    simple = [{"f": {"a": [1]}}]
+    assert credit("[f()]", functions, simple, "simple") == pytest.approx(0.3)
+    assert credit("[f(a=2)]", functions, simple, "simple") == pytest.approx(0.4)
+    assert credit("[f(a=1)]", functions, simple, "simple") == pytest.approx(1.0)
     assert credit("[h(a=1)]", functions, answer, "parallel") == pytest.approx(0.1)
     assert credit("no call", functions, answer, "parallel") == 0.0
     # a call of a demonstration's function (never offered) earns nothing; an offered one shown too still counts

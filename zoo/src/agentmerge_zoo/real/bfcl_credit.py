@@ -7,21 +7,27 @@ group pointed at the docs. This credit rewards each step towards an accepted ans
 
     credit = 0.1 · parseable
            + 0.1 · (share of the calls that name an offered function)
-           + 0.2 · (name overlap: |calls ∩ expected| / max(|calls|, |expected|), names as multisets)
-           + 0.2 · (argument share: over the expected calls, the mean share of their given arguments that the
+           + 0.1 · (name overlap: |calls ∩ expected| / max(|calls|, |expected|), names as multisets)
+           + 0.1 · (key share: over the expected calls, the mean share of the arguments they must give that the
+                    best call of that name names, whatever its value)
+           + 0.2 · (value share: over the expected calls, the mean share of the arguments they must give that the
                     best call of that name passes with an accepted value)
            + 0.4 · correct (BFCL's checker)
 
-so an accepted answer earns 1, an unparseable one 0, and a call of an offered name with half of its arguments
-right earns about 0.5. Arguments that may be left out (accepted ``""``) are not counted. An answer that calls a
-function of the prompt's demonstrations (``shown``: never offered) earns 0: the second pilot's agent learned to
-copy a demonstration's answer word for word, which the credit above pays 0.1 every time.
+so an accepted answer earns 1, an unparseable one 0, and a call of the right function that names its arguments
+with half of their values right earns 0.6. Arguments that may be left out (accepted ``""``) are not counted; a
+function with none to give has key and value shares of 1. An answer that calls a function of the prompt's
+demonstrations (``shown``: never offered) earns 0: the second pilot's agent learned to copy a demonstration's
+answer word for word, which a credit without that rule pays 0.1 every time. The key share is there because the
+fourth pilot's agent, under a credit of 0.2 for the names and none for argument names, learned to call the right
+function with no arguments at all (``[calculate_density()]``: 0.4 safe, where arguments risked an unparseable
+answer); now that answer earns 0.3 and naming the arguments 0.1 more.
 """
 
 from __future__ import annotations
 
 from collections import Counter
-from collections.abc import Mapping, Sequence, Set
+from collections.abc import Callable, Mapping, Sequence, Set
 from typing import Any
 
 from agentmerge.api import BfclCall as Call
@@ -39,12 +45,23 @@ def _same(value: Any, accepted: Sequence[Any]) -> bool:
     return any(key == normalised(str(a)) for a in accepted)
 
 
+def _must_give(accepted: Mapping[str, Sequence[Any]]) -> list[str]:
+    """The arguments an answer must give (those without the accepted ``""`` that lets them be left out)."""
+    return [name for name, values in accepted.items() if values and "" not in values]
+
+
 def argument_share(call_args: Mapping[str, Any], accepted: Mapping[str, Sequence[Any]]) -> float:
     """The share of ``accepted``'s arguments that must be given which ``call_args`` gives with an accepted value."""
-    given = [name for name, values in accepted.items() if values and "" not in values]
+    given = _must_give(accepted)
     if not given:
         return 1.0
     return sum(name in call_args and _same(call_args[name], accepted[name]) for name in given) / len(given)
+
+
+def key_share(call_args: Mapping[str, Any], accepted: Mapping[str, Sequence[Any]]) -> float:
+    """The share of ``accepted``'s arguments that must be given which ``call_args`` names, whatever the value."""
+    given = _must_give(accepted)
+    return sum(name in call_args for name in given) / len(given) if given else 1.0
 
 
 def name_overlap(calls: Sequence[Call], answer: Sequence[Expected]) -> float:
@@ -54,11 +71,15 @@ def name_overlap(calls: Sequence[Call], answer: Sequence[Expected]) -> float:
     return sum((got & want).values()) / max(sum(got.values()), sum(want.values()), 1)
 
 
-def _arguments(calls: Sequence[Call], answer: Sequence[Expected]) -> float:
+Share = Callable[[Mapping[str, Any], Mapping[str, Sequence[Any]]], float]
+
+
+def _arguments(calls: Sequence[Call], answer: Sequence[Expected], share: Share = argument_share) -> float:
+    """Over the expected calls, the mean of ``share`` for the best call of the same name (0 where there is none)."""
     shares = []
     for expected in answer:
         name, accepted = next(iter(expected.items()))
-        best = [argument_share(c[name], accepted) for c in calls if name in c]
+        best = [share(c[name], accepted) for c in calls if name in c]
         shares.append(max(best, default=0.0))
     return sum(shares) / max(len(shares), 1)
 
@@ -88,5 +109,6 @@ def credit(
         return 0.0
     on_list = sum(next(iter(c), "") in offered for c in calls) / len(calls)
     correct = verdict(output, functions, answer, mode).correct
-    total = 0.1 + 0.1 * on_list + 0.2 * name_overlap(calls, answer) + 0.2 * _arguments(calls, answer) + 0.4 * correct
+    names, keys = name_overlap(calls, answer), _arguments(calls, answer, key_share)
+    total = 0.1 + 0.1 * on_list + 0.1 * names + 0.1 * keys + 0.2 * _arguments(calls, answer) + 0.4 * correct
     return round(total, 6)
