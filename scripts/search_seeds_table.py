@@ -32,9 +32,13 @@ def best_so_far(records: list[dict[str, Any]], objective: str, budgets: list[int
 
 
 def baseline_validation(folder: Path, objective: str) -> float | None:
-    """The tuned baseline's best validation score, from the baseline sweep beside the search (``../baseline``)."""
-    sweep = folder.parent / "baseline" / "results.jsonl"
-    if not sweep.is_file():
+    """The tuned baseline's best validation score: its sweep's records, copied beside the search's
+    (``baseline-sweep.jsonl``) or where ``scripts/zoo_search_run.sh`` leaves them (``../baseline``)."""
+    sweep = next(
+        (f for f in (folder / "baseline-sweep.jsonl", folder.parent / "baseline" / "results.jsonl") if f.is_file()),
+        None,
+    )
+    if sweep is None:
         return None
     rows = [json.loads(line) for line in sweep.read_text().splitlines() if line.strip()]
     return max((r["metrics"][objective] for r in rows if r.get("status") == "ok"), default=None)
