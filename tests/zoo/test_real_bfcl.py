@@ -9,7 +9,7 @@ import pytest
 from agentmerge.errors import ConfigError
 from agentmerge.evaluation.bfcl import data as bfcl_data
 from agentmerge.evaluation.bfcl.prompt import render_call
-from agentmerge_zoo.real.bfcl_credit import argument_share, called_names, credit, key_share, name_overlap
+from agentmerge_zoo.real.bfcl_credit import argument_share, called_names, credit, key_share, name_overlap, scanned
 from agentmerge_zoo.real.skill_bfcl import HINT, TEST_CATEGORIES, BfclSkill
 from agentmerge_zoo.real.tasks import eval_set, train_stream
 
@@ -76,6 +76,14 @@ def test_credit_parts() -> None:
     assert credit("[f()]", functions, simple, "simple") == pytest.approx(0.3)
     assert credit("[f(a=2)]", functions, simple, "simple") == pytest.approx(0.4)
     assert credit("[f(a=1)]", functions, simple, "simple") == pytest.approx(1.0)
+    # an answer that does not decode keeps the credit of its names and arguments (read by pattern), not the 0.1
+    # of parseable nor BFCL's 0.4: writing arguments risks 0.5 at most, not everything
+    assert credit("[f(a=1)] as asked.", functions, simple, "simple") == pytest.approx(0.1 + 0.1 + 0.1 + 0.2)
+    assert credit("[f(a=1, b=2x)]", functions, answer, "parallel") == pytest.approx(0.1 + 0.05 + 0.05 + 0.1)
+    assert credit("[f(a=1", functions, simple, "simple") == pytest.approx(0.1 + 0.1 + 0.1 + 0.2)  # cut off
+    assert credit("[f(a=", functions, simple, "simple") == pytest.approx(0.1 + 0.1)  # no value: not named
+    assert credit("I cannot help with that.", functions, simple, "simple") == 0.0
+    assert scanned("[f(a=1, b='x, y'), g(c=[1, 2])] and more") == [{"f": {"a": 1, "b": "x, y"}}, {"g": {"c": [1, 2]}}]
     assert credit("[h(a=1)]", functions, answer, "parallel") == pytest.approx(0.1)
     assert credit("no call", functions, answer, "parallel") == 0.0
     # a call of a demonstration's function (never offered) earns nothing; an offered one shown too still counts

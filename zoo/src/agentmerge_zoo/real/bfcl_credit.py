@@ -22,10 +22,17 @@ answer word for word, which a credit without that rule pays 0.1 every time. The 
 fourth pilot's agent, under a credit of 0.2 for the names and none for argument names, learned to call the right
 function with no arguments at all (``[calculate_density()]``: 0.4 safe, where arguments risked an unparseable
 answer); now that answer earns 0.3 and naming the arguments 0.1 more.
+
+**An answer that does not decode** (trailing prose, a value that is no Python, a call cut off by the token limit)
+loses the 0.1 of parseable and BFCL's 0.4, and nothing else: its names and arguments are read by pattern
+(:func:`scanned`) and credited as above. The fifth pilot's agent, with everything lost when an answer did not
+decode, still learned the empty call: writing arguments risked the whole credit; now it risks 0.1.
 """
 
 from __future__ import annotations
 
+import ast
+import re
 from collections import Counter
 from collections.abc import Callable, Mapping, Sequence, Set
 from typing import Any
@@ -92,6 +99,24 @@ def called_names(output: str) -> set[str]:
         return set()
 
 
+_CALL = re.compile(r"([A-Za-z_][\w.]*)\(([^()]*)\)?")
+_ARG = re.compile(r"""(\w+)\s*=\s*('(?:[^'\\]|\\.)*'|"(?:[^"\\]|\\.)*"|\[[^\]]*\]|[^,()]+)""")
+
+
+def _value(text: str) -> Any:
+    """A scanned argument value: a Python literal where it reads as one, else its text."""
+    try:
+        return ast.literal_eval(text.strip())
+    except (ValueError, SyntaxError, MemoryError, RecursionError):
+        return text.strip().strip("'\"")
+
+
+def scanned(output: str) -> list[Call]:
+    """The calls an answer that does not decode still writes: each ``name(key=value, ...)`` found by pattern
+    (a call cut off by the token limit included), for shaping only; BFCL's verdict never sees them."""
+    return [{name: {k: _value(v) for k, v in _ARG.findall(args)}} for name, args in _CALL.findall(output)]
+
+
 def credit(
     output: str,
     functions: Sequence[Mapping[str, Any]],
@@ -101,14 +126,14 @@ def credit(
 ) -> float:
     """The training reward of one answer (module docstring), in [0, 1]; ``shown``: the demonstrations' functions."""
     try:
-        calls = decode(output)
+        calls, parsed = decode(output), True
     except DecodeError:
-        return 0.0
+        calls, parsed = scanned(output), False
     offered = {f["name"] for f in functions}
     if not calls or any(next(iter(c), "") in shown - offered for c in calls):
         return 0.0
     on_list = sum(next(iter(c), "") in offered for c in calls) / len(calls)
-    correct = verdict(output, functions, answer, mode).correct
+    correct = parsed and verdict(output, functions, answer, mode).correct
     names, keys = name_overlap(calls, answer), _arguments(calls, answer, key_share)
-    total = 0.1 + 0.1 * on_list + 0.1 * names + 0.1 * keys + 0.2 * _arguments(calls, answer) + 0.4 * correct
+    total = 0.1 * parsed + 0.1 * on_list + 0.1 * names + 0.1 * keys + 0.2 * _arguments(calls, answer) + 0.4 * correct
     return round(total, 6)
