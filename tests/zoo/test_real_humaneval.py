@@ -172,6 +172,7 @@ def test_without_consent_nothing_runs_and_the_report_says_so(tmp_path: Path, mon
     metas = {s: {"curve": [dict.fromkeys(keys, 0.1)] * 3} for s in ("tool", "code", "memory")}
     monkeypatch.setattr(run, "stage_agents", lambda *_a: metas)
     monkeypatch.setattr(run, "stage_check", lambda *_a: seed["check"])
+    monkeypatch.setattr(run, "seed_inputs", lambda *_a: None)
     monkeypatch.setattr(run, "stage_bench", lambda *_a: seed["bench"])
     monkeypatch.setattr(Sandbox, "run", _never)
     monkeypatch.setattr(library.HumanEvalEvaluator, "__init__", _never)

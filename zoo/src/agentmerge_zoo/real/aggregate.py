@@ -220,3 +220,14 @@ def kept_rows(seeds: Sequence[dict[str, Any]]) -> dict[str, dict[str, Any]]:
             }
         out[method] = {"agents": agents, "outside": _mean_of([h["outside"] for h in have]), "seeds": len(have)}
     return out
+
+
+def row_labels(seeds: Sequence[dict[str, Any]], agg: dict[str, Any]) -> list[str]:
+    """The report's rows in its order: base, agents, each default merge (best first), each tuned one."""
+    out = ["base", *(f"{k} agent" for k in lineup(seeds))]
+    for kind in ("defaults", "tuned"):
+        found = agg["tables"][kind]
+        for method in sorted(found, key=lambda m: -found[m]["trained_avg"]["mean"]):
+            name = row_name(method, kind)
+            out += [name] if kind == "defaults" or name != method else []
+    return out

@@ -131,8 +131,7 @@ def humaneval_plan(args: argparse.Namespace) -> Any:
     from agentmerge import ConfigError
     from agentmerge_zoo.real.humaneval import CONSENT_FLAG, HumanEvalPlan
 
-    sizes = {"subset": args.humaneval_subset, "full": args.humaneval_full, "top": args.humaneval_top}
-    given = {k: v for k, v in sizes.items() if v is not None}
+    given = _humaneval_sizes(args)
     if not args.humaneval_allow_code_execution:
         if given:
             raise ConfigError(f"zoo real run: HumanEval runs the models' code; pass {CONSENT_FLAG} to allow it")
@@ -142,6 +141,12 @@ def humaneval_plan(args: argparse.Namespace) -> Any:
         plan = replace(plan, max_new_tokens=16)
     plan.check()
     return plan
+
+
+def _humaneval_sizes(args: argparse.Namespace) -> dict[str, int]:
+    """The HumanEval sizes given on the command line (subset, full, top), by name."""
+    sizes = {"subset": args.humaneval_subset, "full": args.humaneval_full, "top": args.humaneval_top}
+    return {k: v for k, v in sizes.items() if v is not None}
 
 
 def _lineup_arg(p: argparse.ArgumentParser) -> None:
@@ -272,8 +277,7 @@ def _command(args: argparse.Namespace) -> str:
     parts += ["--lineup", args.lineup] if args.lineup != "default" else []
     if args.humaneval_allow_code_execution:
         parts.append("--humaneval-allow-code-execution")
-        sizes = {"subset": args.humaneval_subset, "full": args.humaneval_full, "top": args.humaneval_top}
-        parts += [x for k, v in sizes.items() if v is not None for x in (f"--humaneval-{k}", str(v))]
+        parts += [x for k, v in _humaneval_sizes(args).items() for x in (f"--humaneval-{k}", str(v))]
     return shlex.join(parts)
 
 

@@ -13,7 +13,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
-from agentmerge_zoo.real.aggregate import cell, lineup, paired, row_name
+from agentmerge_zoo.real.aggregate import cell, lineup, paired, row_labels, row_name
 from agentmerge_zoo.real.evaluate import mean_se
 from agentmerge_zoo.real.skill_bfcl import TEST_CATEGORIES
 from agentmerge_zoo.real.suite import HELD_OUT
@@ -53,16 +53,13 @@ def _row(reports: Sequence[dict[str, Any]], others: Sequence[str]) -> list[Cell]
 
 
 def rows_of(seeds: Sequence[dict[str, Any]], agg: dict[str, Any]) -> list[tuple[str, list[dict[str, Any]]]]:
-    """The rows (name, the seeds' reports): base, agents, each default merge (best first), each tuned one."""
+    """The rows (name, the seeds' reports) in the report's order (``row_labels``); a merge row where its reports
+    have BFCL."""
     rows = [("base", [s["check"]["base"] for s in seeds])]
     rows += [(f"{k} agent", [s["check"]["agents"][k] for s in seeds]) for k in lineup(seeds)]
-    for kind in ("defaults", "tuned"):
-        found = agg["tables"][kind]
-        for method in sorted(found, key=lambda m: -found[m]["trained_avg"]["mean"]):
-            name = row_name(method, kind)
-            if kind == "defaults" or name != method:
-                have = [s["bench"]["reports"][name] for s in seeds if name in s["bench"]["reports"]]
-                rows += [(name, have)] if have and all("bfcl" in r for r in have) else []
+    for name in row_labels(seeds, agg)[len(rows) :]:
+        have = [s["bench"]["reports"][name] for s in seeds if name in s["bench"]["reports"]]
+        rows += [(name, have)] if have and all("bfcl" in r for r in have) else []
     return rows
 
 

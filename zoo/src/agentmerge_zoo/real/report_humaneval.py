@@ -13,7 +13,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
-from agentmerge_zoo.real.aggregate import cell, lineup, row_name
+from agentmerge_zoo.real.aggregate import cell, row_labels, row_name
 from agentmerge_zoo.real.evaluate import mean_se
 
 SETS = ("subset", "full")
@@ -26,17 +26,6 @@ NOT_RUN_LINE = (
 def ran(seeds: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
     """The seeds whose run scored HumanEval."""
     return [s for s in seeds if s.get("humaneval", {}).get("run")]
-
-
-def labels(seeds: Sequence[dict[str, Any]], agg: dict[str, Any]) -> list[str]:
-    """The rows in the report's order: base, agents, default merges (best first), tuned merges."""
-    out = ["base", *(f"{k} agent" for k in lineup(seeds))]
-    for kind in ("defaults", "tuned"):
-        found = agg["tables"][kind]
-        for method in sorted(found, key=lambda m: -found[m]["trained_avg"]["mean"]):
-            name = row_name(method, kind)
-            out += [name] if kind == "defaults" or name != method else []
-    return out
 
 
 def set_cell(rows: Sequence[dict[str, Any]], which: str) -> dict[str, float] | None:
@@ -65,7 +54,7 @@ def humaneval_numbers(seeds: Sequence[dict[str, Any]], agg: dict[str, Any]) -> d
     if not done:
         return {"run": False}
     rows: dict[str, Any] = {}
-    for label in labels(done, agg):
+    for label in row_labels(done, agg):
         per = [s["humaneval"]["rows"][label] for s in done if label in s["humaneval"]["rows"]]
         if per:
             rows[label] = {w: set_cell(per, w) for w in SETS} | {"seeds": len(per)}

@@ -149,24 +149,19 @@ def stage_fisher(cfg: RealConfig, work: Path, seed: int) -> dict[str, Path]:
     return out
 
 
-def stage_bench(
-    cfg: RealConfig, base: Path, work: Path, seed: int, cache: Path, session: Any, log: Log
-) -> dict[str, Any]:
+def stage_bench(cfg: RealConfig, inputs: Any, work: Path, seed: int, session: Any, log: Log) -> dict[str, Any]:
     from agentmerge_zoo.real.bench_seed import bench_seed
 
-    return bench_seed(seed_inputs(cfg, base, work, seed, cache), cfg.bench, seed_dir(work, seed), session, log)
+    return bench_seed(inputs, cfg.bench, seed_dir(work, seed), session, log)
 
 
-def stage_humaneval(
-    cfg: RealConfig, base: Path, work: Path, seed: int, bench: dict[str, Any], plan: Any, log: Log
-) -> dict[str, Any]:
+def stage_humaneval(inputs: Any, work: Path, seed: int, bench: dict[str, Any], plan: Any, log: Log) -> dict[str, Any]:
     """HumanEval of the seed's rows (``humaneval.stage_humaneval``), or the note that it was not run (no plan: no
     consent, and nothing of the model's code runs)."""
     from agentmerge_zoo.real import humaneval
 
     if plan is None:
         return dict(humaneval.NOT_RUN)
-    inputs = seed_inputs(cfg, base, work, seed, work / "evals")
     return humaneval.stage_humaneval(plan, inputs, bench, seed_dir(work, seed), log)
 
 
@@ -207,10 +202,11 @@ def run_stages(
     check = stage_check(cfg, base, work, seed, cache, log)
     if until == "check":
         return
-    bench = stage_bench(cfg, base, work, seed, cache, session, log)
+    inputs = seed_inputs(cfg, base, work, seed, cache)  # once: it hashes every agent's weights
+    bench = stage_bench(cfg, inputs, work, seed, session, log)
     curves = {s: [{k: r[k] for k in CURVE_KEYS} for r in m["curve"]] for s, m in metas.items()}
     result = {"seed": seed, "config": cfg.to_dict(), "check": check, "bench": bench, "curves": curves}
-    result["humaneval"] = stage_humaneval(cfg, base, work, seed, bench, humaneval, log)
+    result["humaneval"] = stage_humaneval(inputs, work, seed, bench, humaneval, log)
     (seed_dir(work, seed) / "result.json").write_text(dumps_json(result) + "\n")
 
 
