@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import random
+import re
 
 import pytest
 
@@ -10,7 +11,7 @@ from agentmerge.errors import ConfigError
 from agentmerge.evaluation.bfcl import data as bfcl_data
 from agentmerge.evaluation.bfcl.prompt import render_call
 from agentmerge_zoo.real.bfcl_credit import argument_share, called_names, credit, key_share, name_overlap, scanned
-from agentmerge_zoo.real.skill_bfcl import HINT, TEST_CATEGORIES, BfclSkill
+from agentmerge_zoo.real.skill_bfcl import HINT, TEST_CATEGORIES, BfclSkill, hinted, signature
 from agentmerge_zoo.real.tasks import eval_set, train_stream
 
 
@@ -106,8 +107,19 @@ def test_prompt_is_bfcl_prompt_mode(skill: BfclSkill) -> None:
     assert [m["role"] for m in messages[1:]] == ["user", "assistant", "user", "assistant", "user"]
     assert messages[2]["content"].startswith("[") and messages[-1]["content"] == ex.user
     hint, question = ex.user.split("\n\n", 1)
-    assert hint == HINT + ", ".join(f["name"] for f in ex.data["function"]) and question == ex.data["question"]
+    signatures = [f"{f['name']}({', '.join(f['parameters']['required'])})" for f in ex.data["function"]]
+    assert hint == HINT + ", ".join(signatures) and question == ex.data["question"]
     for user, answer in ex.shots:  # each demonstration's hint names the functions its answer calls
-        names = user.split("\n\n", 1)[0].removeprefix(HINT).split(", ")
+        names = re.findall(r"([\w.]+)\(", user.split("\n\n", 1)[0].removeprefix(HINT))
         assert user.startswith(HINT) and called_names(answer) <= set(names)
+
+
+def test_signature_lists_required_arguments_in_order() -> None:
+    doc = {"name": "geo.area", "parameters": {"type": "dict", "properties": {}, "required": ["radius", "unit"]}}
+    assert signature(doc) == "geo.area(radius, unit)"
+    assert signature({"name": "now", "parameters": {"type": "dict", "properties": {}}}) == "now()"
+    assert (
+        hinted("Q?", [doc, {"name": "f", "parameters": {"required": ["x"]}}])
+        == f"{HINT}geo.area(radius, unit), f(x)\n\nQ?"
+    )
     assert bfcl_data.NON_LIVE_AST == TEST_CATEGORIES

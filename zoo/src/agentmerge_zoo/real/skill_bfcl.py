@@ -3,10 +3,11 @@
 Prompt: BFCL's default system prompt with the question's functions as JSON (``agentmerge.evaluation.bfcl``),
 ``SHOTS`` demonstration turns (a generated question and its answer written as BFCL's Python calls; their
 functions are not offered, they show the format), then the question. Every user turn, the demonstrations' too,
-opens with a **names hint**, ``Functions you can call: a, b, c`` (its own turn's functions, in the docs' order;
-:func:`hinted`): without it the base never named an offered function (0 of 16 test prompts, greedy, with two
-demonstrations), with it 8 of 16 (docs/real/bfcl.md, "The names hint"); every model of a bench (base, agents,
-merges) gets the same prompt. The answer is graded by agentmerge's own BFCL checker (``verdict``), whose verdicts
+opens with a **signature hint**, ``Functions you can call: a(x, y), b(z)`` (its own turn's functions with their
+required arguments, in the docs' order; :func:`hinted`): without a hint the base never named an offered function
+(0 of 16 test prompts, greedy, with two demonstrations), with the names alone 8 of 16, and agents trained with the
+names alone learned calls without arguments or with argument names of the generator's functions (docs/real/bfcl.md,
+"The names hint", "The signature hint"); every model of a bench (base, agents, merges) gets the same prompt. The answer is graded by agentmerge's own BFCL checker (``verdict``), whose verdicts
 agree with BFCL's own (tests/test_bfcl_agreement.py).
 
 Split (declared in docs/real/bfcl.md):
@@ -47,9 +48,15 @@ SHOTS = 2
 HINT = "Functions you can call: "
 
 
+def signature(function: Mapping[str, Any]) -> str:
+    """``name(a, b)``: a function doc's name and its required arguments, in the doc's order."""
+    return f"{function['name']}({', '.join(function.get('parameters', {}).get('required', []))})"
+
+
 def hinted(question: str, functions: Sequence[Mapping[str, Any]]) -> str:
-    """The user turn: the names hint (the turn's functions by name, in the docs' order), a blank line, the question."""
-    return f"{HINT}{', '.join(f['name'] for f in functions)}\n\n{question}"
+    """The user turn: the hint (the turn's functions as ``name(required, args)``, in the docs' order), a blank line,
+    the question."""
+    return f"{HINT}{', '.join(signature(f) for f in functions)}\n\n{question}"
 
 
 def _demos(rng: random.Random) -> tuple[tuple[str, str], ...]:
