@@ -299,7 +299,9 @@ class RaySession:
     Entering the session starts nothing: :meth:`start` does, the first time a sweep has a trial to run, so a
     rerun with nothing left to do never starts Ray. Sweeps given the same session (``run_sweep(session=...)``)
     share its workers, each of which imports torch once. ``num_cpus``: the logical CPUs of a local runtime
-    (default this machine's), against which the trials' ``resources.cpus`` are scheduled.
+    (default this machine's), against which the trials' ``resources.cpus`` are scheduled. A local runtime's
+    workers run at the driver's niceness (Ray's default is 15 above it, which starves the trials beside any other
+    work: ``nice -n 10 agentmerge sweep`` would give them 19).
     """
 
     def __init__(self, address: str | None = None, quiet: bool = False, num_cpus: int | None = None) -> None:
@@ -314,8 +316,8 @@ class RaySession:
         if not ray.is_initialized():
             level = logging.ERROR if self.quiet else logging.WARNING
             kwargs: dict[str, Any] = {"include_dashboard": False, "log_to_driver": False, "logging_level": level}
-            if self.address is None:
-                kwargs["num_cpus"] = self.num_cpus or os.cpu_count() or 1
+            if self.address is None:  # workers at the driver's niceness: Ray's default adds 15 (a starved trial)
+                kwargs |= {"num_cpus": self.num_cpus or os.cpu_count() or 1, "_system_config": {"worker_niceness": 0}}
             else:
                 check_address(self.address)  # bounded: Ray retries a closed address for minutes
             try:
