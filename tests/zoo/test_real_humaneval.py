@@ -53,9 +53,9 @@ class Counted:
         self.calls = 0
         real = library.HumanEvalEvaluator.generate
 
-        def generate(ev: Any, checkpoint: Path) -> tuple[list[str], str]:
+        def generate(ev: Any, checkpoint: Path, problems: Any = None) -> tuple[list[str], str]:
             self.calls += 1
-            return real(ev, checkpoint)
+            return real(ev, checkpoint, problems)
 
         monkeypatch.setattr(library.HumanEvalEvaluator, "generate", generate)
 
@@ -134,8 +134,7 @@ def test_a_correct_answer_passes_and_a_wrong_one_fails(
     scorer = Scorer(HumanEvalPlan(subset=3, threads=1), tmp_path / "evals")
 
     def answers(right: bool) -> Any:
-        def generate(_checkpoint: Path) -> tuple[list[str], str]:  # chat mode: the model writes the whole function
-            problems = scorer.evaluator.problems
+        def generate(_checkpoint: Path, problems: Any) -> tuple[list[str], str]:  # chat: the whole function
             return [p.prompt + (solutions[p.task_id] if right else "    return None\n") for p in problems], "chat"
 
         return generate

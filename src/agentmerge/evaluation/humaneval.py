@@ -211,26 +211,32 @@ class HumanEvalEvaluator(Evaluator):
             record["samples_file"] = self.log(checkpoint, completions, outcomes)
         return Score(metrics, stderr, count, record)
 
-    def generate(self, checkpoint: Path) -> tuple[list[str], str]:
-        """Each problem's completions (``samples_per_task`` in a row, or one greedy), and the prompt mode."""
+    def generate(self, checkpoint: Path, problems: Sequence[Problem] | None = None) -> tuple[list[str], str]:
+        """Each problem's completions (``samples_per_task`` in a row, or one greedy), and the prompt mode;
+        ``problems``: these instead of the suite's."""
         s = self.settings
+        problems = self.problems if problems is None else problems
         if not (Path(checkpoint).expanduser() / "config.json").is_file():
             raise CheckpointError(f"{checkpoint}: not a model folder (no config.json)")
         gen = Generator.load(str(checkpoint), s.device, s.dtype, s.chat_template)
         n = s.samples_per_task or 1
-        texts = [prompt_text(gen, p) for p in self.problems for _ in range(n)]
+        texts = [prompt_text(gen, p) for p in problems for _ in range(n)]
         sampling = None if s.samples_per_task is None else Sampling(seed=s.seed)
         desc = f"humaneval {Path(checkpoint).name}"
         stop = STOP_CHAT if gen.chat else STOP_COMPLETION
         outputs = gen.complete_texts(texts, s.max_new_tokens, s.batch_size, desc, s.quiet, stop, sampling)
         return [completion_of(o, gen.chat) for o in outputs], "chat" if gen.chat else "completion"
 
-    def execute(self, completions: Sequence[str], chat: bool) -> list[Outcome]:
-        """Run every completion's program in the sandbox (``workers`` at a time), in order."""
+    def execute(
+        self, completions: Sequence[str], chat: bool, problems: Sequence[Problem] | None = None
+    ) -> list[Outcome]:
+        """Run every completion's program in the sandbox (``workers`` at a time), in order; ``problems``: those the
+        completions answer, if not the suite's."""
         from tqdm import tqdm
 
         n = self.settings.samples_per_task or 1
-        programs = [self.problems[i // n].program(c, chat) for i, c in enumerate(completions)]
+        problems = self.problems if problems is None else problems
+        programs = [problems[i // n].program(c, chat) for i, c in enumerate(completions)]
         with ThreadPoolExecutor(self.settings.workers) as pool:
             runs = pool.map(self.sandbox.run, programs)
             bar = tqdm(runs, total=len(programs), desc="humaneval: run tests", disable=self.settings.quiet)

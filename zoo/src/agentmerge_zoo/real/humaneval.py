@@ -113,10 +113,8 @@ class Scorer:
     def run(self, folder: Path, problems: Sequence[Any]) -> dict[str, dict[str, Any]]:
         """Generate the answers of ``problems`` and run each one's program in the sandbox."""
         self.generated += 1
-        ev = self.evaluator
-        ev.problems = list(problems)
-        completions, mode = ev.generate(folder)
-        outcomes = ev.execute(completions, mode == "chat")
+        completions, mode = self.evaluator.generate(folder, problems)
+        outcomes = self.evaluator.execute(completions, mode == "chat", problems)
         return {
             p.task_id: {"passed": o.passed, "status": o.status, "completion": c}
             for p, c, o in zip(problems, completions, outcomes, strict=True)

@@ -7,8 +7,9 @@ opens with a **signature hint**, ``Functions you can call: a(x, y), b(z)`` (its 
 required arguments, in the docs' order; :func:`hinted`): without a hint the base never named an offered function
 (0 of 16 test prompts, greedy, with two demonstrations), with the names alone 8 of 16, and agents trained with the
 names alone learned calls without arguments or with argument names of the generator's functions (docs/real/bfcl.md,
-"The names hint", "The signature hint"); every model of a bench (base, agents, merges) gets the same prompt. The answer is graded by agentmerge's own BFCL checker (``verdict``), whose verdicts
-agree with BFCL's own (tests/test_bfcl_agreement.py).
+"The names hint", "The signature hint"); every model of a bench (base, agents, merges) gets the same prompt.
+The answer is graded by agentmerge's own BFCL checker (``verdict``), whose verdicts agree with BFCL's own
+(tests/test_bfcl_agreement.py).
 
 Split (declared in docs/real/bfcl.md):
 
