@@ -55,30 +55,33 @@ def _load(base: Path) -> tuple[Any, Any]:
     )
 
 
-def _reference_loss(model: Any, prompt: list[int], comps: torch.Tensor, adv: torch.Tensor, eos: int) -> torch.Tensor:
-    """Each completion run with its whole prompt, one sequence at a time."""
+def _reference_loss(
+    model: Any, prompt: list[int], comps: torch.Tensor, adv: torch.Tensor, eos: int, temperature: float = 1.0
+) -> torch.Tensor:
+    """Each completion run with its whole prompt, one sequence at a time, log-probabilities of softmax(z / T)."""
     mask = completion_mask(comps, eos)
     terms = []
     for row, m, a in zip(comps, mask, adv, strict=True):
         ids = torch.tensor([prompt + row.tolist()])
-        logp = torch.log_softmax(model(input_ids=ids).logits[0, len(prompt) - 1 : -1].float(), dim=-1)
+        logp = torch.log_softmax(model(input_ids=ids).logits[0, len(prompt) - 1 : -1].float() / temperature, dim=-1)
         token = logp.gather(-1, row.unsqueeze(-1)).squeeze(-1)
         terms.append(a * (token * m).sum() / m.sum())
     return -torch.stack(terms).mean()
 
 
-def test_shared_prompt_loss_and_gradient_match_the_full_sequence_reference(base: Path) -> None:
+@pytest.mark.parametrize("temperature", [1.0, 0.7])
+def test_shared_prompt_loss_and_gradient_match_the_full_sequence_reference(base: Path, temperature: float) -> None:
     model, tok = _load(base)
     eos = int(tok.eos_token_id)
     prompt = prompt_ids(tok, [{"role": "user", "content": "What is the capital of France?"}])
     comps = torch.randint(5, 100, (4, 6))
     comps[0, 2], comps[1, 0] = eos, eos  # completions that end early (the rest is padding)
     adv = torch.tensor([1.0, -0.5, 0.25, -0.75])
-    loss = policy_loss(model, prompt, comps, adv, eos, autocast=False)
+    loss = policy_loss(model, prompt, comps, adv, eos, autocast=False, temperature=temperature)
     loss.backward()
     grads = {n: p.grad.clone() for n, p in model.named_parameters()}
     model.zero_grad()
-    ref = _reference_loss(model, prompt, comps, adv, eos)
+    ref = _reference_loss(model, prompt, comps, adv, eos, temperature)
     ref.backward()
     assert loss.item() == pytest.approx(ref.item(), abs=1e-5)
     for name, p in model.named_parameters():
@@ -217,3 +220,9 @@ def test_only_a_prefix_of_the_same_run_continues() -> None:
     assert train.why_not(saved, recipe, seed=1) == "seed 0, this run's 1"
     assert train.why_not(saved, replace(recipe, steps=1), seed=0) == "2 steps saved, this run has 1"
     assert train.why_not(saved, replace(recipe, lr=1e-3), seed=0) == "recipe differs: lr 0.01 -> 0.001"
+
+
+@pytest.mark.parametrize("temperature", [0.0, -1.0])
+def test_a_recipe_samples_at_a_positive_temperature(temperature: float) -> None:
+    with pytest.raises(ValueError, match="temperature must be > 0"):
+        Recipe(skill="tool", lr=1e-5, steps=1, temperature=temperature)

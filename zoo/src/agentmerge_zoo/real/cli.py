@@ -88,6 +88,7 @@ def _run_parsers(sub: Any) -> None:
     p.add_argument("--lr", type=float, default=None, help="default: the skill's recipe")
     p.add_argument("--prompts-per-step", type=int, default=None, help="default: the skill's recipe")
     p.add_argument("--group-size", type=int, default=None, help="default: the skill's recipe")
+    p.add_argument("--temperature", type=float, default=None, help="sampling temperature (default: the recipe's, 1)")
     p.add_argument("--n-test", type=int, default=64, help="test prompts (default 64, the bench's)")
     output_arg(p, "--json", type=Path, required=True, help="the record, rewritten after each stage")
     p.add_argument("--check", type=int, default=0, help="convergence check of the last stage on N val prompts")
@@ -303,9 +304,14 @@ def cmd_pilot(args: argparse.Namespace) -> int:
     if args.skill not in recipes:
         raise ConfigError(f"--skill {args.skill!r}: the trained skills are {', '.join(recipes)}")
     torch.set_num_threads(args.threads)
-    changes = {"lr": args.lr, "prompts_per_step": args.prompts_per_step, "group_size": args.group_size}
-    recipe = replace(recipes[args.skill], **{k: v for k, v in changes.items() if v is not None})
+    changes = {
+        "lr": args.lr,
+        "prompts_per_step": args.prompts_per_step,
+        "group_size": args.group_size,
+        "temperature": args.temperature,
+    }
     try:
+        recipe = replace(recipes[args.skill], **{k: v for k, v in changes.items() if v is not None})
         run_pilot(
             args.base, args.work, recipe, args.seed, args.steps, args.n_test, args.json, args.check, _log(args.quiet)
         )

@@ -6,11 +6,13 @@ them with the skill's verifier, and normalises the rewards within each group,
 ``A_i = (r_i - mean_g r) / (std_g r + 1e-6)`` (a group whose rewards are all equal carries no signal and is
 skipped: no forward, no backward). The loss is the plain on-policy policy gradient
 
-    L = -(1 / P) sum_groups (1 / G) sum_i A_i * (1 / |y_i|) sum_t log pi(y_i,t | x, y_i,<t)
+    L = -(1 / P) sum_groups (1 / G) sum_i A_i * (1 / |y_i|) sum_t log pi_T(y_i,t | x, y_i,<t)
 
-with one optimiser step per batch, so the PPO ratio is 1 and clipping has nothing to clip; there is no KL term
-(KL-free, as DAPO and Dr. GRPO). The training forward also shares the prompt: it runs once with gradients, its
-cache repeated over the group, so the gradient through the prompt's keys and values is exact.
+where pi_T = softmax(logits / T) is the distribution the completions were sampled from (verl's convention), so
+the gradient is on-policy at any ``temperature``; with one optimiser step per batch, the PPO ratio is 1 and
+clipping has nothing to clip; there is no KL term (KL-free, as DAPO and Dr. GRPO). The training forward also
+shares the prompt: it runs once with gradients, its cache repeated over the group, so the gradient through the
+prompt's keys and values is exact.
 
 Precision (``storage``): ``fp32_master`` keeps float32 weights and AdamW state, the forward and backward under
 bfloat16 autocast when ``autocast`` (verl's regime: bf16 compute, fp32 master weights, exported bf16);
@@ -66,6 +68,8 @@ class Recipe:
         ):
             if value not in allowed:
                 raise ValueError(f"{what} must be one of {allowed}, not {value!r}")
+        if not self.temperature > 0:
+            raise ValueError(f"temperature must be > 0 (GRPO samples its groups), not {self.temperature!r}")
 
     @property
     def new_tokens(self) -> int:
@@ -82,9 +86,15 @@ def make_optimizer(model: Any, recipe: Recipe) -> torch.optim.Optimizer:
 
 
 def policy_loss(
-    model: Any, prompt: Sequence[int], completions: torch.Tensor, adv: torch.Tensor, eos_id: int, autocast: bool
+    model: Any,
+    prompt: Sequence[int],
+    completions: torch.Tensor,
+    adv: torch.Tensor,
+    eos_id: int,
+    autocast: bool,
+    temperature: float = 1.0,
 ) -> torch.Tensor:
-    """``-(1/G) sum_i A_i * mean_t log pi(y_i,t)`` for one group, the prompt run once (see the module docstring)."""
+    """``-(1/G) sum_i A_i * mean_t log pi_T(y_i,t)`` for one group, the prompt run once (see the module docstring)."""
     mask = completion_mask(completions, eos_id)
     width = int(mask.sum(dim=1).max())
     completions, mask = completions[:, :width], mask[:, :width]
@@ -97,7 +107,7 @@ def policy_loss(
             cache.batch_repeat_interleave(n)
             rest = model(input_ids=completions[:, :-1], cache=cache, use_cache=True).logits
             first = torch.cat([first, rest], dim=1)
-    logp = torch.log_softmax(first.float(), dim=-1).gather(-1, completions.unsqueeze(-1)).squeeze(-1)
+    logp = torch.log_softmax(first.float() / temperature, dim=-1).gather(-1, completions.unsqueeze(-1)).squeeze(-1)
     per_seq = (logp * mask).sum(dim=1) / mask.sum(dim=1).clamp(min=1)
     return -(adv * per_seq).mean()
 
@@ -129,7 +139,7 @@ def grpo_step(
         model.train()
         opt.zero_grad(set_to_none=True)
         for ids, comp, adv in signal:
-            loss = policy_loss(model, ids, comp, adv, eos, recipe.autocast) / len(groups)
+            loss = policy_loss(model, ids, comp, adv, eos, recipe.autocast, recipe.temperature) / len(groups)
             loss.backward()  # type: ignore[no-untyped-call]
         torch.nn.utils.clip_grad_norm_(model.parameters(), recipe.grad_clip)
         opt.step()
