@@ -49,7 +49,7 @@ def test_credit(skill: BfclSkill) -> None:
         assert skill.score(ex, "[no_such_function(x=1)]") == {"strict": 0.0, "partial": 0.1}
     simple = next(e for e in examples if e.data["category"] == "simple_python")
     ((name, args),) = simple.data["ground_truth"][0].items()
-    assert skill.score(simple, f"[{name}()]")["partial"] == pytest.approx(0.3)  # right function, no arguments
+    assert skill.score(simple, f"[{name}()]")["partial"] == pytest.approx(0.1)  # right function, no arguments
     given = [k for k, v in args.items() if "" not in v]
     assert len(given) >= 2  # the first simple_python item has two arguments or more to give
     half = {k: (v[0] if k in given[: len(given) // 2] else "wrong") for k, v in args.items() if k in given}
@@ -72,9 +72,12 @@ def test_credit_parts() -> None:
     # parseable, both offered, names right, arguments a right and b wrong, not accepted
     assert credit("[f(a=1), g(b=3)]", functions, answer, "parallel") == pytest.approx(0.1 + 0.1 + 0.1 + 0.1 + 0.1)
     assert credit("[f(a=1)]", functions, answer, "parallel") == pytest.approx(0.1 + 0.1 + 0.05 + 0.05 + 0.1)
-    # an empty call of the right function earns less than one that names its arguments, even with wrong values
+    # an empty call of the right function earns the parse alone (a positional argument is none to BFCL); one that
+    # names its arguments earns the names too, even with wrong values
     simple = [{"f": {"a": [1]}}]
-    assert credit("[f()]", functions, simple, "simple") == pytest.approx(0.3)
+    for empty in ("[f()]", "[f(a)]", "[f(1)]"):
+        assert credit(empty, functions, simple, "simple") == pytest.approx(0.1)
+    assert credit("[f()]", functions, [{"f": {"a": ["", 1]}}], "simple") == pytest.approx(1.0)  # nothing to give
     assert credit("[f(a=2)]", functions, simple, "simple") == pytest.approx(0.4)
     assert credit("[f(a=1)]", functions, simple, "simple") == pytest.approx(1.0)
     # an answer that does not decode keeps the credit of its names and arguments (read by pattern), not the 0.1
@@ -82,7 +85,7 @@ def test_credit_parts() -> None:
     assert credit("[f(a=1)] as asked.", functions, simple, "simple") == pytest.approx(0.1 + 0.1 + 0.1 + 0.2)
     assert credit("[f(a=1, b=2x)]", functions, answer, "parallel") == pytest.approx(0.1 + 0.05 + 0.05 + 0.1)
     assert credit("[f(a=1", functions, simple, "simple") == pytest.approx(0.1 + 0.1 + 0.1 + 0.2)  # cut off
-    assert credit("[f(a=", functions, simple, "simple") == pytest.approx(0.1 + 0.1)  # no value: not named
+    assert credit("[f(a=", functions, simple, "simple") == 0.0  # no value: not named, so no names either
     assert credit("I cannot help with that.", functions, simple, "simple") == 0.0
     assert scanned("[f(a=1, b='x, y'), g(c=[1, 2])] and more") == [{"f": {"a": 1, "b": "x, y"}}, {"g": {"c": [1, 2]}}]
     assert credit("[h(a=1)]", functions, answer, "parallel") == pytest.approx(0.1)

@@ -14,14 +14,21 @@ group pointed at the docs. This credit rewards each step towards an accepted ans
                     best call of that name passes with an accepted value)
            + 0.4 · correct (BFCL's checker)
 
-so an accepted answer earns 1, an unparseable one 0, and a call of the right function that names its arguments
-with half of their values right earns 0.6. Arguments that may be left out (accepted ``""``) are not counted; a
-function with none to give has key and value shares of 1. An answer that calls a function of the prompt's
-demonstrations (``shown``: never offered) earns 0: the second pilot's agent learned to copy a demonstration's
-answer word for word, which a credit without that rule pays 0.1 every time. The key share is there because the
-fourth pilot's agent, under a credit of 0.2 for the names and none for argument names, learned to call the right
-function with no arguments at all (``[calculate_density()]``: 0.4 safe, where arguments risked an unparseable
-answer); now that answer earns 0.3 and naming the arguments 0.1 more.
+so an accepted answer earns 1, an unparseable one 0, and a call of the right function that names its arguments with
+half of their values right earns 0.6 (but see the names rule below). Arguments that may be left out (accepted
+``""``) are not counted; a function with none to give has key and value shares of 1. An answer that calls a function
+of the prompt's demonstrations (``shown``: never offered) earns 0: the second pilot's agent learned to copy a
+demonstration's answer word for word, which a credit without that rule pays 0.1 every time. The key share is there
+because the fourth pilot's agent, under a credit of 0.2 for the names and none for argument names, learned to call
+the right function with no arguments at all (``[calculate_density()]``: 0.4 safe, where arguments risked an
+unparseable answer); with the key share that answer earned 0.3 and naming the arguments 0.1 more.
+
+**The names earn only with an argument.** Where the answer's calls give none of the arguments the expected calls
+must give (key share 0), the two name terms are 0 too, so an empty call of the right function earns 0.1
+(parseable) and one that names an argument 0.3 and more. The seventh pilot's agent, under the signature hint
+(``skill_bfcl``), learned to copy the hint's form, ``[calculate_density(country)]``: BFCL reads a positional
+argument as nothing, so that is the empty call again (0.3 under the previous credit), the attractor of three of
+the four pilots before this rule; a function with no argument to give keeps its key share of 1 and the names.
 
 **An answer that does not decode** (trailing prose, a value that is no Python, a call cut off by the token limit)
 loses the 0.1 of parseable and BFCL's 0.4, and nothing else: its names and arguments are read by pattern
@@ -135,5 +142,7 @@ def credit(
     on_list = sum(next(iter(c), "") in offered for c in calls) / len(calls)
     correct = parsed and verdict(output, functions, answer, mode).correct
     names, keys = name_overlap(calls, answer), _arguments(calls, answer, key_share)
+    if keys == 0:  # no argument it must give is given: the names earn nothing (the empty-call attractor)
+        on_list = names = 0.0
     total = 0.1 * parsed + 0.1 * on_list + 0.1 * names + 0.1 * keys + 0.2 * _arguments(calls, answer) + 0.4 * correct
     return round(total, 6)
