@@ -10,7 +10,15 @@ import pytest
 from agentmerge.errors import ConfigError
 from agentmerge.evaluation.bfcl import data as bfcl_data
 from agentmerge.evaluation.bfcl.prompt import render_call
-from agentmerge_zoo.real.bfcl_credit import argument_share, called_names, credit, key_share, name_overlap, scanned
+from agentmerge_zoo.real.bfcl_credit import (
+    argument_share,
+    called_names,
+    credit,
+    key_share,
+    name_overlap,
+    positional,
+    scanned,
+)
 from agentmerge_zoo.real.skill_bfcl import HINT, TEST_CATEGORIES, BfclSkill, hinted, signature
 from agentmerge_zoo.real.tasks import eval_set, train_stream
 
@@ -75,8 +83,11 @@ def test_credit_parts() -> None:
     # an empty call of the right function earns the parse alone (a positional argument is none to BFCL); one that
     # names its arguments earns the names too, even with wrong values
     simple = [{"f": {"a": [1]}}]
-    for empty in ("[f()]", "[f(a)]", "[f(1)]"):
-        assert credit(empty, functions, simple, "simple") == pytest.approx(0.1)
+    assert credit("[f()]", functions, simple, "simple") == pytest.approx(0.1)
+    for copied in ("[f(a)]", "[f(1)]", "[f(a, a=1)]", "[g(b=2), f(a)]", "f(a)"):  # positional: BFCL drops it
+        assert positional(copied) and credit(copied, functions, simple, "simple") == 0.0
+    for keyword in ("[f(a=g(1, 2))]", "[f(a=[h(1)])]", "[f(a=1)] as asked.", "not python (1"):
+        assert not positional(keyword)
     assert credit("[f()]", functions, [{"f": {"a": ["", 1]}}], "simple") == pytest.approx(1.0)  # nothing to give
     assert credit("[f(a=2)]", functions, simple, "simple") == pytest.approx(0.4)
     assert credit("[f(a=1)]", functions, simple, "simple") == pytest.approx(1.0)

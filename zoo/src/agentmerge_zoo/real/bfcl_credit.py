@@ -30,6 +30,12 @@ must give (key share 0), the two name terms are 0 too, so an empty call of the r
 argument as nothing, so that is the empty call again (0.3 under the previous credit), the attractor of three of
 the four pilots before this rule; a function with no argument to give keeps its key share of 1 and the names.
 
+**A positional argument earns nothing.** Under the rule above the eighth pilot's agent (temperature 0.7) copied
+the signature hint literally, ``[calendar.create_event(title, date)]``, for the 0.1 of a parseable answer, by step
+14 on every prompt: the hint is itself a call, and copying it is the one answer that sampling never breaks. BFCL
+drops positional arguments when it decodes, so such a call can never carry an argument; an answer whose calls
+pass one (:func:`positional`; calls inside a value, ``date=datetime(2027, 8, 18)``, are values) earns 0.
+
 **An answer that does not decode** (trailing prose, a value that is no Python, a call cut off by the token limit)
 loses the 0.1 of parseable and BFCL's 0.4, and nothing else: its names and arguments are read by pattern
 (:func:`scanned`) and credited as above. The fifth pilot's agent, with everything lost when an answer did not
@@ -98,6 +104,17 @@ def _arguments(calls: Sequence[Call], answer: Sequence[Expected], share: Share =
     return sum(shares) / max(len(shares), 1)
 
 
+def positional(output: str) -> bool:
+    """Whether a call of the answer (the list's own calls, not calls inside a value) passes a positional argument,
+    which BFCL's decoding drops without a word. ``False`` where the answer is no Python expression."""
+    try:
+        body = ast.parse(output.strip(), mode="eval").body
+    except (SyntaxError, ValueError, MemoryError, RecursionError):
+        return False
+    calls = body.elts if isinstance(body, ast.List | ast.Tuple) else [body]
+    return any(isinstance(c, ast.Call) and bool(c.args) for c in calls)
+
+
 def called_names(output: str) -> set[str]:
     """The functions an answer calls (empty when it does not decode)."""
     try:
@@ -137,7 +154,7 @@ def credit(
     except DecodeError:
         calls, parsed = scanned(output), False
     offered = {f["name"] for f in functions}
-    if not calls or any(next(iter(c), "") in shown - offered for c in calls):
+    if not calls or any(next(iter(c), "") in shown - offered for c in calls) or positional(output):
         return 0.0
     on_list = sum(next(iter(c), "") in offered for c in calls) / len(calls)
     correct = parsed and verdict(output, functions, answer, mode).correct

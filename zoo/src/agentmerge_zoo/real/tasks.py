@@ -20,7 +20,7 @@ from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 SPLITS = ("train", "val", "test")
-SKILLS_VERSION = 4  # bump when a generator or verifier changes (evaluation caches key on it)
+SKILLS_VERSION = 5  # bump when a generator or verifier changes (evaluation caches key on it)
 
 
 @dataclass(frozen=True)
