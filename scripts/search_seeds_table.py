@@ -76,6 +76,8 @@ def main() -> None:
     args = parser.parse_args()
     budgets = [int(b) for b in args.budgets.split(",")]
     rows = [seed_row(*(run.split("=", 1)[0], Path(run.split("=", 1)[1])), budgets) for run in args.runs]
+    longest = max((r["trials"] or 0 for r in rows), default=0)
+    budgets = [b for b in budgets if b <= longest] or budgets  # no column that every seed leaves empty
     print(
         "| seed | trials | baseline | val: baseline | val: search | test: baseline | test: search | "
         "search − baseline (± SE paired over metrics) | " + " | ".join(f"best val @{b}" for b in budgets) + " |"

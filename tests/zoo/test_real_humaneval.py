@@ -21,9 +21,10 @@ from agentmerge.evaluation.wheeldata import HUMANEVAL_WHEEL, read_member, wheel_
 from agentmerge_zoo.real import run
 from agentmerge_zoo.real.bench import SeedInputs
 from agentmerge_zoo.real.config import smoke_config
-from agentmerge_zoo.real.humaneval import HumanEvalPlan, Scorer, stage_humaneval, top_rows
+from agentmerge_zoo.real.humaneval import HumanEvalPlan, Scorer, stage_humaneval
 from agentmerge_zoo.real.report import write_results
 from agentmerge_zoo.real.report_humaneval import NOT_RUN_LINE
+from agentmerge_zoo.real.rows import top_rows
 from agentmerge_zoo.real.tiny import make_tiny_base
 
 from .test_real_report import _report, _seed

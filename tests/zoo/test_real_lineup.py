@@ -68,6 +68,27 @@ def test_the_bfcl_lineup_runs_end_to_end(smoke: Path) -> None:
     assert [a["name"] for a in bench["kept"]["ram"]["agents"]] == list(LINEUP)
 
 
+def test_the_whole_bfcl_test_scores_the_leading_rows(smoke: Path) -> None:
+    """Base, the BFCL agent, the top method and RAM and RAM+ at their better rows, on the plan's 8 prompts (two per
+    category), each the same checkpoint's report that an evaluation of it gives."""
+    from agentmerge_zoo.real.evaluate import evaluate
+    from agentmerge_zoo.real.rows import merge_rows, top_rows
+
+    seed = json.loads((smoke / "seed0" / "result.json").read_text())
+    whole, bench = seed["bfcl_whole"], seed["bench"]
+    assert whole["run"] and whole["n"] == 8 and whole["failed"] == {}
+    rows = merge_rows(bench)
+    assert whole["top"] == top_rows(bench["reports"], rows, LINEUP, 1)
+    assert {m.split(".")[0] for m in whole["merges"]} >= {"ram", "ram_plus"} and len(whole["merges"]) <= 3
+    assert set(whole["rows"]) == {"base", "bfcl agent", *whole["merges"]}
+    assert all(len(r["values"]) == 8 for r in whole["rows"].values())
+    agent = evaluate(smoke / "seed0" / "agent_bfcl", ["bfcl"], "test", 8)["bfcl"]
+    assert whole["rows"]["bfcl agent"]["values"] == agent["values"]
+    assert not (smoke / "seed0" / ".bfcl-whole-merge").exists()  # the merges made again are deleted
+    text = (smoke / "docs" / "results.md").read_text()
+    assert "## BFCL whole test (strict %, 2 per category)" in text and "- ram-base: " in text
+
+
 def test_the_report_shows_bfcl_per_category(smoke: Path) -> None:
     seed = json.loads((smoke / "seed0" / "result.json").read_text())
     text = (smoke / "docs" / "results.md").read_text()
@@ -145,6 +166,40 @@ def test_bfcl_categories_are_the_test_sets_consecutive_quarters() -> None:
     assert "- defaults: ram-ties on BFCL = +43.8 ± 6.2" in text  # the per-seed BFCL differences 0.5 and 0.375
 
 
+def _whole(seed: dict[str, Any], rows: dict[str, list[float]], top: list[str]) -> dict[str, Any]:
+    reports = {name: _report({"bfcl": v})["bfcl"] for name, v in rows.items()}
+    merges = [n for n in rows if n not in ("base", "bfcl agent")]
+    return seed | {"bfcl_whole": {"run": True, "n": 8, "top": top, "merges": merges, "rows": reports, "failed": {}}}
+
+
+def test_whole_test_differences_pair_the_same_prompts() -> None:
+    """One seed: mean ± SE of the per-prompt differences; two: of the per-seed differences; RAM's row is whichever
+    of its rows the seed scored, "best" each seed's top method."""
+    from agentmerge_zoo.real.report import whole_section
+    from agentmerge_zoo.real.report_bfcl import whole_numbers
+
+    base, agent = [0.0] * 8, [1.0, 0.0] * 4
+    ram, ties = [1.0, 1.0, 0.0, 0.0, 1.0, 0.0, 0.0, 0.0], [1.0] * 4 + [0.0] * 4
+    one = [_whole(_bfcl_seed(0, ram), {"base": base, "bfcl agent": agent, "ties": ties, "ram.tuned": ram}, ["ties"])]
+    numbers = whole_numbers(one)
+    d = numbers["differences"]
+    naive = [a - b for a, b in zip(ram, ties, strict=True)]
+    mean = sum(naive) / 8
+    se = math.sqrt(sum((x - mean) ** 2 for x in naive) / 7 / 8)
+    assert d["ram-best"] == pytest.approx({"mean": mean, "se": se, "over": 8.0})
+    assert d["ram-base"]["mean"] == pytest.approx(3 / 8) and d["best-base"]["mean"] == pytest.approx(0.5)
+    assert "ram_plus-base" not in d  # not scored
+    assert [c["mean"] for c in numbers["rows"]["ram.tuned"]["cells"]] == pytest.approx([1.0, 0.0, 0.5, 0.0, 3 / 8])
+    second = {"base": base, "bfcl agent": agent, "ram": ties, "ties": ram}  # seed 1: RAM at defaults, tops
+    two = [*one, _whole(_bfcl_seed(1, ram), second, ["ram"])]
+    d = whole_numbers(two)["differences"]
+    assert d["ram-base"]["mean"] == pytest.approx((3 / 8 + 4 / 8) / 2) and d["ram-base"]["se"] == pytest.approx(1 / 16)
+    assert "ram-best" not in d  # seed 1's best is RAM itself: not a pair on every seed
+    text = "\n".join(whole_section(numbers))
+    assert "| ram.tuned | 100.0 ± 0.0 | 0.0 ± 0.0 | 50.0 ± 50.0 | 0.0 ± 0.0 | 37.5 ± 18.3 | 1 |" in text
+    assert whole_numbers([_bfcl_seed(0, ram)]) == {"run": False}
+
+
 def test_a_report_of_mixed_lineups_is_refused() -> None:
     from agentmerge_zoo.real.aggregate import lineup
 
@@ -152,3 +207,20 @@ def test_a_report_of_mixed_lineups_is_refused() -> None:
     assert lineup([default, {"seed": 1}]) == suite.TRAINED  # an old result: the default lineup
     with pytest.raises(ConfigError, match="different lineups"):
         lineup([default, _bfcl_seed(0, [0.0] * 8)])
+
+
+def test_whole_rows_are_the_top_and_the_paper_methods() -> None:
+    from agentmerge_zoo.real.bfcl_whole import WholePlan, whole_rows
+
+    flat = {"code": [0.5, 0.5], "memory": [0.5, 0.5]}
+    reports = {
+        name: _report({"bfcl": [v, v], **flat})
+        for name, v in (("ties", 1.0), ("ties.tuned", 0.5), ("ram", 0.0), ("ram.tuned", 0.5), ("ram_plus", 0.25))
+    }
+    bench = {"methods": ["ties", "ram", "ram_plus"], "reports": reports}
+    assert whole_rows(bench, LINEUP, WholePlan(top=1)) == (["ties"], ["ram.tuned", "ram_plus"])
+    assert whole_rows(bench, LINEUP, WholePlan(top=2)) == (["ties", "ram.tuned"], ["ram_plus"])
+    assert whole_rows(bench, LINEUP, WholePlan(top=1, ram=False)) == (["ties"], [])
+    for bad in (WholePlan(n=6), WholePlan(n=0), WholePlan(top=-1)):
+        with pytest.raises(ConfigError, match="bfcl whole test"):
+            bad.check()

@@ -15,6 +15,7 @@ from typing import Any
 
 from agentmerge.api import dumps_json
 from agentmerge_zoo.real.bench import BenchPlan
+from agentmerge_zoo.real.bfcl_whole import WholePlan
 from agentmerge_zoo.real.grpo_hf import Recipe
 from agentmerge_zoo.real.tasks import SKILLS_VERSION
 
@@ -49,6 +50,7 @@ class RealConfig:
     bench: BenchPlan = field(default_factory=BenchPlan)
     checkpoint_every: int = 10
     name: str = "full"
+    whole: WholePlan | None = None  # BFCL's whole test for the leading rows (a lineup with the BFCL agent)
 
     @property
     def trained(self) -> tuple[str, ...]:
@@ -73,7 +75,7 @@ def bfcl_config() -> RealConfig:
     """The BFCL zoo (docs/real/bfcl.md): the BFCL tool agent in the tool agent's place, the code and memory agents'
     recipes of the default zoo."""
     keep = tuple(r for r in full_recipes() if r.skill in ("code", "memory"))
-    return RealConfig(recipes=(bfcl_recipe(), *keep), name="bfcl")
+    return RealConfig(recipes=(bfcl_recipe(), *keep), name="bfcl", whole=WholePlan())
 
 
 LINEUPS = {"default": RealConfig, "bfcl": bfcl_config}  # ``--lineup``: each one's full configuration
@@ -94,7 +96,8 @@ def smoke_config(lineup: str = "default") -> RealConfig:
     if lineup != "default":
         plan = BenchPlan(n_val=2, n_test=4, grid=(1.0,), methods=("task_arithmetic", "ram", "ram_plus"), threads=1)
         plan = replace(plan, pair_methods=("ram",), dilution=False)
-        return RealConfig(recipes=recipes, n_check=2, bench=plan, checkpoint_every=1, name=f"smoke-{lineup}")
+        whole = WholePlan(n=8, top=1, threads=1)  # two items per category
+        return RealConfig(recipes, n_check=2, bench=plan, checkpoint_every=1, name=f"smoke-{lineup}", whole=whole)
     plan = BenchPlan(
         n_val=2,
         n_test=2,

@@ -32,7 +32,6 @@ from __future__ import annotations
 import json
 import os
 import random
-import shutil
 from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass
 from pathlib import Path
@@ -40,8 +39,8 @@ from typing import Any
 
 from agentmerge.api import dumps_json
 from agentmerge_zoo.evaluate import cache_key, file_digest
-from agentmerge_zoo.real.aggregate import has_scale, trained_mean
 from agentmerge_zoo.real.bench import SeedInputs
+from agentmerge_zoo.real.rows import merge_rows, merged_row, score_rows, top_rows
 
 Log = Callable[[str], None]
 CONSENT_FLAG = "--humaneval-allow-code-execution"
@@ -121,32 +120,6 @@ class Scorer:
         }
 
 
-def merge_rows(bench: dict[str, Any]) -> list[str]:
-    """The report's merge rows of one seed: every benched method at its defaults, then each tuned one."""
-    reports = bench["reports"]
-    defaults = [m for m in bench["methods"] if m in reports]
-    return [*defaults, *(f"{m}.tuned" for m in defaults if has_scale(m) and f"{m}.tuned" in reports)]
-
-
-def top_rows(reports: dict[str, Any], names: Sequence[str], trained: Sequence[str], k: int) -> list[str]:
-    """The ``k`` best methods by the bench's objective (trained-skill mean on test), each at its better row
-    (ties: the defaults row, then the name), best first."""
-    ranked = sorted(names, key=lambda n: (-trained_mean(reports[n], trained), n.endswith(".tuned"), n))
-    out: list[str] = []
-    for name in ranked:
-        if len(out) < k and name.split(".")[0] not in {o.split(".")[0] for o in out}:
-            out.append(name)
-    return out
-
-
-def _tuned_params(bench: dict[str, Any], name: str) -> dict[str, Any]:
-    """The parameters of a merge row: none for a defaults row, the chosen output scale for a tuned one."""
-    if not name.endswith(".tuned"):
-        return {}
-    choice = bench["tuning"].get(name.removesuffix(".tuned"), {})
-    return {} if choice.get("value") is None else {choice["param"]: choice["value"]}
-
-
 def score_row(scorer: Scorer, folder: Path, subset: int, full: int | None) -> dict[str, Any]:
     """One row: the subset's verdicts, and the full set's where ``full`` is given (the subset is its prefix)."""
     values = scorer.verdicts(folder, full or subset)
@@ -171,12 +144,12 @@ def stage_humaneval(
     rows = {"base": score_row(scorer, inputs.base, plan.subset, full)}
     rows |= {f"{k} agent": score_row(scorer, p, plan.subset, full) for k, p in inputs.agents.items()}
     failed: dict[str, str] = {}
-    scratch = folder / ".humaneval-merge"
-    for name in names:
-        try:
-            rows[name] = _merge_row(scorer, inputs, bench, name, scratch, full if name in top else None)
-        except Exception as e:  # one merge's failure must not lose the other rows; the report names it
-            failed[name] = f"{type(e).__name__}: {e}"
+
+    def merge_row(name: str) -> dict[str, Any]:
+        with merged_row(inputs, bench, name, folder / ".humaneval-merge", plan.threads) as merged:
+            return score_row(scorer, merged, plan.subset, full if name in top else None)
+
+    rows |= score_rows(names, merge_row, failed)
     out = {"run": True, "subset": plan.subset, "full": full, "top": top, "order_seed": plan.order_seed}
     out |= {"problems": [p.task_id for p in scorer.order[:full]], "rows": rows, "failed": failed}
     out["sandbox"] = list(scorer.evaluator.sandbox.notes)
@@ -185,21 +158,6 @@ def stage_humaneval(
         tmp.write_text(dumps_json({"tag": tag, "humaneval": out}) + "\n")
         tmp.replace(record)
     return out
-
-
-def _merge_row(
-    scorer: Scorer, inputs: SeedInputs, bench: dict[str, Any], name: str, scratch: Path, full: int | None
-) -> dict[str, Any]:
-    """One merge row: the merge made again from its test trial into ``scratch``, scored, deleted."""
-    from agentmerge_zoo.real.kept import merge_again
-
-    shutil.rmtree(scratch, ignore_errors=True)
-    try:
-        params = _tuned_params(bench, name)
-        merged = merge_again(inputs, name.split(".")[0], scratch, scorer.plan.threads, params, name)
-        return score_row(scorer, merged, scorer.plan.subset, full)
-    finally:
-        shutil.rmtree(scratch, ignore_errors=True)
 
 
 NOT_RUN = {"run": False, "why": f"not run: the model's code runs only with {CONSENT_FLAG}"}

@@ -12,7 +12,7 @@ from typing import Any
 
 from agentmerge.api import dumps_json, kept_by_count
 from agentmerge_zoo.real.aggregate import aggregate, has_scale, lineup, row_name
-from agentmerge_zoo.real.report_bfcl import bfcl_differences, bfcl_table
+from agentmerge_zoo.real.report_bfcl import bfcl_differences, bfcl_table, whole_numbers
 from agentmerge_zoo.real.report_humaneval import humaneval_lines, humaneval_numbers, humaneval_texts
 from agentmerge_zoo.real.skill_bfcl import TEST_CATEGORIES
 from agentmerge_zoo.real.suite import HELD_OUT, TRAINED
@@ -271,6 +271,7 @@ def render(seeds: Sequence[dict[str, Any]], agg: dict[str, Any], command: str) -
     lines += [*method_table(agg["tables"]["tuned"], len(seeds), tuning, trained), ""]
     lines += ["## Paired differences (trained-skill mean, points)", "", *differences(agg), ""]
     lines += bfcl_section(seeds, agg) if "bfcl" in trained else []
+    lines += whole_section(agg["bfcl_whole"]) if agg.get("bfcl_whole", {}).get("run") else []
     lines += humaneval_lines(agg.get("humaneval", {}), len(seeds), pct, table)
     lines += ["## Share of each agent's gain that the merge keeps", "", *kept_table(agg["tables"], trained), ""]
     lines += [kept_note(seeds), ""]
@@ -307,6 +308,27 @@ def bfcl_section(seeds: Sequence[dict[str, Any]], agg: dict[str, Any]) -> list[s
     return [*lines, *(diffs or ["(none)"]), ""]
 
 
+WHOLE_NOTE = (
+    "Strict % on BFCL v4 non-live, {per} items of each category (a fixed seeded subset, the same for every row): "
+    "the base, the BFCL agent, each seed's top {top} methods by the bench's objective and RAM and RAM+, each at "
+    "its better row (docs/real/bfcl.md). Top methods per seed: {tops}."
+)
+
+
+def whole_section(numbers: dict[str, Any]) -> list[str]:
+    """The "BFCL whole test" section (``report_bfcl.whole_numbers``)."""
+    per = numbers["n"] // len(TEST_CATEGORIES)
+    tops = "; ".join(f"seed {k}: {', '.join(v) or '-'}" for k, v in numbers["top"].items())
+    top = max((len(v) for v in numbers["top"].values()), default=0)
+    lines = [f"## BFCL whole test (strict %, {per} per category)", "", WHOLE_NOTE.format(per=per, top=top, tops=tops)]
+    body = [[name, *(pct(c) for c in r["cells"]), str(r["seeds"])] for name, r in numbers["rows"].items()]
+    lines += ["", *table(["row", *TEST_CATEGORIES, "BFCL overall", "seeds"], body), ""]
+    lines += ["Paired differences on the whole test (points; one seed: over its prompts, else over seeds):", ""]
+    diffs = [f"- {k}: {100 * d['mean']:+.1f} ± {100 * d['se']:.1f}" for k, d in numbers["differences"].items()]
+    failed = [f"- failed: {k}: {v}" for k, v in numbers["failed"].items()]
+    return [*lines, *(diffs or ["(none)"]), *failed, ""]
+
+
 def _simple(rows: dict[str, Any], trained: Sequence[str]) -> list[str]:
     skills = [*trained, *HELD_OUT]
     body = [[name, *(pct(r.get(s)) if r else "-" for s in skills)] for name, r in rows.items()]
@@ -327,6 +349,7 @@ def write_results(
         )
     agg = aggregate(results)
     agg["humaneval"] = humaneval_numbers(results, agg)
+    agg["bfcl_whole"] = whole_numbers(results)
     docs.mkdir(parents=True, exist_ok=True)
     payload = {"command": command, "aggregate": agg, "seeds": [_slim(r) for r in results]}
     (docs / "results.json").write_text(dumps_json(payload, indent=1) + "\n")

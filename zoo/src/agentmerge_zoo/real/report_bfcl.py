@@ -80,3 +80,64 @@ def bfcl_table(seeds: Sequence[dict[str, Any]], agg: dict[str, Any]) -> tuple[li
     others = [s for s in (*lineup(seeds), *HELD_OUT) if s != "bfcl"]
     body = [(name, _row(reports, others)) for name, reports in rows_of(seeds, agg)]
     return [*TEST_CATEGORIES, "BFCL overall", *others], body
+
+
+def _seed_rows(seeds: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
+    """The whole-test rows of the seeds that ran it (``bfcl_whole``), each row a BFCL report."""
+    return [s["bfcl_whole"]["rows"] for s in seeds if s.get("bfcl_whole", {}).get("run")]
+
+
+def _which(rows: dict[str, Any], method: str) -> str | None:
+    """A seed's whole-test row of ``method`` (its defaults or its tuned row, whichever it scored)."""
+    return next((n for n in rows if n.split(".")[0] == method), None)
+
+
+def _difference(pairs: Sequence[tuple[Sequence[float], Sequence[float]]]) -> dict[str, float]:
+    """A - B from per seed (A's, B's per-prompt verdicts on the same prompts): one seed over its prompts, else the
+    per-seed mean differences over seeds."""
+    if len(pairs) == 1:
+        diffs = [x - y for x, y in zip(*pairs[0], strict=True)]
+        mean, se = mean_se(diffs)
+        return {"mean": mean, "se": se, "over": float(len(diffs))}
+    mean, se = mean_se([mean_se(a)[0] - mean_se(b)[0] for a, b in pairs])
+    return {"mean": mean, "se": se, "over": float(len(pairs))}
+
+
+WHOLE_PAIRS = (("ram", "base"), ("ram_plus", "base"), ("best", "base"), ("ram", "best"), ("ram_plus", "best"))
+
+
+def whole_numbers(seeds: Sequence[dict[str, Any]]) -> dict[str, Any]:
+    """results.json's ``bfcl_whole``: per row (base, the BFCL agent, each merge scored) the category and overall
+    cells over the seeds that scored it, and the paired differences of ``WHOLE_PAIRS`` ("best": each seed's top
+    method by the bench's objective) on the prompts every such seed scored both on."""
+    done = [s for s in seeds if s.get("bfcl_whole", {}).get("run")]
+    if not done:
+        return {"run": False}
+    per_seed = _seed_rows(done)
+    labels = list(dict.fromkeys(name for rows in per_seed for name in rows))
+    table = {}
+    for label in labels:
+        reports = [{"bfcl": rows[label]} for rows in per_seed if label in rows]
+        table[label] = {"cells": _row(reports, []), "seeds": len(reports)}
+    diffs = {}
+    for a, b in WHOLE_PAIRS:
+        pairs = []
+        for s, rows in zip(done, per_seed, strict=True):
+            pick = {"base": "base", "best": (s["bfcl_whole"]["top"] or [None])[0]}
+            ra, rb = pick.get(a) or _which(rows, a), pick.get(b) or _which(rows, b)
+            if ra in rows and rb in rows and ra != rb:
+                pairs.append((rows[ra]["values"], rows[rb]["values"]))
+        if len(pairs) == len(done):
+            diffs[f"{a}-{b}"] = _difference(pairs)
+    n = done[0]["bfcl_whole"]["n"]
+    tops = {str(s["seed"]): s["bfcl_whole"]["top"] for s in done}
+    failed = {f"seed {s['seed']}: {k}": v for s in done for k, v in s["bfcl_whole"].get("failed", {}).items()}
+    return {
+        "run": True,
+        "n": n,
+        "seeds": [s["seed"] for s in done],
+        "top": tops,
+        "rows": table,
+        "differences": diffs,
+        "failed": failed,
+    }

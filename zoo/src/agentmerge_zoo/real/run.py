@@ -165,6 +165,13 @@ def stage_humaneval(inputs: Any, work: Path, seed: int, bench: dict[str, Any], p
     return humaneval.stage_humaneval(plan, inputs, bench, seed_dir(work, seed), log)
 
 
+def stage_bfcl_whole(plan: Any, inputs: Any, work: Path, seed: int, bench: dict[str, Any], log: Log) -> dict[str, Any]:
+    """BFCL's whole test for the base, the BFCL agent and the leading merges (``bfcl_whole``)."""
+    from agentmerge_zoo.real.bfcl_whole import stage_bfcl_whole as whole
+
+    return whole(plan, inputs, bench, seed_dir(work, seed), log)
+
+
 def seed_inputs(cfg: RealConfig, base: Path, work: Path, seed: int, cache: Path) -> Any:
     """What the seed's bench merges (``bench.SeedInputs``), its Fisher files made first when a method needs them."""
     from agentmerge_zoo.evaluate import file_digest
@@ -206,6 +213,8 @@ def run_stages(
     bench = stage_bench(cfg, inputs, work, seed, session, log)
     curves = {s: [{k: r[k] for k in CURVE_KEYS} for r in m["curve"]] for s, m in metas.items()}
     result = {"seed": seed, "config": cfg.to_dict(), "check": check, "bench": bench, "curves": curves}
+    if cfg.whole is not None and "bfcl" in cfg.trained:
+        result["bfcl_whole"] = stage_bfcl_whole(cfg.whole, inputs, work, seed, bench, log)
     result["humaneval"] = stage_humaneval(inputs, work, seed, bench, humaneval, log)
     (seed_dir(work, seed) / "result.json").write_text(dumps_json(result) + "\n")
 
