@@ -92,6 +92,11 @@ def _run_parsers(sub: Any) -> None:
     p.add_argument("--n-test", type=int, default=64, help="test prompts (default 64, the bench's)")
     output_arg(p, "--json", type=Path, required=True, help="the record, rewritten after each stage")
     p.add_argument("--check", type=int, default=0, help="convergence check of the last stage on N val prompts")
+    p.add_argument(
+        "--float32",
+        action="store_true",
+        help="train without bf16 autocast and evaluate in float32 (CPUs without native bfloat16: AVX2 only)",
+    )
     _common(p)
     p.set_defaults(func=cmd_pilot)
 
@@ -309,12 +314,13 @@ def cmd_pilot(args: argparse.Namespace) -> int:
         "prompts_per_step": args.prompts_per_step,
         "group_size": args.group_size,
         "temperature": args.temperature,
+        "autocast": False if args.float32 else None,
     }
     try:
         recipe = replace(recipes[args.skill], **{k: v for k, v in changes.items() if v is not None})
-        run_pilot(
-            args.base, args.work, recipe, args.seed, args.steps, args.n_test, args.json, args.check, _log(args.quiet)
-        )
+        dtype = "float32" if args.float32 else "auto"
+        log = _log(args.quiet)
+        run_pilot(args.base, args.work, recipe, args.seed, args.steps, args.n_test, args.json, args.check, log, dtype)
     except ValueError as e:
         raise ConfigError(str(e)) from e
     print(f"wrote {args.json}")

@@ -38,12 +38,14 @@ def check_agent(
     cache: Path | None,
     scales: Sequence[float] = SCALES,
     log: Callable[[str], None] = lambda _m: None,
+    dtype: str = "auto",
 ) -> dict[str, Any]:
-    """Scores at every scale (validation, the agent's own skill) and the verdict; merged folders removed after."""
+    """Scores at every scale (validation, the agent's own skill, computed in ``dtype``) and the verdict; merged
+    folders removed after."""
     scores: dict[float, dict[str, float]] = {}
     for scale in scales:
         folder = scaled_model(base, agent, scale, work / f"{agent.name}.s{scale:g}")
-        scores[scale] = evaluate_cached(folder, [skill], "val", n, cache)[skill]
+        scores[scale] = evaluate_cached(folder, [skill], "val", n, cache, dtype)[skill]
         log(f"check {agent.name} s={scale:g}: {100 * scores[scale]['strict']:.1f} %")
         if folder != agent:
             shutil.rmtree(folder, ignore_errors=True)

@@ -1,7 +1,10 @@
 """Score a checkpoint on the real zoo's skills: greedy completions in the chat template, mean ± SE per skill.
 
-A checkpoint is run in its own dtype (bf16 here): what a user who loads it gets, and about a third cheaper on
-this CPU than upcasting to float32 (measured: 0.82 vs 1.28 CPU seconds per memory prompt).
+A checkpoint is run in its own dtype (bf16 here): what a user who loads it gets, and about a third cheaper than
+upcasting to float32 on a CPU with native bfloat16 (measured: 0.82 vs 1.28 CPU seconds per memory prompt). On a
+CPU without it (AVX2 only, e.g. the AMD EPYC of session 15) bfloat16 is emulated and a forward pass costs about 7
+times float32's, so ``dtype="float32"`` computes in float32 instead (a different rounding, so greedy answers can
+differ: its reports are cached apart, and only reports of one dtype are ever compared).
 
 :func:`evaluate_cached` keeps each report under a key of the weights' sha256, the split, the prompt count, the
 skills and ``SKILLS_VERSION``, so a checkpoint is scored once whoever asks (the runner, the convergence check or
@@ -25,6 +28,7 @@ from agentmerge_zoo.real.suite import skill
 from agentmerge_zoo.real.tasks import SKILLS_VERSION, eval_set
 
 Report = dict[str, dict[str, Any]]  # skill -> {strict, strict_se, partial, n, values: per-prompt strict}
+DTYPES = ("auto", "float32")  # the compute dtype: the checkpoint's own, or float32
 
 
 def mean_se(values: Sequence[float]) -> tuple[float, float]:
@@ -55,30 +59,38 @@ def score_model(
     return report, shown
 
 
-def evaluate(folder: Path, skills: Sequence[str], split: str, n: int, batch: int = 16) -> Report:
-    """Scores of a checkpoint folder, computed in its own dtype (bf16 for the zoo's agents and merges)."""
+def evaluate(folder: Path, skills: Sequence[str], split: str, n: int, batch: int = 16, dtype: str = "auto") -> Report:
+    """Scores of a checkpoint folder, computed in its own dtype (bf16 for the zoo's agents and merges) or in
+    ``dtype``."""
+    import torch
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
+    if dtype not in DTYPES:
+        raise ValueError(f"compute dtype {dtype!r}: one of {', '.join(DTYPES)}")
     tokenizer = AutoTokenizer.from_pretrained(str(folder))
-    model: Any = AutoModelForCausalLM.from_pretrained(str(folder), dtype="auto")
+    model: Any = AutoModelForCausalLM.from_pretrained(str(folder), dtype=getattr(torch, dtype, "auto"))
     model.eval()
     return score_model(model, tokenizer, skills, split, n, batch)[0]
 
 
-def evaluate_cached(folder: Path, skills: Sequence[str], split: str, n: int, cache: Path | None) -> Report:
+def evaluate_cached(
+    folder: Path, skills: Sequence[str], split: str, n: int, cache: Path | None, dtype: str = "auto"
+) -> Report:
     """:func:`evaluate`, or its report from ``cache`` (written whole: a temporary file renamed)."""
     if cache is None:
-        return evaluate(folder, skills, split, n)
-    key = cache_key(file_digest(folder), split, n, sorted(skills), SKILLS_VERSION)
+        return evaluate(folder, skills, split, n, dtype=dtype)
+    computed = () if dtype == "auto" else (dtype,)  # the checkpoint's own dtype keeps the keys it always had
+    key = cache_key(file_digest(folder), split, n, sorted(skills), SKILLS_VERSION, *computed)
     target = cache / f"{key}.json"
     if target.is_file():
         data: Report = json.loads(target.read_text())["report"]
         return data
     started = time.perf_counter()
-    report = evaluate(folder, skills, split, n)
+    report = evaluate(folder, skills, split, n, dtype=dtype)
     cache.mkdir(parents=True, exist_ok=True)
     tmp = target.with_name(f".{target.name}.{os.getpid()}.tmp")
-    record = {"checkpoint": str(folder), "split": split, "n": n, "seconds": time.perf_counter() - started}
+    record = {"checkpoint": str(folder), "split": split, "n": n, "dtype": dtype}
+    record["seconds"] = time.perf_counter() - started
     tmp.write_text(dumps_json(record | {"report": report}, indent=1) + "\n")
     tmp.replace(target)
     return report

@@ -77,13 +77,16 @@ def run_pilot(
     out_json: Path,
     check: int = 0,
     log: Callable[[str], None] = lambda _m: None,
+    dtype: str = "auto",
 ) -> dict[str, Any]:
-    """Train ``recipe``'s agent to each of ``stages`` steps in turn under ``work``, scoring it after each; with
-    ``check`` > 0, the convergence check of the last stage's agent on ``check`` validation prompts."""
+    """Train ``recipe``'s agent to each of ``stages`` steps in turn under ``work``, scoring it after each (computed
+    in ``dtype``, ``evaluate.DTYPES``); with ``check`` > 0, the convergence check of the last stage's agent on
+    ``check`` validation prompts."""
     cache = work / "evals"
-    base_report = evaluate_cached(base, [recipe.skill], "test", n_test, cache)[recipe.skill]
+    base_report = evaluate_cached(base, [recipe.skill], "test", n_test, cache, dtype)[recipe.skill]
     agent_dir = work / f"seed{seed}" / f"agent_{recipe.skill}"
     fresh = {"recipe": recipe.to_dict(), "seed": seed, "n_test": n_test, "stages": []}
+    fresh |= {"eval_dtype": dtype} if dtype != "auto" else {}
     record = _resumed(fresh, out_json)
     done = {row["steps"] for row in record["stages"]}
     for steps in sorted(set(stages) - done):
@@ -92,7 +95,7 @@ def run_pilot(
             raise ValueError(f"{agent_dir}: trained to {trained} steps already; a stage of {steps} would start over")
         started = time.perf_counter()
         meta = train_agent(base, agent_dir, replace(recipe, steps=steps), seed, log=log)
-        report = evaluate_cached(agent_dir, [recipe.skill], "test", n_test, cache)[recipe.skill]
+        report = evaluate_cached(agent_dir, [recipe.skill], "test", n_test, cache, dtype)[recipe.skill]
         row = stage_row(meta["curve"], report, base_report) | {"wall_seconds": time.perf_counter() - started}
         record["stages"].append(row)
         done.add(steps)
@@ -102,7 +105,7 @@ def run_pilot(
     if check and record.get("check", {}).get("steps") != last:
         from agentmerge_zoo.real.convergence import check_agent
 
-        verdict = check_agent(base, agent_dir, recipe.skill, work / "check", check, cache, log=log)
+        verdict = check_agent(base, agent_dir, recipe.skill, work / "check", check, cache, log=log, dtype=dtype)
         record["check"] = {"steps": last, "n": check} | verdict
         _write(record, out_json)
     return record

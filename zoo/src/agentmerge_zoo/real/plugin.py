@@ -30,7 +30,7 @@ class RealEvaluator(Evaluator):
     kind = "real"
     usage = "real[:validation|test]"
     objective = "trained_avg"
-    options: ClassVar[Mapping[str, type]] = {"n": int, "skills": list, "trained": list, "cache": str}
+    options: ClassVar[Mapping[str, type]] = {"n": int, "skills": list, "trained": list, "cache": str, "dtype": str}
 
     def __init__(
         self,
@@ -40,6 +40,7 @@ class RealEvaluator(Evaluator):
         skills: Sequence[str] | None = None,
         trained: Sequence[str] | None = None,
         cache: str | Path | None = None,
+        dtype: str = "auto",
         threads: int | None = None,
     ) -> None:
         if split not in SPLITS:
@@ -47,6 +48,7 @@ class RealEvaluator(Evaluator):
         self.skills, self.trained = chosen_skills(skills, trained)
         self.split, self.n = split, n or DEFAULT_N[split]
         self.cache, self.threads = (Path(cache) if cache else None), threads
+        self.dtype = checked_dtype(dtype)
 
     @property
     def name(self) -> str:
@@ -56,17 +58,18 @@ class RealEvaluator(Evaluator):
         from agentmerge_zoo.real.evaluate import evaluate_cached
 
         set_threads(self.threads)
-        report = evaluate_cached(Path(checkpoint), self.skills, SPLITS[self.split], self.n, self.cache)
+        report = evaluate_cached(Path(checkpoint), self.skills, SPLITS[self.split], self.n, self.cache, self.dtype)
         metrics = {s: float(report[s]["strict"]) for s in self.skills}
         metrics["trained_avg"] = sum(metrics[s] for s in self.trained) / len(self.trained)
         stderr = {s: float(report[s]["strict_se"]) for s in self.skills}
         count = {s: int(report[s]["n"]) for s in self.skills}
-        return Score(metrics, stderr, count, {"split": self.split, "n": self.n, "report": report})
+        return Score(metrics, stderr, count, {"split": self.split, "n": self.n, "dtype": self.dtype, "report": report})
 
     @classmethod
     def check_options(cls, options: Mapping[str, Any]) -> None:
         super().check_options(options)
         chosen_skills(options.get("skills"), options.get("trained"))
+        checked_dtype(options.get("dtype", "auto"))
 
     @classmethod
     def check_spec(cls, spec: str, arg: str) -> None:
@@ -92,3 +95,12 @@ def chosen_skills(skills: Sequence[str] | None, trained: Sequence[str] | None) -
             "and every trained skill must be scored" + (f" (unknown: {', '.join(unknown)})" if unknown else "")
         )
     return scored, train
+
+
+def checked_dtype(dtype: str) -> str:
+    """The compute dtype, one of ``evaluate.DTYPES``; else a ``ConfigError``."""
+    from agentmerge_zoo.real.evaluate import DTYPES
+
+    if dtype not in DTYPES:
+        raise ConfigError(f"evaluate_options: dtype must be one of {', '.join(DTYPES)} (got {dtype!r})")
+    return dtype
