@@ -73,3 +73,35 @@ def test_cli_refuses_an_untrained_skill(tiny_base: Path, tmp_path: Path) -> None
     args = build_parser().parse_args([*argv, "--steps", "1", "--json", str(tmp_path / "p.json")])
     with pytest.raises(ConfigError, match="trained skills"):
         args.func(args)
+
+
+def test_float32_trains_without_autocast_and_evaluates_in_float32(
+    tiny_base: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """``--float32``: the recipe without bf16 autocast, every evaluation computed in float32 and cached apart from
+    the checkpoint's own dtype (its key and its record say so)."""
+    from agentmerge_zoo.real import config, evaluate
+
+    seen: list[object] = []
+    real = evaluate.score_model
+
+    def spy(model: torch.nn.Module, *args: object, **kwargs: object) -> object:
+        seen.append(next(model.parameters()).dtype)
+        return real(model, *args, **kwargs)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(evaluate, "score_model", spy)
+    monkeypatch.setattr(config, "pilot_recipes", lambda: (replace(smoke_config().recipe("tool"), steps=0),))
+    out = tmp_path / "p.json"
+    argv = ["zoo", "real", "pilot", "--base", str(tiny_base), "--work", str(tmp_path / "w"), "--skill", "tool"]
+    args = build_parser().parse_args([*argv, "--steps", "1", "--n-test", "2", "--json", str(out), "--float32"])
+    assert args.func(args) == 0
+    record = json.loads(out.read_text())
+    assert record["recipe"]["autocast"] is False and record["eval_dtype"] == "float32"
+    assert seen and set(seen) == {torch.float32}  # the base and the agent (one, when the step left it equal)
+    cached = [json.loads(f.read_text()) for f in (tmp_path / "w" / "evals").glob("*.json")]
+    assert len(cached) == len(seen) and {c["dtype"] for c in cached} == {"float32"}
+    own = evaluate.evaluate_cached(tiny_base, ["tool"], "test", 2, tmp_path / "w" / "evals")
+    assert seen[-1] == torch.bfloat16 and len(list((tmp_path / "w" / "evals").glob("*.json"))) == len(cached) + 1
+    assert own["tool"]["n"] == 2
+    with pytest.raises(ValueError, match="compute dtype"):
+        evaluate.evaluate(tiny_base, ["tool"], "test", 2, dtype="float16")

@@ -37,6 +37,8 @@ def test_scores_are_the_zoos_own_evaluation(base: Path, tmp_path: Path) -> None:
     assert ev.score(base).metrics == score.metrics
     val = RealEvaluator(skills=["memory"], trained=["memory"], n=1)
     assert val.split == "validation" and val.skills == ["memory"]
+    wide = RealEvaluator("test", n=2, skills=["memory"], trained=["memory"], cache=tmp_path / "evals", dtype="float32")
+    assert wide.score(base).record["dtype"] == "float32" and len(list((tmp_path / "evals").glob("*.json"))) == 2
 
 
 def _sweep(tmp_path: Path, base: Path, evaluate: str, options: str) -> Path:
@@ -57,6 +59,7 @@ def test_a_sweep_file_names_it(base: Path, tmp_path: Path) -> None:
         ("real", "{skills: [tool], trained: [tool, code]}", "every trained skill must be scored"),
         ("real", "{n: 0}", "n must be"),
         ("real", "{tasks: [tool]}", "unknown option 'tasks'"),
+        ("real", "{dtype: float16}", "dtype must be one of auto, float32"),
     ):
         with pytest.raises(ConfigError, match=match):
             load_sweep(_sweep(tmp_path, base, spec, options))
