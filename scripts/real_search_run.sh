@@ -10,7 +10,8 @@
 # Environment: PY (python), BASE, AGENTS (comma-separated agent folders, in TRAINED's order), TRAINED (their skills,
 # tool,code,memory), WORK (real-search), SEED (0), N (validation prompts per skill, 32), TEST_N (test prompts per
 # skill, 64), BUDGET (trials, 24), K (layers per group, 10), ALPHAS (TSV-M's alphas tried, "0.5 1 1.5 2"),
-# CONCURRENT (trials at once, one thread each, 2). Validation scores the trained skills; test adds capitals (held
+# CONCURRENT (trials at once, one thread each, 2), DTYPE (the compute dtype: auto, the checkpoints' own, or float32
+# for a CPU without native bfloat16, docs/real/README.md). Validation scores the trained skills; test adds capitals (held
 # out: forgetting). Resumable: the sweep and the search skip recorded trials.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -25,13 +26,14 @@ BUDGET=${BUDGET:-24}
 K=${K:-10}
 ALPHAS=${ALPHAS:-"0.5 1 1.5 2"}
 CONCURRENT=${CONCURRENT:-2}
+DTYPE=${DTYPE:-auto}
 mkdir -p "$WORK"
 models=$(echo "$AGENTS" | tr ',' '\n' | xargs realpath | paste -sd, -)
 trained="[$(echo "$TRAINED" | sed 's/,/, /g')]"
 scored="[$(echo "$TRAINED,capitals" | sed 's/,/, /g')]"  # test: the held-out skill too (forgetting)
 common="base: $(realpath "$BASE")
 models: [$models]
-evaluate_options: {n: $N, skills: $trained, trained: $trained, cache: $(realpath "$WORK")/evals}
+evaluate_options: {n: $N, skills: $trained, trained: $trained, dtype: $DTYPE, cache: $(realpath "$WORK")/evals}
 objective: trained_avg
 merge: {dtype: bfloat16}
 resources: {cpus: 1}"
