@@ -43,7 +43,10 @@ def test_the_zoo_distribution_holds_the_zoo_and_plugs_in() -> None:
     assert any(d.startswith("agentmerge[") or d == "agentmerge" for d in project["dependencies"])
     assert project["entry-points"] == {
         "agentmerge.commands": {"zoo": "agentmerge_zoo.cli:register"},
-        "agentmerge.evaluators": {"zoo": "agentmerge_zoo.suite:ZooEvaluator"},
+        "agentmerge.evaluators": {
+            "zoo": "agentmerge_zoo.suite:ZooEvaluator",
+            "real": "agentmerge_zoo.real.plugin:RealEvaluator",
+        },
     }
 
 
