@@ -118,6 +118,16 @@ def paired(
     return {"mean": mean, "se": se, "over": float(len(seeds)), "prompt_se": prompt_se}
 
 
+def paired_verdicts(pairs: Sequence[tuple[Sequence[float], Sequence[float]]]) -> dict[str, float]:
+    """A - B from each seed's (A's, B's) per-prompt verdicts on the same prompts: with one seed the mean ± SE of the
+    per-prompt differences, with several the mean ± SE over seeds of the per-seed mean differences."""
+    if len(pairs) == 1:
+        mean, se = mean_se([x - y for x, y in zip(*pairs[0], strict=True)])
+        return {"mean": mean, "se": se, "over": float(len(pairs[0][0]))}
+    mean, se = mean_se([mean_se(a)[0] - mean_se(b)[0] for a, b in pairs])
+    return {"mean": mean, "se": se, "over": float(len(pairs))}
+
+
 def _prompt_diffs(ra: dict[str, Any], rb: dict[str, Any], skill: str) -> list[float]:
     """A - B per prompt of one skill (the same prompts under both merges)."""
     return [x - y for x, y in zip(ra[skill]["values"], rb[skill]["values"], strict=True)]

@@ -70,7 +70,8 @@ def needs_fisher(method: str) -> bool:
     return "fisher" in METHODS[method].model_inputs
 
 
-def _metrics(report: Report, lineup: Sequence[str]) -> dict[str, float]:
+def skill_metrics(report: Report, lineup: Sequence[str]) -> dict[str, float]:
+    """Each skill's strict score under its name, and ``trained_avg``, their mean over the lineup's skills."""
     out = {name: float(r["strict"]) for name, r in report.items()}
     trained = [out[s] for s in lineup if s in out]
     if trained:
@@ -88,7 +89,7 @@ def score_trial(folder: Path) -> dict[str, float]:
     report = evaluate_cached(folder, skills, cfg["split"], cfg["n"], cache)
     (root / "reports").mkdir(exist_ok=True)
     (root / "reports" / f"{folder.name}.json").write_text(dumps_json(report) + "\n")
-    return _metrics(report, cfg.get("trained", TRAINED))  # an eval file without it: the default lineup's
+    return skill_metrics(report, cfg.get("trained", TRAINED))  # an eval file without it: the default lineup's
 
 
 def read_report(root: Path, name: str) -> Report:

@@ -1,10 +1,11 @@
 """Score a checkpoint on the real zoo's skills: greedy completions in the chat template, mean ± SE per skill.
 
 A checkpoint is run in its own dtype (bf16 here): what a user who loads it gets, and about a third cheaper than
-upcasting to float32 on a CPU with native bfloat16 (measured: 0.82 vs 1.28 CPU seconds per memory prompt). On a
-CPU without it (AVX2 only, e.g. the AMD EPYC of session 15) bfloat16 is emulated and a forward pass costs about 7
-times float32's, so ``dtype="float32"`` computes in float32 instead (a different rounding, so greedy answers can
-differ: its reports are cached apart, and only reports of one dtype are ever compared).
+upcasting to float32 on a CPU with native bfloat16 (measured: 0.82 vs 1.28 CPU seconds per memory prompt). On a CPU
+without it (AVX2 only, e.g. the AMD EPYC of session 15) bfloat16 is emulated and a forward pass costs 7.9 times
+float32's (``benchmarks/bf16_cpu_cost.py``), so ``dtype="float32"`` computes in float32 instead (a different
+rounding, so greedy answers can differ: its reports are cached apart, and only reports of one dtype are ever
+compared).
 
 :func:`evaluate_cached` keeps each report under a key of the weights' sha256, the split, the prompt count, the
 skills and ``SKILLS_VERSION``, so a checkpoint is scored once whoever asks (the runner, the convergence check or

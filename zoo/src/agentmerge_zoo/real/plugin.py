@@ -55,12 +55,12 @@ class RealEvaluator(Evaluator):
         return f"real:{self.split}"
 
     def score(self, checkpoint: Path) -> Score:
+        from agentmerge_zoo.real.bench import skill_metrics
         from agentmerge_zoo.real.evaluate import evaluate_cached
 
         set_threads(self.threads)
         report = evaluate_cached(Path(checkpoint), self.skills, SPLITS[self.split], self.n, self.cache, self.dtype)
-        metrics = {s: float(report[s]["strict"]) for s in self.skills}
-        metrics["trained_avg"] = sum(metrics[s] for s in self.trained) / len(self.trained)
+        metrics = skill_metrics(report, self.trained)
         stderr = {s: float(report[s]["strict_se"]) for s in self.skills}
         count = {s: int(report[s]["n"]) for s in self.skills}
         return Score(metrics, stderr, count, {"split": self.split, "n": self.n, "dtype": self.dtype, "report": report})

@@ -13,7 +13,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
-from agentmerge_zoo.real.aggregate import cell, lineup, paired, row_labels, row_name
+from agentmerge_zoo.real.aggregate import cell, lineup, paired, paired_verdicts, row_labels, row_name
 from agentmerge_zoo.real.evaluate import mean_se
 from agentmerge_zoo.real.skill_bfcl import TEST_CATEGORIES
 from agentmerge_zoo.real.suite import HELD_OUT
@@ -82,25 +82,9 @@ def bfcl_table(seeds: Sequence[dict[str, Any]], agg: dict[str, Any]) -> tuple[li
     return [*TEST_CATEGORIES, "BFCL overall", *others], body
 
 
-def _seed_rows(seeds: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
-    """The whole-test rows of the seeds that ran it (``bfcl_whole``), each row a BFCL report."""
-    return [s["bfcl_whole"]["rows"] for s in seeds if s.get("bfcl_whole", {}).get("run")]
-
-
 def _which(rows: dict[str, Any], method: str) -> str | None:
     """A seed's whole-test row of ``method`` (its defaults or its tuned row, whichever it scored)."""
     return next((n for n in rows if n.split(".")[0] == method), None)
-
-
-def _difference(pairs: Sequence[tuple[Sequence[float], Sequence[float]]]) -> dict[str, float]:
-    """A - B from per seed (A's, B's per-prompt verdicts on the same prompts): one seed over its prompts, else the
-    per-seed mean differences over seeds."""
-    if len(pairs) == 1:
-        diffs = [x - y for x, y in zip(*pairs[0], strict=True)]
-        mean, se = mean_se(diffs)
-        return {"mean": mean, "se": se, "over": float(len(diffs))}
-    mean, se = mean_se([mean_se(a)[0] - mean_se(b)[0] for a, b in pairs])
-    return {"mean": mean, "se": se, "over": float(len(pairs))}
 
 
 WHOLE_PAIRS = (("ram", "base"), ("ram_plus", "base"), ("best", "base"), ("ram", "best"), ("ram_plus", "best"))
@@ -113,7 +97,7 @@ def whole_numbers(seeds: Sequence[dict[str, Any]]) -> dict[str, Any]:
     done = [s for s in seeds if s.get("bfcl_whole", {}).get("run")]
     if not done:
         return {"run": False}
-    per_seed = _seed_rows(done)
+    per_seed = [s["bfcl_whole"]["rows"] for s in done]
     labels = list(dict.fromkeys(name for rows in per_seed for name in rows))
     table = {}
     for label in labels:
@@ -128,7 +112,7 @@ def whole_numbers(seeds: Sequence[dict[str, Any]]) -> dict[str, Any]:
             if ra in rows and rb in rows and ra != rb:
                 pairs.append((rows[ra]["values"], rows[rb]["values"]))
         if len(pairs) == len(done):
-            diffs[f"{a}-{b}"] = _difference(pairs)
+            diffs[f"{a}-{b}"] = paired_verdicts(pairs)
     n = done[0]["bfcl_whole"]["n"]
     tops = {str(s["seed"]): s["bfcl_whole"]["top"] for s in done}
     failed = {f"seed {s['seed']}: {k}": v for s in done for k, v in s["bfcl_whole"].get("failed", {}).items()}

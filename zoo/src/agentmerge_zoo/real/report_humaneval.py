@@ -13,7 +13,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
-from agentmerge_zoo.real.aggregate import cell, row_labels, row_name
+from agentmerge_zoo.real.aggregate import cell, paired_verdicts, row_labels, row_name
 from agentmerge_zoo.real.evaluate import mean_se
 
 SETS = ("subset", "full")
@@ -41,11 +41,7 @@ def to_base(seeds: Sequence[dict[str, Any]], name: str, which: str) -> dict[str,
     pairs = [(s["humaneval"]["rows"].get(name, {}).get(which), s["humaneval"]["rows"]["base"][which]) for s in seeds]
     if not pairs or any(not a or not b for a, b in pairs):
         return None
-    if len(pairs) == 1:
-        mean, se = mean_se([x - y for x, y in zip(*pairs[0], strict=True)])
-        return {"mean": mean, "se": se, "over": float(len(pairs[0][0]))}
-    mean, se = mean_se([mean_se(a)[0] - mean_se(b)[0] for a, b in pairs])
-    return {"mean": mean, "se": se, "over": float(len(pairs))}
+    return paired_verdicts(pairs)
 
 
 def humaneval_numbers(seeds: Sequence[dict[str, Any]], agg: dict[str, Any]) -> dict[str, Any]:
